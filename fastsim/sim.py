@@ -1,0 +1,258 @@
+"""Build the simulation state, run the compiled loop, wrap the results in a Report."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from fastsim.errors import DeadEndError, FastsimError, InputError
+
+_BIG_BUDGET = 1 << 62
+
+
+def _engine_params(engine):
+    from fastsim.kernels.scheduler import Params
+
+    budget = engine.max_num_batched_tokens
+    max_seqs = engine.max_num_seqs
+    return Params(
+        block_size=int(engine.block_size),
+        cap=int(engine.num_gpu_blocks),
+        max_seqs=int(max_seqs) if max_seqs is not None else _BIG_BUDGET,
+        budget=int(budget) if budget is not None else _BIG_BUDGET,
+        chunked=bool(engine.enable_chunked_prefill),
+        caching=bool(engine.enable_prefix_caching),
+        lifo=str(engine.preemption_mode).lower() == "lifo",
+        max_model_len=int(engine.max_model_len or 0),
+        speedup=float(engine.speedup_ratio),
+        decode_speedup=float(engine.decode_speedup_ratio),
+    )
+
+
+def _block_keys(workload, block_size):
+    """CSR of content keys of every full prompt block (empty rows for unique synthetic prompts)."""
+    from fastsim.kernels.blocks import content_block_keys_nb
+
+    n = workload.isl.shape[0]
+    if workload.hash_ptr is None:
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+    ptr = np.empty(n + 1, dtype=np.int64)
+    keys = content_block_keys_nb(
+        workload.isl.astype(np.int64),
+        workload.hash_ptr.astype(np.int64),
+        workload.hash_ids.astype(np.int64),
+        int(workload.trace_block_size),
+        int(block_size),
+        ptr,
+    )
+    return ptr, keys
+
+
+def _requests(workload, key_ptr, keys):
+    from fastsim.kernels.scheduler import Reqs
+
+    n = workload.isl.shape[0]
+
+    def f64():
+        return np.full(n, np.nan)
+
+    def i64():
+        return np.zeros(n, dtype=np.int64)
+
+    return Reqs(
+        isl=workload.isl.astype(np.int64),
+        osl=workload.osl.astype(np.int64),
+        key_ptr=key_ptr,
+        keys=keys,
+        computed=i64(),
+        generated=i64(),
+        alloc=i64(),
+        status=np.zeros(n, dtype=np.int8),
+        rank=np.full(n, -1, dtype=np.int32),
+        qnext=np.full(n, -1, dtype=np.int32),
+        qprev=np.full(n, -1, dtype=np.int32),
+        npreempt=np.zeros(n, dtype=np.int32),
+        sched_pass=np.full(n, -1, dtype=np.int64),
+        sched_tokens=i64(),
+        sched_prompt=i64(),
+        sched_prefix=i64(),
+        arrival=f64(),
+        first_admit=f64(),
+        first_token=f64(),
+        second_token=f64(),
+        last_token=f64(),
+        terminal=f64(),
+        reused=i64(),
+        first_reused=i64(),
+        tnext=np.full(n, -1, dtype=np.int32),
+        term_kind=np.zeros(n, dtype=np.int8),
+    )
+
+
+def simulate(
+    workload,
+    engine,
+    *,
+    num_workers: int = 1,
+    router_mode: str = "round_robin",
+    replay_concurrency: int | None = None,
+    max_sim_time_ms: float | None = None,
+    sla=(None, None, None),
+):
+    """Simulate ``workload`` on ``num_workers`` aggregated workers; returns a :class:`Report`."""
+    from fastsim.kernels.kvpool import make_pool
+    from fastsim.kernels.loop import DEAD_END, Cluster, Gaps, Sessions, run_loop_nb
+    from fastsim.kernels.scheduler import PassAcc, Ranks
+    from fastsim.kernels.stats import DD_NBINS
+    from fastsim.perf import load_perf_model
+    from fastsim.report import build_report
+
+    if router_mode != "round_robin":
+        raise FastsimError(f"router_mode {router_mode!r} is not supported yet (supported: round_robin)")
+    if num_workers < 1:
+        raise InputError(f"num_workers is {num_workers}; it must be a positive integer")
+    if replay_concurrency is not None and replay_concurrency < 1:
+        raise InputError(f"replay_concurrency is {replay_concurrency}; it must be a positive integer")
+
+    t0 = time.perf_counter()
+    dp = max(int(engine.dp_size or 1), 1)
+    params = _engine_params(engine)
+    perf = load_perf_model(engine.planner_profile_data)
+    n = int(workload.isl.shape[0])
+    n_groups = int(num_workers)
+    n_ranks = n_groups * dp
+    bs = params.block_size
+
+    key_ptr, keys = _block_keys(workload, bs)
+    rq = _requests(workload, key_ptr, keys)
+    pool = make_pool(n_ranks, params.cap)
+    rk = Ranks(
+        wait_head=np.full(n_ranks, -1, dtype=np.int32),
+        wait_tail=np.full(n_ranks, -1, dtype=np.int32),
+        run_head=np.full(n_ranks, -1, dtype=np.int32),
+        run_tail=np.full(n_ranks, -1, dtype=np.int32),
+        n_run=np.zeros(n_ranks, dtype=np.int64),
+        n_wait=np.zeros(n_ranks, dtype=np.int64),
+    )
+    n_sess = int(workload.session_ptr.shape[0] - 1)
+    concurrency = int(replay_concurrency or 0)
+    order = (
+        np.zeros(0, dtype=np.int64)
+        if concurrency
+        else np.argsort(workload.session_arrival_ms, kind="stable").astype(np.int64)
+    )
+    ss = Sessions(
+        session=workload.session.astype(np.int64),
+        turn=workload.turn.astype(np.int64),
+        delay=workload.delay_ms.astype(np.float64),
+        ptr=workload.session_ptr.astype(np.int64),
+        rows=workload.session_rows.astype(np.int64),
+        first_arrival=workload.session_arrival_ms.astype(np.float64),
+        order=order,
+        ready_at=np.full(n, np.nan),
+        heap=np.zeros(max(n, 1), dtype=np.int64),
+    )
+    single_path = n_groups == 1 and dp == 1
+    cl = Cluster(
+        dp=dp,
+        concurrency=concurrency,
+        single_path=single_path,
+        max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
+        busy=np.zeros(n_groups, dtype=np.bool_),
+        stalled=np.zeros(n_groups, dtype=np.bool_),
+        pass_end=np.zeros(n_groups),
+        pend_head=np.full(n_groups, -1, dtype=np.int32),
+        pend_tail=np.full(n_groups, -1, dtype=np.int32),
+        wctr=np.zeros(n_groups, dtype=np.int64),
+        cheap=np.zeros(n_groups, dtype=np.int64),
+        state=np.zeros(8, dtype=np.int64),
+    )
+    gaps = Gaps(
+        itl=np.array([0.0, 0.0, np.inf, -np.inf]),
+        itl_n=np.zeros(1, dtype=np.int64),
+        itl_hist=np.zeros(DD_NBINS, dtype=np.int64),
+        otpu=np.array([0.0, 0.0, np.inf, -np.inf]),
+        otpu_n=np.zeros(1, dtype=np.int64),
+        otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
+    )
+    max_blocks = int(((workload.isl + workload.osl).max() if n else 1) // bs + 2)
+    emit_cap = dp * min(params.max_seqs, max(n, 1)) + 1
+    pa = PassAcc(
+        kbuf=np.zeros(max_blocks, dtype=np.uint64),
+        acc=np.zeros(8, dtype=np.int64),
+        emit=np.zeros(emit_cap, dtype=np.int32),
+        emit_n=np.zeros(1, dtype=np.int64),
+    )
+    out = np.zeros(4)
+    status = run_loop_nb(params, perf, pool, rq, rk, ss, cl, gaps, pa, out)
+    wall_ms = (time.perf_counter() - t0) * 1000.0
+
+    if status == DEAD_END:
+        remaining = int(cl.state[5] - cl.state[6])
+        raise DeadEndError(
+            f"offline replay reached a dead end with {remaining} in-flight requests remaining "
+            "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
+            "chunked prefill disabled, or a request whose KV footprint can never fit)"
+        )
+    return build_report(
+        _request_columns(rq, workload, dp, single_path),
+        _gap_columns(gaps),
+        {
+            "num_workers": n_groups,
+            "single_path": single_path,
+            "decode_worker_seconds": float(out[0]),
+            "prefill_worker_seconds": 0.0,
+            "prefill_gpus_per_worker": 0,
+            "decode_gpus_per_worker": dp,
+            "wall_time_ms": wall_ms,
+            "sla_ttft_ms": sla[0],
+            "sla_itl_ms": sla[1],
+            "sla_e2e_ms": sla[2],
+        },
+    )
+
+
+def _request_columns(rq, workload, dp, single_path):
+    from fastsim.kernels.scheduler import COMPLETED, NOT_ARRIVED, REJECTED
+
+    st = rq.status
+    status = np.where(
+        st == COMPLETED, 2, np.where(st == REJECTED, 3, np.where(st == NOT_ARRIVED, 0, 1))
+    ).astype(np.int8)
+    worker_idx = rq.rank.astype(np.int64)
+    if single_path:
+        worker_idx = np.full_like(worker_idx, -1)
+    return {
+        "arrival_ms": rq.arrival,
+        "first_admit_ms": rq.first_admit,
+        "first_token_ms": rq.first_token,
+        "second_token_ms": rq.second_token,
+        "last_token_ms": rq.last_token,
+        "terminal_ms": rq.terminal,
+        "status": status,
+        "input_length": rq.isl,
+        "requested_output_length": rq.osl,
+        "output_length": rq.generated.copy(),
+        "reused_tokens": rq.reused,
+        "first_reused_tokens": rq.first_reused,
+        "worker_idx": worker_idx,
+        "preemptions": rq.npreempt.astype(np.int64),
+    }
+
+
+def _gap_columns(gaps):
+    return {
+        "itl_count": int(gaps.itl_n[0]),
+        "itl_sum": float(gaps.itl[0]),
+        "itl_sumsq": float(gaps.itl[1]),
+        "itl_min": float(gaps.itl[2]),
+        "itl_max": float(gaps.itl[3]),
+        "itl_hist": gaps.itl_hist,
+        "otpu_count": int(gaps.otpu_n[0]),
+        "otpu_sum": float(gaps.otpu[0]),
+        "otpu_sumsq": float(gaps.otpu[1]),
+        "otpu_min": float(gaps.otpu[2]),
+        "otpu_max": float(gaps.otpu[3]),
+        "otpu_hist": gaps.otpu_hist,
+    }

@@ -1,0 +1,66 @@
+"""Engine-block identities.
+
+Dynamo identifies a full KV block by a chained hash of the token contents of that block and every
+block before it (``seq_hash[i] = H(seq_hash[i-1], block_hash[i])``, notes 5.1). Two requests share
+engine block ``j`` exactly when their first ``(j + 1) * block_size`` tokens are equal. fastsim keeps
+that equality relation, not Dynamo's hash values: a trace's tokens are ``hash_id as u32`` repeated
+``trace_block_size`` times (notes 1.4), so block ``j``'s contents are determined by the hash ids it
+covers, and a 64-bit chained mix of those ids gives the same sharing structure.
+
+Keys have the top bit clear for content blocks and set for request-unique blocks (partial prompt
+tails, generated tokens, synthetic prompts), so the two kinds never collide; 0 is never a key.
+"""
+
+import numpy as np
+from numba import njit
+
+_TOP = np.uint64(1) << np.uint64(63)
+_LOW = ~_TOP
+
+
+@njit(cache=True, inline="always")
+def mix64_nb(x):
+    """splitmix64 finaliser: a bijective, well-spread 64-bit mix."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True, inline="always")
+def unique_key_nb(row, j):
+    """Key of block ``j`` of request ``row`` when its contents are unique to that request."""
+    k = mix64_nb(np.uint64(row) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(j) + np.uint64(1))
+    return k | _TOP
+
+
+@njit(cache=True)
+def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size, out_ptr):
+    """Chained keys of every full engine block of every prompt.
+
+    ``isl[r]`` prompt tokens of row ``r`` come from ``hash_ids[hash_ptr[r]:hash_ptr[r + 1]]``, each
+    id standing for ``trace_block_size`` tokens. Fills ``out_ptr`` (len n + 1, CSR offsets) and
+    returns the keys of blocks ``0 .. isl[r] // block_size - 1`` of each row.
+    """
+    n = isl.shape[0]
+    out_ptr[0] = 0
+    for r in range(n):
+        out_ptr[r + 1] = out_ptr[r] + isl[r] // block_size
+    keys = np.empty(out_ptr[n], dtype=np.uint64)
+    mask32 = np.uint64(0xFFFFFFFF)
+    for r in range(n):
+        base = hash_ptr[r]
+        chain = np.uint64(0x51ED270B27A3D1E5)
+        for j in range(out_ptr[r + 1] - out_ptr[r]):
+            lo = j * block_size
+            hi = lo + block_size - 1
+            h = chain
+            for k in range(lo // trace_block_size, hi // trace_block_size + 1):
+                # Dynamo's token is `hash_id as u32`: ids equal in their low 32 bits collide there too.
+                tok = np.uint64(hash_ids[base + k]) & mask32
+                h = mix64_nb(h ^ (tok + np.uint64(0x632BE59BD9B4E019)))
+            chain = mix64_nb(h + np.uint64(j))
+            key = chain & _LOW
+            if key == np.uint64(0):
+                key = np.uint64(1)
+            keys[out_ptr[r] + j] = key
+    return keys

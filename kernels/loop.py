@@ -1,0 +1,379 @@
+"""The event loop of one aggregated simulation, in compiled code.
+
+Dynamo 1.4.2's offline ``agg.rs`` driver around its ``EngineComponent`` (notes 7-8, verified doc
+Q8-Q10, X2, cluster doc C1, C1b, C8). One tick at virtual time ``now`` repeats, until nothing
+changes:
+
+1. apply pass completions due at ``now`` (lowest group id first): terminals, session follow-ups;
+2. release arrivals due at ``now`` in (ready time, session, turn) order and route them;
+3. drive ready groups, lowest id first: a group is ready when it is idle and one of its ranks has
+   work; every rank with work runs one pass; the group ends at the slowest rank's end (the DP
+   barrier) and all its tokens are stamped there. A zero-duration pass that changed something
+   completes at once; one that changed nothing stalls the group until new work is routed to it.
+
+Then ``now`` moves to the earliest pending completion or arrival. No future event while requests
+are unfinished is a dead end (returned as a status, never a hang).
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from fastsim.kernels.scheduler import (
+    COMPLETED,
+    REJECTED,
+    TERM_COMPLETED,
+    enqueue_waiting_nb,
+    rank_pass_nb,
+)
+from fastsim.kernels.stats import dd_insert_nb
+
+OK, DEAD_END, SIM_CAP = 0, 1, 2
+
+
+class Sessions(NamedTuple):
+    """Arrival structure: sessions of one or more turns (rows)."""
+
+    session: np.ndarray  # int64[n]
+    turn: np.ndarray  # int64[n]
+    delay: np.ndarray  # float64[n]: after the previous turn's completion
+    ptr: np.ndarray  # int64[S + 1]
+    rows: np.ndarray  # int64[n]: rows of each session in turn order
+    first_arrival: np.ndarray  # float64[S]
+    order: np.ndarray  # int64[S]: first turns sorted by arrival (trace mode)
+    ready_at: np.ndarray  # float64[n] (scratch)
+    heap: np.ndarray  # int64[n] (scratch): later turns / closed-loop dispatches
+
+
+class Cluster(NamedTuple):
+    """Logical workers (groups of ``dp`` consecutive ranks) and loop scalars."""
+
+    dp: int
+    concurrency: int  # 0 = open loop (trace arrival times)
+    single_path: bool  # 1 worker, dp 1: Dynamo's single-worker runtime
+    max_sim_time: float  # < 0: none
+    busy: np.ndarray  # bool[G]
+    stalled: np.ndarray  # bool[G]
+    pass_end: np.ndarray  # float64[G]
+    pend_head: np.ndarray  # int32[G]: pending terminals of the group's pass in flight
+    pend_tail: np.ndarray  # int32[G]
+    wctr: np.ndarray  # int64[G]: round robin over a worker's DP ranks
+    cheap: np.ndarray  # int64[G]: completion heap of group ids
+    state: np.ndarray  # int64[8]: [rr, n_cheap, n_heap, static_pos, next_session, n_arrived, n_done, pass_id]
+
+
+RR, NCHEAP, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE, PASSID = 0, 1, 2, 3, 4, 5, 6, 7
+
+
+class Gaps(NamedTuple):
+    """Pooled inter-token gap statistics: ITL and 1000 / gap (output-token throughput per user)."""
+
+    itl: np.ndarray  # float64[4]: sum, sum of squares, min, max
+    itl_n: np.ndarray  # int64[1]
+    itl_hist: np.ndarray  # int64[DD_NBINS]
+    otpu: np.ndarray
+    otpu_n: np.ndarray
+    otpu_hist: np.ndarray
+
+
+# ----------------------------------------------------------------------------- heaps
+@njit(cache=True, inline="always")
+def _arr_less(ss, a, b):
+    ta = ss.ready_at[a]
+    tb = ss.ready_at[b]
+    if ta != tb:
+        return ta < tb
+    if ss.session[a] != ss.session[b]:
+        return ss.session[a] < ss.session[b]
+    return ss.turn[a] < ss.turn[b]
+
+
+@njit(cache=True)
+def _arr_push(ss, cl, r):
+    h = ss.heap
+    i = cl.state[NHEAP]
+    cl.state[NHEAP] += 1
+    h[i] = r
+    while i > 0:
+        par = (i - 1) >> 1
+        if _arr_less(ss, h[i], h[par]):
+            h[i], h[par] = h[par], h[i]
+            i = par
+        else:
+            break
+
+
+@njit(cache=True)
+def _arr_pop(ss, cl):
+    h = ss.heap
+    top = h[0]
+    n = cl.state[NHEAP] - 1
+    cl.state[NHEAP] = n
+    h[0] = h[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _arr_less(ss, h[c + 1], h[c]):
+            c += 1
+        if _arr_less(ss, h[c], h[i]):
+            h[i], h[c] = h[c], h[i]
+            i = c
+        else:
+            break
+    return top
+
+
+@njit(cache=True, inline="always")
+def _grp_less(cl, a, b):
+    if cl.pass_end[a] != cl.pass_end[b]:
+        return cl.pass_end[a] < cl.pass_end[b]
+    return a < b
+
+
+@njit(cache=True)
+def _grp_push(cl, g):
+    h = cl.cheap
+    i = cl.state[NCHEAP]
+    cl.state[NCHEAP] += 1
+    h[i] = g
+    while i > 0:
+        par = (i - 1) >> 1
+        if _grp_less(cl, h[i], h[par]):
+            h[i], h[par] = h[par], h[i]
+            i = par
+        else:
+            break
+
+
+@njit(cache=True)
+def _grp_pop(cl):
+    h = cl.cheap
+    top = h[0]
+    n = cl.state[NCHEAP] - 1
+    cl.state[NCHEAP] = n
+    h[0] = h[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _grp_less(cl, h[c + 1], h[c]):
+            c += 1
+        if _grp_less(cl, h[c], h[i]):
+            h[i], h[c] = h[c], h[i]
+            i = c
+        else:
+            break
+    return top
+
+
+# ----------------------------------------------------------------------------- arrivals
+@njit(cache=True)
+def _next_arrival(ss, cl):
+    """Row of the earliest pending arrival (static first turns merged with the heap), or -1."""
+    best = -1
+    pos = cl.state[STATIC]
+    if pos < ss.order.shape[0]:
+        best = ss.rows[ss.ptr[ss.order[pos]]]
+    if cl.state[NHEAP] > 0:
+        top = ss.heap[0]
+        if best < 0 or _arr_less(ss, top, best):
+            return top
+    return best
+
+
+@njit(cache=True)
+def _activate_session(ss, cl, s, t):
+    r = ss.rows[ss.ptr[s]]
+    ss.ready_at[r] = t
+    _arr_push(ss, cl, r)
+
+
+@njit(cache=True)
+def _on_terminal(ss, cl, r, t):
+    """A turn ended (completed or rejected): release the session's next turn or free its slot."""
+    s = ss.session[r]
+    nxt = ss.turn[r] + 1
+    if ss.ptr[s] + nxt < ss.ptr[s + 1]:
+        nr = ss.rows[ss.ptr[s] + nxt]
+        ss.ready_at[nr] = t + ss.delay[nr]
+        _arr_push(ss, cl, nr)
+    elif cl.concurrency > 0:
+        if cl.state[NEXTSESS] < ss.ptr.shape[0] - 1:
+            _activate_session(ss, cl, cl.state[NEXTSESS], t)
+            cl.state[NEXTSESS] += 1
+
+
+# ----------------------------------------------------------------------------- effects
+@njit(cache=True)
+def _stamp_token(rq, gaps, r, t):
+    n = rq.generated[r]  # already counts this token
+    if n == 1:
+        rq.first_token[r] = t
+    else:
+        gap = t - rq.last_token[r]
+        gaps.itl[0] += gap
+        gaps.itl[1] += gap * gap
+        if gap < gaps.itl[2]:
+            gaps.itl[2] = gap
+        if gap > gaps.itl[3]:
+            gaps.itl[3] = gap
+        gaps.itl_n[0] += 1
+        dd_insert_nb(gaps.itl_hist, gap)
+        if gap > 0.0:
+            v = 1000.0 / gap
+            gaps.otpu[0] += v
+            gaps.otpu[1] += v * v
+            if v < gaps.otpu[2]:
+                gaps.otpu[2] = v
+            if v > gaps.otpu[3]:
+                gaps.otpu[3] = v
+            gaps.otpu_n[0] += 1
+            dd_insert_nb(gaps.otpu_hist, v)
+        if n == 2:
+            rq.second_token[r] = t
+    rq.last_token[r] = t
+
+
+@njit(cache=True)
+def _apply_terminals(rq, ss, cl, g, t):
+    r = cl.pend_head[g]
+    while r >= 0:
+        nxt = rq.tnext[r]
+        rq.status[r] = COMPLETED if rq.term_kind[r] == TERM_COMPLETED else REJECTED
+        rq.terminal[r] = t
+        cl.state[NDONE] += 1
+        _on_terminal(ss, cl, r, t)
+        r = nxt
+    cl.pend_head[g] = -1
+    cl.pend_tail[g] = -1
+
+
+@njit(cache=True)
+def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, pa, g, now):
+    """Run one pass on every rank of group ``g`` that has work. Returns True if anything changed."""
+    dp = cl.dp
+    k0 = g * dp
+    has_work = False
+    for k in range(k0, k0 + dp):
+        if rk.n_run[k] + rk.n_wait[k] > 0:
+            has_work = True
+            break
+    if not has_work:
+        return False
+    cl.state[PASSID] += 1
+    pid = cl.state[PASSID]
+    pa.emit_n[0] = 0
+    end = now
+    progress = False
+    for k in range(k0, k0 + dp):
+        if rk.n_run[k] + rk.n_wait[k] == 0:
+            continue
+        pa.acc[5] = 0
+        e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pid, pa, cl.pend_head, cl.pend_tail, g)
+        if e > end:
+            end = e
+        if pa.acc[5] != 0:
+            progress = True
+    for i in range(pa.emit_n[0]):
+        _stamp_token(rq, gaps, pa.emit[i], end)
+    if end > now:
+        cl.busy[g] = True
+        cl.pass_end[g] = end
+        _grp_push(cl, g)
+        return True
+    if progress:
+        _apply_terminals(rq, ss, cl, g, now)
+        return True
+    cl.stalled[g] = True  # nothing can change here until new work is routed to this group
+    return False
+
+
+@njit(cache=True)
+def _route_round_robin(rq, rk, cl, r):
+    n_groups = cl.busy.shape[0]
+    w = cl.state[RR] % n_groups
+    cl.state[RR] += 1
+    k = w * cl.dp + cl.wctr[w] % cl.dp
+    cl.wctr[w] += 1
+    enqueue_waiting_nb(rq, rk, k, r)
+    cl.stalled[w] = False
+
+
+@njit(cache=True)
+def _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now):
+    while True:
+        changed = False
+        while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
+            g = _grp_pop(cl)
+            cl.busy[g] = False
+            _apply_terminals(rq, ss, cl, g, cl.pass_end[g])
+            changed = True
+        while True:
+            r = _next_arrival(ss, cl)
+            if r < 0 or ss.ready_at[r] > now:
+                break
+            if cl.state[NHEAP] > 0 and ss.heap[0] == r:
+                _arr_pop(ss, cl)
+            else:
+                cl.state[STATIC] += 1
+            rq.arrival[r] = ss.ready_at[r]
+            cl.state[NARRIVED] += 1
+            _route_round_robin(rq, rk, cl, r)
+            changed = True
+        for g in range(cl.busy.shape[0]):
+            if not cl.busy[g] and not cl.stalled[g]:
+                if _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, pa, g, now):
+                    changed = True
+        if not changed:
+            return
+
+
+@njit(cache=True)
+def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, pa, out):
+    """Run the simulation to the end. ``out`` (float64[4]) receives [worker_seconds, now, -, -].
+
+    Returns OK, DEAD_END (no future event while requests are unfinished) or SIM_CAP.
+    """
+    n_rows = rq.isl.shape[0]
+    n_groups = cl.busy.shape[0]
+    if cl.concurrency > 0:
+        n_sess = ss.ptr.shape[0] - 1
+        first = min(cl.concurrency, n_sess)
+        for s in range(first):
+            _activate_session(ss, cl, s, 0.0)
+        cl.state[NEXTSESS] = first
+    else:
+        for i in range(ss.order.shape[0]):
+            s = ss.order[i]
+            ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
+    now = 0.0
+    ws = 0.0
+    status = OK
+    _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now)
+    while cl.state[NDONE] < n_rows:
+        t = np.inf
+        if cl.state[NCHEAP] > 0:
+            t = cl.pass_end[cl.cheap[0]]
+        r = _next_arrival(ss, cl)
+        if r >= 0 and ss.ready_at[r] < t:
+            t = ss.ready_at[r]
+        if t == np.inf:
+            status = DEAD_END
+            break
+        if cl.max_sim_time >= 0.0 and t > cl.max_sim_time:
+            status = SIM_CAP
+            if cl.single_path:
+                # Dynamo's single-worker runtime still processes the first event beyond the cap.
+                now = t
+                _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now)
+            break
+        ws += n_groups * (t - now) / 1000.0
+        now = t
+        _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now)
+    out[0] = ws
+    out[1] = now
+    return status

@@ -1,0 +1,420 @@
+"""One vLLM-style forward pass of one rank (Dynamo 1.4.2's ``VllmCore::execute_pass``).
+
+Notes 3.4-3.8 with the 1.4.2 corrections of the verified doc (Q1-Q7, findings 1-8):
+
+* Phase A: running requests in running order take budget first (a decode step costs 1 token, a
+  chunk ``min(remaining, budget)``); allocation failure preempts (lifo: last running, fifo: first),
+  refunding a victim already scheduled in this pass.
+* Phase B (only if nothing was preempted): waiting requests FIFO while ``running < max_num_seqs``:
+  rejection of a fresh request that can never fit, exact-fit admission counting active cached
+  prefix blocks, head-of-line blocking.
+* Duration: prefill from ``t = n * (mean(prefix + chunk) - mean(prefix))`` (integer means), decode
+  from the rank's physical active blocks after this pass's allocations; each rounded to the ns.
+* Every request whose computed tokens reach its known length emits one token, stamped at the end of
+  the pass (of the DP group: the caller stamps).
+
+The pass is executed eagerly at its start; the caller defers the visible effects (token stamps,
+terminal notifications) to the group's end time.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from fastsim.kernels.blocks import unique_key_nb
+from fastsim.kernels.kvpool import (
+    NACTIVE,
+    can_use_nb,
+    match_prefix_nb,
+    release_nb,
+    use_nb,
+)
+from fastsim.kernels.perf import decode_time_nb, prefill_time_nb, quantize_ms_nb, scale_nb
+
+# request status codes
+NOT_ARRIVED, WAITING, RUNNING, PREEMPTED, FINISHING, COMPLETED, REJECTED = 0, 1, 2, 3, 4, 5, 6
+# schedule_request outcomes
+SCHEDULED, BLOCKED, SELF_PREEMPTED = 0, 1, 2
+# terminal kinds on the pending list
+TERM_COMPLETED, TERM_REJECTED = 1, 2
+
+
+class Params(NamedTuple):
+    """Engine arguments of one pool, as scalars the kernels read."""
+
+    block_size: int
+    cap: int  # num_gpu_blocks per rank
+    max_seqs: int
+    budget: int  # max_num_batched_tokens (a huge number when unset)
+    chunked: bool
+    caching: bool
+    lifo: bool
+    max_model_len: int  # 0 = unset
+    speedup: float
+    decode_speedup: float
+
+
+class Reqs(NamedTuple):
+    """Per-request state (one row per request), scheduler and collector columns."""
+
+    isl: np.ndarray  # int64
+    osl: np.ndarray  # int64
+    key_ptr: np.ndarray  # int64[n + 1]: content keys of full prompt blocks (CSR)
+    keys: np.ndarray  # uint64
+    computed: np.ndarray  # int64
+    generated: np.ndarray  # int64
+    alloc: np.ndarray  # int64: tokens covered by allocated blocks
+    status: np.ndarray  # int8
+    rank: np.ndarray  # int32
+    qnext: np.ndarray  # int32: waiting/running queue links
+    qprev: np.ndarray  # int32
+    npreempt: np.ndarray  # int32
+    sched_pass: np.ndarray  # int64: id of the pass that last scheduled the request
+    sched_tokens: np.ndarray  # int64
+    sched_prompt: np.ndarray  # int64
+    sched_prefix: np.ndarray  # int64
+    arrival: np.ndarray  # float64
+    first_admit: np.ndarray
+    first_token: np.ndarray
+    second_token: np.ndarray
+    last_token: np.ndarray
+    terminal: np.ndarray
+    reused: np.ndarray  # int64: max over admissions
+    first_reused: np.ndarray  # int64
+    tnext: np.ndarray  # int32: pending-terminal list link
+    term_kind: np.ndarray  # int8
+
+
+class Ranks(NamedTuple):
+    """Per-rank queue heads (intrusive doubly linked lists over request rows)."""
+
+    wait_head: np.ndarray  # int32[R]
+    wait_tail: np.ndarray
+    run_head: np.ndarray
+    run_tail: np.ndarray
+    n_run: np.ndarray  # int64[R]
+    n_wait: np.ndarray  # int64[R]
+
+
+class PassAcc(NamedTuple):
+    """Scratch of one pass (reset by the caller)."""
+
+    kbuf: np.ndarray  # uint64[max blocks of a request]
+    # [budget, batch_count, batch_isl, batch_prefix, preempted_any, progress, self_next]
+    acc: np.ndarray  # int64[8]
+    emit: np.ndarray  # int32[...] rows that emitted a token in this group pass
+    emit_n: np.ndarray  # int64[1]
+
+
+BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT = 0, 1, 2, 3, 4, 5, 6
+
+
+# ----------------------------------------------------------------------------- queues
+@njit(cache=True, inline="always")
+def _unlink(rq, heads, tails, k, r):
+    p = rq.qprev[r]
+    n = rq.qnext[r]
+    if p >= 0:
+        rq.qnext[p] = n
+    else:
+        heads[k] = n
+    if n >= 0:
+        rq.qprev[n] = p
+    else:
+        tails[k] = p
+    rq.qprev[r] = -1
+    rq.qnext[r] = -1
+
+
+@njit(cache=True, inline="always")
+def _push_back(rq, heads, tails, k, r):
+    t = tails[k]
+    rq.qprev[r] = t
+    rq.qnext[r] = -1
+    if t >= 0:
+        rq.qnext[t] = r
+    else:
+        heads[k] = r
+    tails[k] = r
+
+
+@njit(cache=True, inline="always")
+def _push_front(rq, heads, tails, k, r):
+    h = heads[k]
+    rq.qnext[r] = h
+    rq.qprev[r] = -1
+    if h >= 0:
+        rq.qprev[h] = r
+    else:
+        tails[k] = r
+    heads[k] = r
+
+
+@njit(cache=True)
+def enqueue_waiting_nb(rq, rk, k, r):
+    """Submit request ``r`` to rank ``k``'s waiting queue (Dynamo's ``receive``)."""
+    rq.status[r] = WAITING
+    rq.rank[r] = k
+    rq.computed[r] = 0
+    _push_back(rq, rk.wait_head, rk.wait_tail, k, r)
+    rk.n_wait[k] += 1
+
+
+# ----------------------------------------------------------------------------- blocks
+@njit(cache=True, inline="always")
+def block_key_nb(rq, r, j):
+    """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique."""
+    base = rq.key_ptr[r]
+    if j < rq.key_ptr[r + 1] - base:
+        return rq.keys[base + j]
+    return unique_key_nb(r, j)
+
+
+@njit(cache=True, inline="always")
+def _ceil_div(a, b):
+    return (a + b - 1) // b
+
+
+@njit(cache=True)
+def _fill_keys(rq, r, j0, j1, kbuf):
+    for j in range(j0, j1):
+        kbuf[j - j0] = block_key_nb(rq, r, j)
+    return j1 - j0
+
+
+@njit(cache=True)
+def free_blocks_nb(p, pool, rq, k, r):
+    """Release every allocated block of ``r`` on rank ``k``, tail first (Dynamo's Deref order)."""
+    nb = _ceil_div(rq.alloc[r], p.block_size)
+    length = rq.isl[r] + rq.generated[r]
+    for j in range(nb - 1, -1, -1):
+        full = (j + 1) * p.block_size <= length
+        release_nb(pool, k, block_key_nb(rq, r, j), p.caching and full)
+    rq.alloc[r] = 0
+
+
+@njit(cache=True)
+def _cached_tokens(p, pool, rq, k, r, kbuf):
+    """Prefix-cache hit of a request about to be admitted: (cached_tokens, active_cached_blocks)."""
+    if not p.caching:
+        return 0, 0
+    length = rq.isl[r] + rq.generated[r]
+    n = _fill_keys(rq, r, 0, length // p.block_size, kbuf)
+    matched, active = match_prefix_nb(pool, k, kbuf, n)
+    cached = matched * p.block_size
+    if not _generation_complete(p, rq, r):
+        # logits are needed: a fully cached context recomputes its last block (notes 3.5)
+        cap = ((length - 1) // p.block_size) * p.block_size
+        if cached > cap:
+            cached = cap
+    elif cached > length:
+        cached = length
+    return cached, min(active, cached // p.block_size)
+
+
+@njit(cache=True, inline="always")
+def _generation_complete(p, rq, r):
+    if rq.generated[r] >= rq.osl[r]:
+        return True
+    return p.max_model_len > 0 and rq.isl[r] + rq.generated[r] >= p.max_model_len
+
+
+# ----------------------------------------------------------------------------- preemption
+@njit(cache=True)
+def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
+    """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front."""
+    acc = pa.acc
+    acc[SELF_NEXT] = rq.qnext[victim]
+    _unlink(rq, rk.run_head, rk.run_tail, k, victim)
+    rk.n_run[k] -= 1
+    free_blocks_nb(p, pool, rq, k, victim)
+    rq.status[victim] = PREEMPTED
+    rq.computed[victim] = 0
+    rq.npreempt[victim] += 1
+    if rq.sched_pass[victim] == pass_id:
+        acc[BUDGET] += rq.sched_tokens[victim]
+        if rq.sched_prompt[victim] > 0:
+            acc[BCOUNT] -= 1
+            acc[BISL] -= rq.sched_prefix[victim] + rq.sched_prompt[victim]
+            acc[BPREFIX] -= rq.sched_prefix[victim]
+        rq.sched_pass[victim] = -1
+    _push_front(rq, rk.wait_head, rk.wait_tail, k, victim)
+    rk.n_wait[k] += 1
+    acc[PREEMPTED_ANY] = 1
+    acc[PROGRESS] = 1
+
+
+@njit(cache=True)
+def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
+    """Dynamo's ``schedule_request`` for ``r`` (``cached`` > 0 only for a request from waiting)."""
+    acc = pa.acc
+    bs = p.block_size
+    ecb = rq.computed[r] + cached
+    prompt = rq.isl[r]
+    length = prompt + rq.generated[r]
+    prompt_before = min(ecb, prompt)
+    remaining = length - ecb
+    budget = acc[BUDGET]
+    if prompt - prompt_before > 0 and not p.chunked and prompt - prompt_before > budget:
+        return BLOCKED
+    desired = min(remaining, budget)
+    if desired == 0 and remaining > 0:
+        return BLOCKED
+    target = ecb + desired
+    actual = target
+    while True:
+        if target <= rq.alloc[r]:
+            break
+        j0 = _ceil_div(rq.alloc[r], bs)
+        n = _fill_keys(rq, r, j0, _ceil_div(target, bs), pa.kbuf)
+        if can_use_nb(pool, k, pa.kbuf, n):
+            use_nb(pool, k, pa.kbuf, n)
+            rq.alloc[r] = target
+            break
+        victim = rk.run_tail[k] if p.lifo else rk.run_head[k]
+        if victim < 0:
+            actual = ecb
+            break
+        _preempt(p, pool, rq, rk, k, victim, pass_id, pa)
+        if victim == r:
+            return SELF_PREEMPTED
+        budget = acc[BUDGET]
+    tokens_used = actual - ecb
+    if tokens_used == 0 and actual < length:
+        return BLOCKED
+    rq.computed[r] = actual
+    prompt_tokens = min(actual, prompt) - prompt_before
+    rq.sched_pass[r] = pass_id
+    rq.sched_tokens[r] = tokens_used
+    rq.sched_prompt[r] = prompt_tokens
+    rq.sched_prefix[r] = prompt_before
+    if prompt_tokens > 0:
+        acc[BCOUNT] += 1
+        acc[BISL] += prompt_before + prompt_tokens
+        acc[BPREFIX] += prompt_before
+    acc[BUDGET] -= tokens_used
+    if tokens_used > 0:
+        acc[PROGRESS] = 1
+    return SCHEDULED
+
+
+# ----------------------------------------------------------------------------- the pass
+@njit(cache=True)
+def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g):
+    """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
+    if kind == TERM_COMPLETED:
+        _unlink(rq, rk.run_head, rk.run_tail, k, r)
+        rk.n_run[k] -= 1
+        free_blocks_nb(p, pool, rq, k, r)
+    rq.status[r] = FINISHING
+    rq.term_kind[r] = kind
+    rq.tnext[r] = -1
+    if pend_tail[g] >= 0:
+        rq.tnext[pend_tail[g]] = r
+    else:
+        pend_head[g] = r
+    pend_tail[g] = r
+
+
+@njit(cache=True)
+def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tail, g):
+    """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
+
+    Rows that emit a token are appended to ``pa.emit``; terminals go on group ``g``'s pending list.
+    ``pa.acc[PROGRESS]`` tells whether the pass changed anything observable.
+    """
+    acc = pa.acc
+    acc[BUDGET] = p.budget
+    acc[BCOUNT] = 0
+    acc[BISL] = 0
+    acc[BPREFIX] = 0
+    acc[PREEMPTED_ANY] = 0
+    # Phase A: running requests, in running order.
+    cur = rk.run_head[k]
+    while cur >= 0 and acc[BUDGET] > 0:
+        res = _schedule(p, pool, rq, rk, k, cur, 0, pass_id, pa)
+        if res == SCHEDULED:
+            cur = rq.qnext[cur]
+        elif res == BLOCKED:
+            break
+        else:
+            cur = acc[SELF_NEXT]
+    # Phase B: waiting requests, FIFO, only if nothing was preempted.
+    while acc[PREEMPTED_ANY] == 0 and rk.n_run[k] < p.max_seqs:
+        u = rk.wait_head[k]
+        if u < 0:
+            break
+        length = rq.isl[u] + rq.generated[u]
+        fresh = rq.status[u] == WAITING
+        if (p.max_model_len > 0 and rq.isl[u] >= p.max_model_len) or (
+            fresh and _ceil_div(length, p.block_size) > p.cap
+        ):
+            _unlink(rq, rk.wait_head, rk.wait_tail, k, u)
+            rk.n_wait[k] -= 1
+            _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g)
+            acc[PROGRESS] = 1
+            continue
+        cached, active_cached = _cached_tokens(p, pool, rq, k, u, pa.kbuf)
+        needed = _ceil_div(length, p.block_size) - active_cached
+        if needed > p.cap - pool.meta[k, NACTIVE]:
+            break  # head-of-line blocking: wait, never preempt for a waiting request
+        before = acc[BUDGET]
+        res = _schedule(p, pool, rq, rk, k, u, cached, pass_id, pa)
+        if res != SCHEDULED:
+            break
+        _unlink(rq, rk.wait_head, rk.wait_tail, k, u)
+        rk.n_wait[k] -= 1
+        _push_back(rq, rk.run_head, rk.run_tail, k, u)
+        rk.n_run[k] += 1
+        rq.status[u] = RUNNING
+        if np.isnan(rq.first_admit[u]):
+            rq.first_admit[u] = now
+            rq.first_reused[u] = cached
+        if cached > rq.reused[u]:
+            rq.reused[u] = cached
+        acc[PROGRESS] = 1
+        if before - acc[BUDGET] == 0 and acc[BUDGET] == 0:
+            break
+    # Duration: prefill of this pass's prompt tokens.
+    prefill_ms = 0.0
+    bc = acc[BCOUNT]
+    if bc > 0:
+        t = bc * (acc[BISL] // bc - acc[BPREFIX] // bc)
+        prefill_ms = quantize_ms_nb(scale_nb(prefill_time_nb(perf, t), p.speedup))
+    # Emission: requests whose computed tokens reach their known length.
+    n_ready = 0
+    total_len = 0
+    cur = rk.run_head[k]
+    while cur >= 0:
+        nxt = rq.qnext[cur]
+        length = rq.isl[cur] + rq.generated[cur]
+        if rq.computed[cur] >= length:
+            if _generation_complete(p, rq, cur):
+                _finish(p, pool, rq, rk, k, cur, TERM_COMPLETED, pend_head, pend_tail, g)
+                acc[PROGRESS] = 1
+            else:
+                n_ready += 1
+                total_len += length
+        cur = nxt
+    decode_ms = 0.0
+    if n_ready > 0:
+        raw = decode_time_nb(
+            perf,
+            float(pool.meta[k, NACTIVE] * p.block_size),
+            float(total_len // n_ready),
+            float(p.cap * p.block_size),
+        )
+        decode_ms = quantize_ms_nb(scale_nb(raw, p.speedup * p.decode_speedup))
+        acc[PROGRESS] = 1
+        cur = rk.run_head[k]
+        while cur >= 0:
+            nxt = rq.qnext[cur]
+            if rq.computed[cur] >= rq.isl[cur] + rq.generated[cur]:
+                rq.generated[cur] += 1
+                pa.emit[pa.emit_n[0]] = cur
+                pa.emit_n[0] += 1
+                if _generation_complete(p, rq, cur):
+                    _finish(p, pool, rq, rk, k, cur, TERM_COMPLETED, pend_head, pend_tail, g)
+            cur = nxt
+    return (now + prefill_ms) + decode_ms
