@@ -63,165 +63,205 @@ def make_pool(n_ranks, cap):
     )
 
 
-@njit(cache=True, inline="always")
-def _home(pool, key):
-    return np.int64((key ^ (key >> np.uint64(29))) & np.uint64(pool.tmask))
+@njit(cache=True, inline="always", _nrt=False)
+def _home(key, tmask):
+    return np.int64((key ^ (key >> np.uint64(29))) & np.uint64(tmask))
 
 
-@njit(cache=True)
-def lookup_nb(pool, rank, key):
-    """Local slot holding ``key`` on ``rank`` (active or inactive), or -1."""
-    tbase = rank * (pool.tmask + 1)
-    sbase = rank * pool.cap
-    i = _home(pool, key)
+# The helpers below take plain arrays (borrowed, no reference counting); the public kernels unpack
+# the pool once per call. Reading arrays out of the NamedTuple inside loops would cost an NRT
+# incref/decref pair per access.
+@njit(cache=True, _nrt=False)
+def _find(table, slot_key, tbase, sbase, tmask, key):
+    i = _home(key, tmask)
     while True:
-        s = pool.table[tbase + i]
+        s = table[tbase + i]
         if s < 0:
             return -1
-        if pool.slot_key[sbase + s] == key:
+        if slot_key[sbase + s] == key:
             return s
-        i = (i + 1) & pool.tmask
+        i = (i + 1) & tmask
 
 
-@njit(cache=True)
-def _table_insert(pool, rank, key, s):
-    tbase = rank * (pool.tmask + 1)
-    i = _home(pool, key)
-    while pool.table[tbase + i] >= 0:
-        i = (i + 1) & pool.tmask
-    pool.table[tbase + i] = s
+@njit(cache=True, _nrt=False)
+def _table_insert(table, tbase, tmask, key, s):
+    i = _home(key, tmask)
+    while table[tbase + i] >= 0:
+        i = (i + 1) & tmask
+    table[tbase + i] = s
 
 
-@njit(cache=True)
-def _table_delete(pool, rank, key):
+@njit(cache=True, _nrt=False)
+def _table_delete(table, slot_key, tbase, sbase, tmask, key):
     # Linear probing with backward-shift deletion: no tombstones, probes stay short.
-    tbase = rank * (pool.tmask + 1)
-    sbase = rank * pool.cap
-    i = _home(pool, key)
-    while pool.slot_key[sbase + pool.table[tbase + i]] != key:
-        i = (i + 1) & pool.tmask
+    i = _home(key, tmask)
+    while slot_key[sbase + table[tbase + i]] != key:
+        i = (i + 1) & tmask
     j = i
     while True:
-        j = (j + 1) & pool.tmask
-        s = pool.table[tbase + j]
+        j = (j + 1) & tmask
+        s = table[tbase + j]
         if s < 0:
             break
-        h = _home(pool, pool.slot_key[sbase + s])
+        h = _home(slot_key[sbase + s], tmask)
         # move entry j into hole i if its home is not in (i, j] cyclically
         if (j > i and (h <= i or h > j)) or (j < i and (h <= i and h > j)):
-            pool.table[tbase + i] = s
+            table[tbase + i] = s
             i = j
-    pool.table[tbase + i] = -1
+    table[tbase + i] = -1
 
 
-@njit(cache=True, inline="always")
-def _lru_unlink(pool, rank, s):
-    sbase = rank * pool.cap
-    p = pool.lru_prev[sbase + s]
-    n = pool.lru_next[sbase + s]
+@njit(cache=True, _nrt=False)
+def _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s):
+    p = lru_prev[sbase + s]
+    n = lru_next[sbase + s]
     if p >= 0:
-        pool.lru_next[sbase + p] = n
+        lru_next[sbase + p] = n
     else:
-        pool.meta[rank, HEAD] = n
+        meta[rank, HEAD] = n
     if n >= 0:
-        pool.lru_prev[sbase + n] = p
+        lru_prev[sbase + n] = p
     else:
-        pool.meta[rank, TAIL] = p
-    pool.lru_prev[sbase + s] = -1
-    pool.lru_next[sbase + s] = -1
+        meta[rank, TAIL] = p
+    lru_prev[sbase + s] = -1
+    lru_next[sbase + s] = -1
 
 
-@njit(cache=True, inline="always")
-def _lru_push_tail(pool, rank, s):
-    sbase = rank * pool.cap
-    t = pool.meta[rank, TAIL]
-    pool.lru_prev[sbase + s] = t
-    pool.lru_next[sbase + s] = -1
+@njit(cache=True, _nrt=False)
+def _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s):
+    t = meta[rank, TAIL]
+    lru_prev[sbase + s] = t
+    lru_next[sbase + s] = -1
     if t >= 0:
-        pool.lru_next[sbase + t] = s
+        lru_next[sbase + t] = s
     else:
-        pool.meta[rank, HEAD] = s
-    pool.meta[rank, TAIL] = s
+        meta[rank, HEAD] = s
+    meta[rank, TAIL] = s
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
+def lookup_nb(pool, rank, key):
+    """Local slot holding ``key`` on ``rank`` (active or inactive), or -1."""
+    return _find(pool.table, pool.slot_key, rank * (pool.tmask + 1), rank * pool.cap, pool.tmask, key)
+
+
+@njit(cache=True, _nrt=False)
 def can_use_nb(pool, rank, keys, n):
     """True if blocks ``keys[:n]`` can all be made active on ``rank`` (the all-or-nothing check)."""
+    table = pool.table
+    slot_key = pool.slot_key
+    slot_ref = pool.slot_ref
+    tmask = pool.tmask
+    tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
     extra = 0
     for i in range(n):
-        s = lookup_nb(pool, rank, keys[i])
-        if s < 0 or pool.slot_ref[sbase + s] == 0:
+        s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
+        if s < 0 or slot_ref[sbase + s] == 0:
             extra += 1
     return pool.meta[rank, NACTIVE] + extra <= pool.cap
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def use_nb(pool, rank, keys, n):
     """Make blocks ``keys[:n]`` active (refcount + 1), allocating or reactivating as needed.
 
     The caller has checked ``can_use_nb``. New blocks take a free slot, else the oldest inactive one.
     """
+    table = pool.table
+    slot_key = pool.slot_key
+    slot_ref = pool.slot_ref
+    lru_prev = pool.lru_prev
+    lru_next = pool.lru_next
+    free_stack = pool.free_stack
+    meta = pool.meta
+    tmask = pool.tmask
+    tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
     for i in range(n):
         key = keys[i]
-        s = lookup_nb(pool, rank, key)
+        s = _find(table, slot_key, tbase, sbase, tmask, key)
         if s >= 0:
-            if pool.slot_ref[sbase + s] == 0:  # inactive hit: reactivate
-                _lru_unlink(pool, rank, s)
-                pool.meta[rank, NINACTIVE] -= 1
-                pool.meta[rank, NACTIVE] += 1
-            pool.slot_ref[sbase + s] += 1
+            if slot_ref[sbase + s] == 0:  # inactive hit: reactivate
+                _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s)
+                meta[rank, NINACTIVE] -= 1
+                meta[rank, NACTIVE] += 1
+            slot_ref[sbase + s] += 1
             continue
-        if pool.meta[rank, NFREE] > 0:
-            pool.meta[rank, NFREE] -= 1
-            s = pool.free_stack[sbase + pool.meta[rank, NFREE]]
+        if meta[rank, NFREE] > 0:
+            meta[rank, NFREE] -= 1
+            s = free_stack[sbase + meta[rank, NFREE]]
         else:
-            s = np.int32(pool.meta[rank, HEAD])  # evict the oldest inactive block
-            _lru_unlink(pool, rank, s)
-            _table_delete(pool, rank, pool.slot_key[sbase + s])
-            pool.meta[rank, NINACTIVE] -= 1
-            pool.meta[rank, NEVICT] += 1
-        pool.slot_key[sbase + s] = key
-        pool.slot_ref[sbase + s] = 1
-        _table_insert(pool, rank, key, s)
-        pool.meta[rank, NACTIVE] += 1
+            s = np.int32(meta[rank, HEAD])  # evict the oldest inactive block
+            _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s)
+            _table_delete(table, slot_key, tbase, sbase, tmask, slot_key[sbase + s])
+            meta[rank, NINACTIVE] -= 1
+            meta[rank, NEVICT] += 1
+        slot_key[sbase + s] = key
+        slot_ref[sbase + s] = 1
+        _table_insert(table, tbase, tmask, key, s)
+        meta[rank, NACTIVE] += 1
+
+
+@njit(cache=True, _nrt=False)
+def release_many_nb(pool, rank, keys, n, n_cacheable):
+    """Drop one reference to each of ``keys[:n]`` in order; at refcount 0 a block becomes the newest
+    inactive entry if its position is below ``n_cacheable``, else its slot is freed."""
+    table = pool.table
+    slot_key = pool.slot_key
+    slot_ref = pool.slot_ref
+    lru_prev = pool.lru_prev
+    lru_next = pool.lru_next
+    free_stack = pool.free_stack
+    meta = pool.meta
+    tmask = pool.tmask
+    tbase = rank * (tmask + 1)
+    sbase = rank * pool.cap
+    for i in range(n):
+        key = keys[i]
+        s = _find(table, slot_key, tbase, sbase, tmask, key)
+        slot_ref[sbase + s] -= 1
+        if slot_ref[sbase + s] > 0:
+            continue
+        meta[rank, NACTIVE] -= 1
+        if i < n_cacheable:
+            _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
+            meta[rank, NINACTIVE] += 1
+        else:
+            _table_delete(table, slot_key, tbase, sbase, tmask, key)
+            slot_key[sbase + s] = 0
+            free_stack[sbase + meta[rank, NFREE]] = s
+            meta[rank, NFREE] += 1
 
 
 @njit(cache=True)
 def release_nb(pool, rank, key, cacheable):
     """Drop one reference to ``key``; at 0 it becomes inactive if ``cacheable``, else free."""
-    sbase = rank * pool.cap
-    s = lookup_nb(pool, rank, key)
-    pool.slot_ref[sbase + s] -= 1
-    if pool.slot_ref[sbase + s] > 0:
-        return
-    pool.meta[rank, NACTIVE] -= 1
-    if cacheable:
-        _lru_push_tail(pool, rank, s)
-        pool.meta[rank, NINACTIVE] += 1
-    else:
-        _table_delete(pool, rank, key)
-        pool.slot_key[sbase + s] = 0
-        pool.free_stack[sbase + pool.meta[rank, NFREE]] = s
-        pool.meta[rank, NFREE] += 1
+    keys = np.empty(1, dtype=np.uint64)
+    keys[0] = key
+    release_many_nb(pool, rank, keys, 1, 1 if cacheable else 0)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def match_prefix_nb(pool, rank, keys, n):
     """Leading blocks of ``keys[:n]`` present on ``rank``: returns (matched, matched_and_active).
 
     Active blocks form prefix-closed chains (a holder holds every earlier block of its chain), so the
     active ones among the matched blocks are counted wherever they stand.
     """
+    table = pool.table
+    slot_key = pool.slot_key
+    slot_ref = pool.slot_ref
+    tmask = pool.tmask
+    tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
     matched = 0
     active = 0
     for i in range(n):
-        s = lookup_nb(pool, rank, keys[i])
+        s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
         if s < 0:
             break
         matched += 1
-        if pool.slot_ref[sbase + s] > 0:
+        if slot_ref[sbase + s] > 0:
             active += 1
     return matched, active

@@ -78,7 +78,7 @@ class Gaps(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- heaps
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", _nrt=False)
 def _arr_less(ss, a, b):
     ta = ss.ready_at[a]
     tb = ss.ready_at[b]
@@ -89,7 +89,7 @@ def _arr_less(ss, a, b):
     return ss.turn[a] < ss.turn[b]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _arr_push(ss, cl, r):
     h = ss.heap
     i = cl.state[NHEAP]
@@ -104,7 +104,7 @@ def _arr_push(ss, cl, r):
             break
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _arr_pop(ss, cl):
     h = ss.heap
     top = h[0]
@@ -126,14 +126,14 @@ def _arr_pop(ss, cl):
     return top
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", _nrt=False)
 def _grp_less(cl, a, b):
     if cl.pass_end[a] != cl.pass_end[b]:
         return cl.pass_end[a] < cl.pass_end[b]
     return a < b
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _grp_push(cl, g):
     h = cl.cheap
     i = cl.state[NCHEAP]
@@ -148,7 +148,7 @@ def _grp_push(cl, g):
             break
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _grp_pop(cl):
     h = cl.cheap
     top = h[0]
@@ -171,7 +171,7 @@ def _grp_pop(cl):
 
 
 # ----------------------------------------------------------------------------- arrivals
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _next_arrival(ss, cl):
     """Row of the earliest pending arrival (static first turns merged with the heap), or -1."""
     best = -1
@@ -185,14 +185,14 @@ def _next_arrival(ss, cl):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _activate_session(ss, cl, s, t):
     r = ss.rows[ss.ptr[s]]
     ss.ready_at[r] = t
     _arr_push(ss, cl, r)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _on_terminal(ss, cl, r, t):
     """A turn ended (completed or rejected): release the session's next turn or free its slot."""
     s = ss.session[r]
@@ -208,37 +208,52 @@ def _on_terminal(ss, cl, r, t):
 
 
 # ----------------------------------------------------------------------------- effects
-@njit(cache=True)
-def _stamp_token(rq, gaps, r, t):
-    n = rq.generated[r]  # already counts this token
-    if n == 1:
-        rq.first_token[r] = t
-    else:
-        gap = t - rq.last_token[r]
-        gaps.itl[0] += gap
-        gaps.itl[1] += gap * gap
-        if gap < gaps.itl[2]:
-            gaps.itl[2] = gap
-        if gap > gaps.itl[3]:
-            gaps.itl[3] = gap
-        gaps.itl_n[0] += 1
-        dd_insert_nb(gaps.itl_hist, gap)
-        if gap > 0.0:
-            v = 1000.0 / gap
-            gaps.otpu[0] += v
-            gaps.otpu[1] += v * v
-            if v < gaps.otpu[2]:
-                gaps.otpu[2] = v
-            if v > gaps.otpu[3]:
-                gaps.otpu[3] = v
-            gaps.otpu_n[0] += 1
-            dd_insert_nb(gaps.otpu_hist, v)
-        if n == 2:
-            rq.second_token[r] = t
-    rq.last_token[r] = t
+@njit(cache=True, _nrt=False)
+def _stamp_tokens(rq, gaps, rows, n, t):
+    """Stamp one token at time ``t`` on each of ``rows[:n]`` and pool the inter-token gaps."""
+    gen = rq.generated
+    first = rq.first_token
+    second = rq.second_token
+    last = rq.last_token
+    itl = gaps.itl
+    itl_hist = gaps.itl_hist
+    otpu = gaps.otpu
+    otpu_hist = gaps.otpu_hist
+    n_gap = 0
+    n_pos = 0
+    for i in range(n):
+        r = rows[i]
+        m = gen[r]  # already counts this token
+        if m == 1:
+            first[r] = t
+        else:
+            gap = t - last[r]
+            itl[0] += gap
+            itl[1] += gap * gap
+            if gap < itl[2]:
+                itl[2] = gap
+            if gap > itl[3]:
+                itl[3] = gap
+            n_gap += 1
+            dd_insert_nb(itl_hist, gap)
+            if gap > 0.0:
+                v = 1000.0 / gap
+                otpu[0] += v
+                otpu[1] += v * v
+                if v < otpu[2]:
+                    otpu[2] = v
+                if v > otpu[3]:
+                    otpu[3] = v
+                n_pos += 1
+                dd_insert_nb(otpu_hist, v)
+            if m == 2:
+                second[r] = t
+        last[r] = t
+    gaps.itl_n[0] += n_gap
+    gaps.otpu_n[0] += n_pos
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _apply_terminals(rq, ss, cl, g, t):
     r = cl.pend_head[g]
     while r >= 0:
@@ -252,7 +267,7 @@ def _apply_terminals(rq, ss, cl, g, t):
     cl.pend_tail[g] = -1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, pa, g, now):
     """Run one pass on every rank of group ``g`` that has work. Returns True if anything changed."""
     dp = cl.dp
@@ -278,8 +293,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, pa, g, now):
             end = e
         if pa.acc[5] != 0:
             progress = True
-    for i in range(pa.emit_n[0]):
-        _stamp_token(rq, gaps, pa.emit[i], end)
+    _stamp_tokens(rq, gaps, pa.emit, pa.emit_n[0], end)
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
@@ -292,7 +306,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, pa, g, now):
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _route_round_robin(rq, rk, cl, r):
     n_groups = cl.busy.shape[0]
     w = cl.state[RR] % n_groups
@@ -303,7 +317,7 @@ def _route_round_robin(rq, rk, cl, r):
     cl.stalled[w] = False
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now):
     while True:
         changed = False
@@ -332,7 +346,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now):
             return
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, pa, out):
     """Run the simulation to the end. ``out`` (float64[4]) receives [worker_seconds, now, -, -].
 

@@ -27,10 +27,10 @@ from fastsim.kernels.kvpool import (
     NACTIVE,
     can_use_nb,
     match_prefix_nb,
-    release_nb,
+    release_many_nb,
     use_nb,
 )
-from fastsim.kernels.perf import decode_time_nb, prefill_time_nb, quantize_ms_nb, scale_nb
+from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 
 # request status codes
 NOT_ARRIVED, WAITING, RUNNING, PREEMPTED, FINISHING, COMPLETED, REJECTED = 0, 1, 2, 3, 4, 5, 6
@@ -111,7 +111,7 @@ BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT = 0, 1, 2, 3, 
 
 
 # ----------------------------------------------------------------------------- queues
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", _nrt=False)
 def _unlink(rq, heads, tails, k, r):
     p = rq.qprev[r]
     n = rq.qnext[r]
@@ -127,7 +127,7 @@ def _unlink(rq, heads, tails, k, r):
     rq.qnext[r] = -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", _nrt=False)
 def _push_back(rq, heads, tails, k, r):
     t = tails[k]
     rq.qprev[r] = t
@@ -139,7 +139,7 @@ def _push_back(rq, heads, tails, k, r):
     tails[k] = r
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", _nrt=False)
 def _push_front(rq, heads, tails, k, r):
     h = heads[k]
     rq.qnext[r] = h
@@ -151,7 +151,7 @@ def _push_front(rq, heads, tails, k, r):
     heads[k] = r
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def enqueue_waiting_nb(rq, rk, k, r):
     """Submit request ``r`` to rank ``k``'s waiting queue (Dynamo's ``receive``)."""
     rq.status[r] = WAITING
@@ -162,7 +162,7 @@ def enqueue_waiting_nb(rq, rk, k, r):
 
 
 # ----------------------------------------------------------------------------- blocks
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", _nrt=False)
 def block_key_nb(rq, r, j):
     """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique."""
     base = rq.key_ptr[r]
@@ -171,30 +171,41 @@ def block_key_nb(rq, r, j):
     return unique_key_nb(r, j)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", _nrt=False)
 def _ceil_div(a, b):
     return (a + b - 1) // b
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _fill_keys(rq, r, j0, j1, kbuf):
     for j in range(j0, j1):
         kbuf[j - j0] = block_key_nb(rq, r, j)
     return j1 - j0
 
 
-@njit(cache=True)
-def free_blocks_nb(p, pool, rq, k, r):
-    """Release every allocated block of ``r`` on rank ``k``, tail first (Dynamo's Deref order)."""
-    nb = _ceil_div(rq.alloc[r], p.block_size)
-    length = rq.isl[r] + rq.generated[r]
-    for j in range(nb - 1, -1, -1):
-        full = (j + 1) * p.block_size <= length
-        release_nb(pool, k, block_key_nb(rq, r, j), p.caching and full)
+@njit(cache=True, _nrt=False)
+def free_blocks_nb(p, pool, rq, k, r, kbuf):
+    """Release every allocated block of ``r`` on rank ``k``, tail first (Dynamo's Deref order).
+
+    A block counts as full (cacheable) only if its tokens were all computed: the block holding a
+    request's not-yet-computed last token is freed like a partial one (matches V08 and V14).
+    """
+    bs = p.block_size
+    nb = _ceil_div(rq.alloc[r], bs)
+    for i in range(nb):
+        kbuf[i] = block_key_nb(rq, r, nb - 1 - i)
+    n_full = rq.alloc[r] // bs if p.caching else 0
+    # positions i < nb - n_full hold the partial tail blocks; release_many caches positions < limit,
+    # so release the partial ones first as uncacheable, then the full ones as cacheable.
+    n_partial = nb - n_full
+    if n_partial > 0:
+        release_many_nb(pool, k, kbuf, n_partial, 0)
+    if n_full > 0:
+        release_many_nb(pool, k, kbuf[n_partial:], n_full, n_full)
     rq.alloc[r] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _cached_tokens(p, pool, rq, k, r, kbuf):
     """Prefix-cache hit of a request about to be admitted: (cached_tokens, active_cached_blocks)."""
     if not p.caching:
@@ -213,7 +224,7 @@ def _cached_tokens(p, pool, rq, k, r, kbuf):
     return cached, min(active, cached // p.block_size)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", _nrt=False)
 def _generation_complete(p, rq, r):
     if rq.generated[r] >= rq.osl[r]:
         return True
@@ -221,14 +232,14 @@ def _generation_complete(p, rq, r):
 
 
 # ----------------------------------------------------------------------------- preemption
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
     """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front."""
     acc = pa.acc
     acc[SELF_NEXT] = rq.qnext[victim]
     _unlink(rq, rk.run_head, rk.run_tail, k, victim)
     rk.n_run[k] -= 1
-    free_blocks_nb(p, pool, rq, k, victim)
+    free_blocks_nb(p, pool, rq, k, victim, pa.kbuf)
     rq.status[victim] = PREEMPTED
     rq.computed[victim] = 0
     rq.npreempt[victim] += 1
@@ -245,7 +256,7 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
     acc[PROGRESS] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
     """Dynamo's ``schedule_request`` for ``r`` (``cached`` > 0 only for a request from waiting)."""
     acc = pa.acc
@@ -267,7 +278,11 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         if target <= rq.alloc[r]:
             break
         j0 = _ceil_div(rq.alloc[r], bs)
-        n = _fill_keys(rq, r, j0, _ceil_div(target, bs), pa.kbuf)
+        j1 = _ceil_div(target, bs)
+        if j1 <= j0:  # the target stays inside the last allocated block
+            rq.alloc[r] = target
+            break
+        n = _fill_keys(rq, r, j0, j1, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n):
             use_nb(pool, k, pa.kbuf, n)
             rq.alloc[r] = target
@@ -300,13 +315,13 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
 
 
 # ----------------------------------------------------------------------------- the pass
-@njit(cache=True)
-def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g):
+@njit(cache=True, _nrt=False)
+def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, kbuf):
     """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
     if kind == TERM_COMPLETED:
         _unlink(rq, rk.run_head, rk.run_tail, k, r)
         rk.n_run[k] -= 1
-        free_blocks_nb(p, pool, rq, k, r)
+        free_blocks_nb(p, pool, rq, k, r, kbuf)
     rq.status[r] = FINISHING
     rq.term_kind[r] = kind
     rq.tnext[r] = -1
@@ -317,14 +332,28 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g):
     pend_tail[g] = r
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tail, g):
     """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
 
     Rows that emit a token are appended to ``pa.emit``; terminals go on group ``g``'s pending list.
     ``pa.acc[PROGRESS]`` tells whether the pass changed anything observable.
     """
+    # Hot loops touch only these locals: reading an array out of a NamedTuple inside a loop costs
+    # an NRT incref/decref pair per access, which dominated the run time before this hoisting.
     acc = pa.acc
+    isl = rq.isl
+    gen = rq.generated
+    comp = rq.computed
+    alloc = rq.alloc
+    qnext = rq.qnext
+    spass = rq.sched_pass
+    stok = rq.sched_tokens
+    sprompt = rq.sched_prompt
+    sprefix = rq.sched_prefix
+    emit = pa.emit
+    emit_n = pa.emit_n
+    bs = p.block_size
     acc[BUDGET] = p.budget
     acc[BCOUNT] = 0
     acc[BISL] = 0
@@ -333,9 +362,23 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     # Phase A: running requests, in running order.
     cur = rk.run_head[k]
     while cur >= 0 and acc[BUDGET] > 0:
+        length = isl[cur] + gen[cur]
+        c = comp[cur]
+        if c >= isl[cur] and length - c == 1 and (length + bs - 1) // bs <= (alloc[cur] + bs - 1) // bs:
+            # A decode step inside an allocated block: what _schedule would do, without the call.
+            comp[cur] = length
+            alloc[cur] = length
+            spass[cur] = pass_id
+            stok[cur] = 1
+            sprompt[cur] = 0
+            sprefix[cur] = isl[cur]
+            acc[BUDGET] -= 1
+            acc[PROGRESS] = 1
+            cur = qnext[cur]
+            continue
         res = _schedule(p, pool, rq, rk, k, cur, 0, pass_id, pa)
         if res == SCHEDULED:
-            cur = rq.qnext[cur]
+            cur = qnext[cur]
         elif res == BLOCKED:
             break
         else:
@@ -352,7 +395,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         ):
             _unlink(rq, rk.wait_head, rk.wait_tail, k, u)
             rk.n_wait[k] -= 1
-            _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g)
+            _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g, pa.kbuf)
             acc[PROGRESS] = 1
             continue
         cached, active_cached = _cached_tokens(p, pool, rq, k, u, pa.kbuf)
@@ -381,17 +424,19 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     bc = acc[BCOUNT]
     if bc > 0:
         t = bc * (acc[BISL] // bc - acc[BPREFIX] // bc)
-        prefill_ms = quantize_ms_nb(scale_nb(prefill_time_nb(perf, t), p.speedup))
+        prefill_ms = modeled_ms_nb(prefill_time_nb(perf, t), p.speedup)
     # Emission: requests whose computed tokens reach their known length.
     n_ready = 0
     total_len = 0
+    osl = rq.osl
+    mml = p.max_model_len
     cur = rk.run_head[k]
     while cur >= 0:
-        nxt = rq.qnext[cur]
-        length = rq.isl[cur] + rq.generated[cur]
-        if rq.computed[cur] >= length:
-            if _generation_complete(p, rq, cur):
-                _finish(p, pool, rq, rk, k, cur, TERM_COMPLETED, pend_head, pend_tail, g)
+        nxt = qnext[cur]
+        length = isl[cur] + gen[cur]
+        if comp[cur] >= length:
+            if gen[cur] >= osl[cur] or (mml > 0 and length >= mml):
+                _finish(p, pool, rq, rk, k, cur, TERM_COMPLETED, pend_head, pend_tail, g, pa.kbuf)
                 acc[PROGRESS] = 1
             else:
                 n_ready += 1
@@ -405,16 +450,16 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             float(total_len // n_ready),
             float(p.cap * p.block_size),
         )
-        decode_ms = quantize_ms_nb(scale_nb(raw, p.speedup * p.decode_speedup))
+        decode_ms = modeled_ms_nb(raw, p.speedup * p.decode_speedup)
         acc[PROGRESS] = 1
         cur = rk.run_head[k]
         while cur >= 0:
-            nxt = rq.qnext[cur]
-            if rq.computed[cur] >= rq.isl[cur] + rq.generated[cur]:
-                rq.generated[cur] += 1
-                pa.emit[pa.emit_n[0]] = cur
-                pa.emit_n[0] += 1
-                if _generation_complete(p, rq, cur):
-                    _finish(p, pool, rq, rk, k, cur, TERM_COMPLETED, pend_head, pend_tail, g)
+            nxt = qnext[cur]
+            if comp[cur] >= isl[cur] + gen[cur]:
+                gen[cur] += 1
+                emit[emit_n[0]] = cur
+                emit_n[0] += 1
+                if gen[cur] >= osl[cur] or (mml > 0 and isl[cur] + gen[cur] >= mml):
+                    _finish(p, pool, rq, rk, k, cur, TERM_COMPLETED, pend_head, pend_tail, g, pa.kbuf)
             cur = nxt
     return (now + prefill_ms) + decode_ms

@@ -1,0 +1,301 @@
+"""Python API with the keyword names of Dynamo 1.4.2's ``dynamo.replay`` (``api.py``).
+
+``run_trace_replay`` and ``run_synthetic_trace_replay`` validate their arguments as Dynamo does,
+load a :class:`~fastsim.workload.Workload`, run ``fastsim.sim.simulate`` and return a
+:class:`fastsim.report.Report` (Dynamo returns the report dict; ``Report.summary`` is that dict and
+``report[key]`` reads it). Options fastsim does not model yet raise
+:class:`~fastsim.errors.NotSupportedError`; none is silently ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import numbers
+import os
+from typing import Any, Optional
+
+from fastsim.config import EngineArgs
+from fastsim.errors import InputError, NotSupportedError
+from fastsim.workload import DEFAULT_TRACE_BLOCK_SIZE, Workload, load_trace, synthetic
+
+__all__ = ["run_trace_replay", "run_synthetic_trace_replay", "simulate_workload"]
+
+_COMMON_KEYWORDS = (
+    "extra_engine_args", "prefill_engine_args", "decode_engine_args", "router_config",
+    "aic_perf_config", "num_workers", "num_prefill_workers", "num_decode_workers",
+    "replay_concurrency", "replay_mode", "router_mode", "arrival_speedup_ratio", "model_name",
+    "sla_ttft_ms", "sla_itl_ms", "sla_e2e_ms", "planner_config", "benchmark_granularity",
+    "report_jsonl_path", "max_sim_time_ms",
+)
+_TRACE_KEYWORDS = _COMMON_KEYWORDS + (
+    "trace_block_size", "trace_format", "trace_shared_prefix_ratio", "trace_num_prefix_groups",
+)
+_SYNTHETIC_KEYWORDS = _COMMON_KEYWORDS + (
+    "request_rate", "arrival_interval_ms", "arrival_seed", "turns_per_session",
+    "shared_prefix_ratio", "num_prefix_groups", "inter_turn_delay_ms",
+)
+
+
+def _reject_unknown(func: str, unsupported: dict, valid) -> None:
+    if not unsupported:
+        return
+    name = sorted(unsupported)[0]
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    raise InputError(f"{func}() got an unexpected keyword argument '{name}'{hint}")
+
+
+def _opt_nonneg(value, name) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise InputError(f"{name} must be a finite, non-negative value, got {value!r}")
+    return float(value)
+
+
+def _positive_int(value, message) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise InputError(f"{message}, got {value!r}")
+    return int(value)
+
+
+def _common(
+    *, extra_engine_args, prefill_engine_args, decode_engine_args, router_config, aic_perf_config,
+    num_workers, num_prefill_workers, num_decode_workers, replay_concurrency, replay_mode,
+    router_mode, arrival_speedup_ratio, model_name, sla_ttft_ms, sla_itl_ms, sla_e2e_ms,
+    planner_config, benchmark_granularity, max_sim_time_ms,
+) -> dict:
+    """Validate the options shared by both entry points; return the simulate() arguments."""
+    if replay_mode not in ("offline", "online"):
+        raise InputError(f"replay_mode must be either 'offline' or 'online', got {replay_mode!r}")
+    if replay_mode == "online":
+        raise NotSupportedError("replay_mode 'online' is not supported yet by fastsim (use 'offline')")
+    if router_mode not in ("round_robin", "kv_router"):
+        raise InputError(f"router_mode must be either 'round_robin' or 'kv_router', got {router_mode!r}")
+    if router_mode == "kv_router":
+        raise NotSupportedError("router_mode 'kv_router' is not supported yet by fastsim (use 'round_robin')")
+    if planner_config is not None:
+        raise NotSupportedError("planner_config (planner-in-the-loop replay) is not supported yet by fastsim")
+    if benchmark_granularity != 8:
+        raise InputError("benchmark_granularity only applies with planner_config, which fastsim does not support yet")
+    if prefill_engine_args is not None or decode_engine_args is not None:
+        raise NotSupportedError(
+            "disaggregated replay (prefill_engine_args / decode_engine_args) is not supported yet by fastsim"
+        )
+    if router_config is not None:
+        raise NotSupportedError("router_config (KV router configuration) is not supported yet by fastsim")
+    if aic_perf_config is not None:
+        raise NotSupportedError("aic_perf_config (AIConfigurator timing) is not supported yet by fastsim")
+    if model_name is not None:
+        raise NotSupportedError("model_name (router policy profiles) is not supported yet by fastsim")
+    workers = _positive_int(num_workers, "trace replay requires num_workers >= 1")
+    if num_prefill_workers != 1 or num_decode_workers != 1:
+        raise InputError(
+            "num_prefill_workers and num_decode_workers are only used for disagg replay; "
+            "use num_workers for aggregated replay"
+        )
+    if replay_concurrency is not None:
+        replay_concurrency = _positive_int(replay_concurrency, "replay_concurrency must be at least 1")
+    ratio = arrival_speedup_ratio
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not math.isfinite(ratio) or ratio <= 0:
+        raise InputError(f"arrival_speedup_ratio must be a finite positive number, got {ratio!r}")
+    sla = (
+        _opt_nonneg(sla_ttft_ms, "sla_ttft_ms"),
+        _opt_nonneg(sla_itl_ms, "sla_itl_ms"),
+        _opt_nonneg(sla_e2e_ms, "sla_e2e_ms"),
+    )
+    max_sim = _opt_nonneg(max_sim_time_ms, "max_sim_time_ms")
+    engine = EngineArgs.coerce(extra_engine_args, source="extra_engine_args")
+    if engine.worker_type != "aggregated":
+        raise InputError(
+            f"extra_engine_args: trace replay only supports aggregated workers, got worker_type "
+            f"'{engine.worker_type}' (disaggregated replay is not supported yet by fastsim)"
+        )
+    return dict(
+        engine=engine, num_workers=workers, router_mode=router_mode,
+        replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim, sla=sla,
+        arrival_speedup_ratio=float(ratio),
+    )
+
+
+def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int = 1,
+                      router_mode: str = "round_robin", replay_concurrency: Optional[int] = None,
+                      max_sim_time_ms: Optional[float] = None, sla=(None, None, None),
+                      report_jsonl_path=None):
+    """Simulate an already-loaded :class:`Workload` (for sweeps that reuse one workload).
+
+    ``engine_args`` is anything :meth:`EngineArgs.coerce` accepts. Writes ``report_jsonl_path`` if
+    given and returns the :class:`fastsim.report.Report`.
+    """
+    from fastsim.sim import simulate  # lazy: numba loads only when a simulation runs
+
+    engine = EngineArgs.coerce(engine_args, source="engine_args")
+    if not isinstance(workload, Workload):
+        raise InputError(f"workload must be a fastsim.workload.Workload, got {type(workload).__name__}")
+    workload.validate()
+    report = simulate(
+        workload, engine, num_workers=num_workers, router_mode=router_mode,
+        replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms, sla=tuple(sla),
+    )
+    if report_jsonl_path is not None:
+        report.to_jsonl(os.fspath(report_jsonl_path))
+    return report
+
+
+def run_trace_replay(
+    trace_files,
+    *,
+    extra_engine_args=None,
+    prefill_engine_args=None,
+    decode_engine_args=None,
+    router_config=None,
+    aic_perf_config=None,
+    num_workers: int = 1,
+    num_prefill_workers: int = 1,
+    num_decode_workers: int = 1,
+    replay_concurrency: Optional[int] = None,
+    replay_mode: str = "offline",
+    router_mode: str = "round_robin",
+    arrival_speedup_ratio: float = 1.0,
+    trace_block_size: Optional[int] = None,
+    trace_format: str = "mooncake",
+    trace_shared_prefix_ratio: float = 0.0,
+    trace_num_prefix_groups: int = 0,
+    report_jsonl_path=None,
+    max_sim_time_ms: Optional[float] = None,
+    model_name: Optional[str] = None,
+    sla_ttft_ms: Optional[float] = None,
+    sla_itl_ms: Optional[float] = None,
+    sla_e2e_ms: Optional[float] = None,
+    planner_config=None,
+    benchmark_granularity: int = 8,
+    **unsupported: Any,
+):
+    """Replay a trace file offline (Dynamo's ``run_trace_replay``); returns a ``Report``.
+
+    ``trace_files`` is one path or a list holding exactly one path (Dynamo's rule for every format
+    but ``dynamo``). ``trace_format`` ``"mooncake"`` (a ``.csv`` path is read as Azure CSV) or
+    ``"azure"``; ``trace_block_size`` None means 512. ``extra_engine_args`` is anything
+    :meth:`EngineArgs.coerce` accepts (EngineArgs, dict, JSON text, None). With
+    ``replay_concurrency`` the replay is closed loop (first-turn timestamps ignored).
+    ``sla_*_ms`` add the goodput figures; ``max_sim_time_ms`` stops the clock early;
+    ``report_jsonl_path`` writes one JSON object per request.
+
+    Not supported yet (NotSupportedError): ``replay_mode="online"``, ``router_mode="kv_router"``,
+    ``router_config``, disaggregated engine args, ``aic_perf_config``, ``planner_config``,
+    ``model_name``, the agentic/delta/dynamo trace formats and their ``trace_*_prefix_*`` options.
+    Unknown keywords raise InputError.
+    """
+    _reject_unknown("run_trace_replay", unsupported, _TRACE_KEYWORDS)
+    if isinstance(trace_files, (str, bytes, os.PathLike)):
+        files = [os.fspath(trace_files)]
+    else:
+        try:
+            files = [os.fspath(f) for f in trace_files]
+        except TypeError:
+            raise InputError(f"trace_files must be a path or a list of paths, got {trace_files!r}") from None
+    opts = _common(
+        extra_engine_args=extra_engine_args, prefill_engine_args=prefill_engine_args,
+        decode_engine_args=decode_engine_args, router_config=router_config,
+        aic_perf_config=aic_perf_config, num_workers=num_workers,
+        num_prefill_workers=num_prefill_workers, num_decode_workers=num_decode_workers,
+        replay_concurrency=replay_concurrency, replay_mode=replay_mode, router_mode=router_mode,
+        arrival_speedup_ratio=arrival_speedup_ratio, model_name=model_name,
+        sla_ttft_ms=sla_ttft_ms, sla_itl_ms=sla_itl_ms, sla_e2e_ms=sla_e2e_ms,
+        planner_config=planner_config, benchmark_granularity=benchmark_granularity,
+        max_sim_time_ms=max_sim_time_ms,
+    )
+    if not files:
+        raise InputError("trace replay requires at least one trace file")
+    if trace_format != "dynamo" and len(files) != 1:
+        raise InputError(f"trace_format={trace_format!r} requires exactly one trace file, got {len(files)}")
+    if trace_shared_prefix_ratio != 0.0 or trace_num_prefix_groups != 0:
+        raise NotSupportedError(
+            "trace_shared_prefix_ratio / trace_num_prefix_groups apply to "
+            "trace_format='applied_compute_agentic', which fastsim does not support yet"
+        )
+    workload = load_trace(
+        files[0],
+        trace_format=trace_format,
+        trace_block_size=DEFAULT_TRACE_BLOCK_SIZE if trace_block_size is None else trace_block_size,
+        arrival_speedup_ratio=opts["arrival_speedup_ratio"],
+        concurrency_mode=opts["replay_concurrency"] is not None,
+    )
+    return simulate_workload(
+        workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
+        replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
+        sla=opts["sla"], report_jsonl_path=report_jsonl_path,
+    )
+
+
+def run_synthetic_trace_replay(
+    input_tokens: int,
+    output_tokens: int,
+    request_count: int,
+    *,
+    extra_engine_args=None,
+    prefill_engine_args=None,
+    decode_engine_args=None,
+    router_config=None,
+    aic_perf_config=None,
+    num_workers: int = 1,
+    num_prefill_workers: int = 1,
+    num_decode_workers: int = 1,
+    replay_concurrency: Optional[int] = None,
+    replay_mode: str = "offline",
+    router_mode: str = "round_robin",
+    arrival_speedup_ratio: float = 1.0,
+    request_rate: Optional[float] = None,
+    arrival_interval_ms: Optional[float] = None,
+    arrival_seed: int = 42,
+    turns_per_session: int = 1,
+    shared_prefix_ratio: float = 0.0,
+    num_prefix_groups: int = 0,
+    inter_turn_delay_ms: float = 0.0,
+    model_name: Optional[str] = None,
+    sla_ttft_ms: Optional[float] = None,
+    sla_itl_ms: Optional[float] = None,
+    sla_e2e_ms: Optional[float] = None,
+    planner_config=None,
+    benchmark_granularity: int = 8,
+    report_jsonl_path=None,
+    max_sim_time_ms: Optional[float] = None,
+    **unsupported: Any,
+):
+    """Replay a synthetic workload offline (Dynamo's ``run_synthetic_trace_replay``); returns a ``Report``.
+
+    ``request_count`` sessions of ``turns_per_session`` turns of ``input_tokens``/``output_tokens``.
+    Exactly one of ``replay_concurrency``, ``request_rate`` (Poisson, req/s) or
+    ``arrival_interval_ms`` (0 = burst) is required, as in Dynamo. See
+    :func:`fastsim.workload.synthetic` for the generator (Poisson and prefix-group draws use numpy's
+    RNG seeded with ``arrival_seed``, not Dynamo's). ``report_jsonl_path`` and ``max_sim_time_ms``
+    are fastsim extensions (Dynamo's synthetic API has neither). Unsupported options as in
+    :func:`run_trace_replay`.
+    """
+    _reject_unknown("run_synthetic_trace_replay", unsupported, _SYNTHETIC_KEYWORDS)
+    opts = _common(
+        extra_engine_args=extra_engine_args, prefill_engine_args=prefill_engine_args,
+        decode_engine_args=decode_engine_args, router_config=router_config,
+        aic_perf_config=aic_perf_config, num_workers=num_workers,
+        num_prefill_workers=num_prefill_workers, num_decode_workers=num_decode_workers,
+        replay_concurrency=replay_concurrency, replay_mode=replay_mode, router_mode=router_mode,
+        arrival_speedup_ratio=arrival_speedup_ratio, model_name=model_name,
+        sla_ttft_ms=sla_ttft_ms, sla_itl_ms=sla_itl_ms, sla_e2e_ms=sla_e2e_ms,
+        planner_config=planner_config, benchmark_granularity=benchmark_granularity,
+        max_sim_time_ms=max_sim_time_ms,
+    )
+    workload = synthetic(
+        input_tokens, output_tokens, request_count,
+        arrival_interval_ms=arrival_interval_ms, request_rate=request_rate,
+        arrival_seed=arrival_seed, turns_per_session=turns_per_session,
+        inter_turn_delay_ms=inter_turn_delay_ms, replay_concurrency=opts["replay_concurrency"],
+        arrival_speedup_ratio=opts["arrival_speedup_ratio"],
+        shared_prefix_ratio=shared_prefix_ratio, num_prefix_groups=num_prefix_groups,
+        block_size=opts["engine"].block_size,
+    )
+    return simulate_workload(
+        workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
+        replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
+        sla=opts["sla"], report_jsonl_path=report_jsonl_path,
+    )

@@ -1,0 +1,302 @@
+"""Command line: ``fastsim replay ...`` takes the flags of ``python -m dynamo.replay`` (1.4.2).
+
+Same flag names, defaults, mutual-exclusion rules and output: the report JSON is written (default
+``./fastsim_replay_report_YYYYmmdd_HHMMSS.json``; an existing directory gets that file inside),
+then the AIPerf-style table is printed, then ``Saved full report to: PATH``. Flags for features
+fastsim does not model yet are rejected with an error naming the flag (exit status 2), never
+ignored. Any :class:`~fastsim.errors.FastsimError` prints its message on stderr, without a
+traceback, and exits with status 2. Subcommands are argparse subparsers (room for ``sweep`` and
+``plot``).
+
+Deviation: Dynamo reads ``--router-policy-config``'s default from ``$DYN_ROUTER_POLICY_CONFIG``;
+fastsim has no router policies and does not read that variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from datetime import datetime
+from pathlib import Path
+from typing import Optional, Sequence
+
+from fastsim import __version__
+from fastsim.errors import FastsimError, FastsimWarning
+
+__all__ = ["main", "build_parser", "default_report_path", "resolve_report_path"]
+
+_TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo", "azure")
+_AIC_FLAGS = (
+    "aic_backend", "aic_system", "aic_backend_version", "aic_tp_size", "aic_model_path",
+    "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_gemm_dtype",
+    "aic_moe_dtype", "aic_fmha_dtype", "aic_kv_cache_dtype", "aic_comm_dtype", "aic_nextn",
+    "aic_nextn_accept_rates",
+)
+
+
+class UsageError(FastsimError):
+    """A command-line rule was broken (printed as ``fastsim replay: error: ...``, exit 2)."""
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def default_report_path(directory: Optional[Path] = None) -> Path:
+    """``<directory or cwd>/fastsim_replay_report_YYYYmmdd_HHMMSS.json``."""
+    stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
+    return Path(directory if directory is not None else Path.cwd()) / f"fastsim_replay_report_{stamp}.json"
+
+
+def resolve_report_path(report_json: Optional[str]) -> Path:
+    """Where ``--report-json`` writes: the default name when None, a file inside an existing directory."""
+    if report_json is None:
+        return default_report_path()
+    path = Path(report_json)
+    if path.exists() and path.is_dir():
+        return default_report_path(path)
+    return path
+
+
+def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m dynamo.replay`` 1.4.2, with the same names and defaults."""
+    p.add_argument("trace_files", nargs="*", help="trace file (Mooncake JSONL, or Azure CSV by .csv suffix)")
+    p.add_argument("--extra-engine-args",
+                   help="engine args as inline JSON (Dynamo MockEngineArgs fields), or a JSON file (fastsim extension)")
+    p.add_argument("--prefill-engine-args", help="not supported yet (disaggregated replay)")
+    p.add_argument("--decode-engine-args", help="not supported yet (disaggregated replay)")
+    p.add_argument("--router-config", help="not supported yet (KV router)")
+    p.add_argument("--router-policy-config", default=None, help="not supported yet (router policies)")
+    p.add_argument("--model-name", help="not supported yet (router policy profiles)")
+    aic = p.add_argument_group("AIConfigurator options (not supported yet)")
+    for dest in _AIC_FLAGS:
+        kind = int if dest in ("aic_tp_size", "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_nextn") else None
+        aic.add_argument(_flag(dest), type=kind)
+    p.add_argument("--input-tokens", type=int)
+    p.add_argument("--output-tokens", type=int)
+    p.add_argument("--request-count", type=int,
+                   help="number of synthetic requests; when --turns-per-session > 1, this is the number of sessions")
+    p.add_argument("--request-rate", type=float, help="Poisson open-loop request rate in requests per second")
+    p.add_argument("--arrival-interval-ms", type=float,
+                   help="fixed open-loop interval between synthetic requests in milliseconds")
+    p.add_argument("--arrival-seed", type=int, default=42, help="seed for synthetic open-loop arrival timestamps")
+    p.add_argument("--turns-per-session", type=int, default=1)
+    p.add_argument("--shared-prefix-ratio", type=float, default=0.0)
+    p.add_argument("--num-prefix-groups", type=int, default=0)
+    p.add_argument("--inter-turn-delay-ms", type=float, default=0.0)
+    p.add_argument("--num-workers", type=int, default=1)
+    p.add_argument("--num-prefill-workers", type=int, default=1)
+    p.add_argument("--num-decode-workers", type=int, default=1)
+    p.add_argument("--replay-concurrency", type=int)
+    p.add_argument("--replay-mode", choices=("offline", "online"), default="offline")
+    p.add_argument("--router-mode", choices=("round_robin", "kv_router"), default="round_robin")
+    p.add_argument("--arrival-speedup-ratio", type=float, default=1.0)
+    p.add_argument("--trace-format", choices=_TRACE_FORMATS, default="mooncake",
+                   help="format of the trace file (fastsim supports mooncake and azure)")
+    p.add_argument("--trace-block-size", type=int, help="tokens represented by each hash_id; defaults to 512")
+    p.add_argument("--trace-shared-prefix-ratio", type=float, default=0.0,
+                   help="applied_compute_agentic only (not supported yet)")
+    p.add_argument("--trace-num-prefix-groups", type=int, default=0,
+                   help="applied_compute_agentic only (not supported yet)")
+    p.add_argument("--report-json",
+                   help="path to save the full replay report JSON; defaults to a timestamped file in the current directory")
+    p.add_argument("--report-jsonl", default=None,
+                   help="optional path to emit one JSON object per request for trace-file replay")
+    p.add_argument("--planner-config", help="not supported yet (planner-in-the-loop replay)")
+    p.add_argument("--benchmark-granularity", type=int, default=None,
+                   help="planner only (not supported yet); Dynamo's default 8")
+    p.add_argument("--max-sim-time-seconds", type=float, default=None,
+                   help="optional cap on simulated duration for trace replay (seconds)")
+    p.add_argument("--sla-ttft-ms", type=float, default=None, help="goodput SLA: max time to first token (ms)")
+    p.add_argument("--sla-itl-ms", type=float, default=None, help="goodput SLA: max average inter-token latency (ms)")
+    p.add_argument("--sla-e2e-ms", type=float, default=None, help="goodput SLA: max end-to-end latency (ms)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fastsim`` parser with its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="fastsim",
+        description="Fast re-implementation of NVIDIA Dynamo 1.4.2's offline replay simulator.",
+    )
+    parser.add_argument("--version", action="version", version=f"fastsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    replay = sub.add_parser(
+        "replay",
+        help="replay a trace or a synthetic workload (flags of python -m dynamo.replay)",
+        description="Offline replay with the flags of `python -m dynamo.replay` (Dynamo 1.4.2).",
+    )
+    _add_replay_arguments(replay)
+    replay.set_defaults(func=_cmd_replay)
+    return parser
+
+
+def _check_dynamo_rules(args) -> bool:
+    """Dynamo's CLI rules, with its messages; returns True for trace-file replay."""
+    using_trace_file = bool(args.trace_files)
+    synthetic_args = (args.input_tokens, args.output_tokens, args.request_count)
+    using_synthetic = any(v is not None for v in synthetic_args) or any(
+        (args.turns_per_session != 1, args.shared_prefix_ratio != 0.0,
+         args.num_prefix_groups != 0, args.inter_turn_delay_ms != 0.0)
+    )
+    if args.trace_format == "dynamo" and not using_trace_file:
+        raise UsageError("--trace-format=dynamo requires at least one trace file")
+    if args.trace_format != "dynamo" and len(args.trace_files) > 1:
+        raise UsageError(f"--trace-format={args.trace_format} requires exactly one trace file")
+    if using_trace_file == using_synthetic:
+        raise UsageError("provide either trace_file or all of --input-tokens/--output-tokens/--request-count")
+    if using_synthetic and not all(v is not None for v in synthetic_args):
+        raise UsageError("synthetic replay requires --input-tokens, --output-tokens, and --request-count")
+    if using_synthetic:
+        controllers = (args.replay_concurrency, args.request_rate, args.arrival_interval_ms)
+        if sum(v is not None for v in controllers) != 1:
+            raise UsageError(
+                "synthetic replay requires exactly one of --replay-concurrency, --request-rate, or --arrival-interval-ms"
+            )
+    elif args.request_rate is not None or args.arrival_interval_ms is not None:
+        raise UsageError("--request-rate and --arrival-interval-ms only apply to synthetic replay")
+    if using_trace_file and args.trace_format == "applied_compute_agentic" and args.replay_concurrency is None:
+        raise UsageError(
+            "--trace-format=applied_compute_agentic requires --replay-concurrency because the source "
+            "traces do not include first-turn timestamps"
+        )
+    if args.report_jsonl is not None:
+        if args.planner_config is not None:
+            raise UsageError("--report-jsonl is not supported with --planner-config")
+        if not using_trace_file:
+            raise UsageError("--report-jsonl currently only supports trace-file replay")
+    if args.max_sim_time_seconds is not None:
+        if args.planner_config is not None:
+            raise UsageError("--max-sim-time-seconds is not supported with --planner-config")
+        if not using_trace_file:
+            raise UsageError("--max-sim-time-seconds currently only supports trace-file replay")
+    return using_trace_file
+
+
+def _check_unsupported(args) -> None:
+    """Reject (naming the flag) every flag whose feature fastsim does not model yet."""
+    def nope(flag, what):
+        raise UsageError(f"{flag} is not supported yet by fastsim ({what})")
+
+    for dest, what in (
+        ("prefill_engine_args", "disaggregated replay"),
+        ("decode_engine_args", "disaggregated replay"),
+        ("router_config", "KV router configuration"),
+        ("router_policy_config", "router policy configuration"),
+        ("model_name", "router policy profiles"),
+        ("planner_config", "planner-in-the-loop replay"),
+    ):
+        if getattr(args, dest) is not None:
+            nope(_flag(dest), what)
+    for dest in _AIC_FLAGS:
+        if getattr(args, dest) is not None:
+            nope(_flag(dest), "AIConfigurator timing")
+    if args.benchmark_granularity is not None:
+        nope("--benchmark-granularity", "it only applies with --planner-config")
+    if args.replay_mode != "offline":
+        nope(f"--replay-mode={args.replay_mode}", "use --replay-mode=offline")
+    if args.router_mode != "round_robin":
+        nope(f"--router-mode={args.router_mode}", "use --router-mode=round_robin")
+    if args.trace_format not in ("mooncake", "azure"):
+        nope(f"--trace-format={args.trace_format}", "supported: mooncake, azure")
+    if args.trace_shared_prefix_ratio != 0.0:
+        nope("--trace-shared-prefix-ratio", "applied_compute_agentic traces")
+    if args.trace_num_prefix_groups != 0:
+        nope("--trace-num-prefix-groups", "applied_compute_agentic traces")
+    if args.num_prefill_workers != 1 or args.num_decode_workers != 1:
+        raise UsageError(
+            "--num-prefill-workers and --num-decode-workers are only used for disaggregated replay "
+            "(not supported yet by fastsim); use --num-workers for aggregated replay"
+        )
+
+
+def _cmd_replay(args) -> int:
+    from fastsim.api import run_synthetic_trace_replay, run_trace_replay
+    from fastsim.config import EngineArgs
+
+    using_trace_file = _check_dynamo_rules(args)
+    _check_unsupported(args)
+    engine = (
+        EngineArgs.coerce(args.extra_engine_args, source="--extra-engine-args")
+        if args.extra_engine_args is not None
+        else None
+    )
+    common = dict(
+        extra_engine_args=engine,
+        num_workers=args.num_workers,
+        replay_concurrency=args.replay_concurrency,
+        replay_mode=args.replay_mode,
+        router_mode=args.router_mode,
+        arrival_speedup_ratio=args.arrival_speedup_ratio,
+        sla_ttft_ms=args.sla_ttft_ms,
+        sla_itl_ms=args.sla_itl_ms,
+        sla_e2e_ms=args.sla_e2e_ms,
+    )
+    if using_trace_file:
+        report = run_trace_replay(
+            args.trace_files,
+            trace_block_size=args.trace_block_size,
+            trace_format=args.trace_format,
+            report_jsonl_path=args.report_jsonl,
+            max_sim_time_ms=(args.max_sim_time_seconds * 1000.0 if args.max_sim_time_seconds is not None else None),
+            **common,
+        )
+    else:
+        report = run_synthetic_trace_replay(
+            args.input_tokens,
+            args.output_tokens,
+            args.request_count,
+            request_rate=args.request_rate,
+            arrival_interval_ms=args.arrival_interval_ms,
+            arrival_seed=args.arrival_seed,
+            turns_per_session=args.turns_per_session,
+            shared_prefix_ratio=args.shared_prefix_ratio,
+            num_prefix_groups=args.num_prefix_groups,
+            inter_turn_delay_ms=args.inter_turn_delay_ms,
+            **common,
+        )
+    path = resolve_report_path(args.report_json)
+    try:
+        written = report.to_json(path)
+    except OSError as exc:
+        raise FastsimError(f"--report-json: cannot write {path}: {exc.strerror or exc}") from None
+    sys.stdout.write(report.format_table())
+    sys.stdout.write("\n")
+    sys.stdout.write(f"Saved full report to: {written if written is not None else path}\n")
+    return 0
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    if issubclass(category, FastsimWarning):
+        sys.stderr.write(f"fastsim: warning: {message}\n")
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``fastsim`` console script and ``python -m fastsim``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    prog = f"fastsim {args.command}"
+    saved = warnings.showwarning
+    warnings.showwarning = _show_warning
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        sys.stderr.write(f"{prog}: error: {exc}\n(see 'fastsim {args.command} --help')\n")
+        return 2
+    except FastsimError as exc:
+        sys.stderr.write(f"{prog}: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return 130
+    finally:
+        warnings.showwarning = saved
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,728 @@
+"""Workloads: Mooncake JSONL and Azure CSV readers and the synthetic generator.
+
+Every reader returns a :class:`Workload` (the contract in ``docs/ARCHITECTURE.md``): one row per
+request (turn) in file order, the session structure as CSR arrays, and the trace's hash ids.
+
+Semantics follow Dynamo 1.4.2 (``Trace::from_mooncake``, ``Trace::synthetic``; notes 1.3, 1.5, 2.2;
+verified Q9, Q13): clamped input lengths, closed-loop turns within a session, arrivals normalised
+to the earliest first-turn timestamp and divided (with the inter-turn delays) by
+``arrival_speedup_ratio``. Errors are :class:`InputError` naming the file, the 1-based line and the
+field; lossy repairs (clamped lengths, skipped rows) are reported once per file as a
+:class:`TraceWarning`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import math
+import numbers
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from fastsim.errors import InputError, NotSupportedError, TraceWarning
+
+__all__ = [
+    "Workload",
+    "load_trace",
+    "load_mooncake",
+    "load_azure_csv",
+    "synthetic",
+    "TRACE_FORMATS",
+    "DEFAULT_TRACE_BLOCK_SIZE",
+]
+
+DEFAULT_TRACE_BLOCK_SIZE = 512
+_U64_MAX = 2**64 - 1
+_I64_MAX = 2**63 - 1
+# Dynamo's trace formats (``--trace-format`` choices) plus fastsim's ``azure`` CSV reader.
+TRACE_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo")
+_UNSUPPORTED_FORMATS = {
+    "mooncake-delta": "per-session delta prompts (cumulative token history)",
+    "agentic_mooncake": "agentic request dependencies (wait_for / branches)",
+    "agentic-mooncake": "agentic request dependencies (wait_for / branches)",
+    "applied_compute_agentic": "applied-compute agentic sessions",
+    "dynamo": "raw Dynamo request traces",
+}
+
+
+@dataclass(eq=False)
+class Workload:
+    """One row per request (turn), in file order (see ``docs/ARCHITECTURE.md``).
+
+    Attributes: ``isl``/``osl`` (int64[n], after Dynamo's clamp), ``session`` (int64[n], numbered
+    by first appearance), ``turn`` (int64[n]), ``delay_ms`` (float64[n], delay after the previous
+    turn's completion, 0 for turn 0, already divided by the speedup ratio),
+    ``session_arrival_ms`` (float64[S], normalised first-turn arrival; NaN where a trace loaded in
+    concurrency mode has no timestamp), ``session_ptr``/``session_rows`` (CSR of each session's
+    rows in turn order), ``hash_ptr``/``hash_ids`` (CSR of the hash ids, int64 bit patterns of
+    Dynamo's u64 ids; None for unique prompts), ``trace_block_size`` (tokens per hash id),
+    ``line`` (int64[n], 1-based source line, 0 for synthetic) and ``source``.
+    """
+
+    isl: np.ndarray
+    osl: np.ndarray
+    session: np.ndarray
+    turn: np.ndarray
+    delay_ms: np.ndarray
+    session_arrival_ms: np.ndarray
+    session_ptr: np.ndarray
+    session_rows: np.ndarray
+    hash_ptr: Optional[np.ndarray]
+    hash_ids: Optional[np.ndarray]
+    trace_block_size: int
+    line: np.ndarray
+    source: str
+
+    @property
+    def n_requests(self) -> int:
+        """Number of rows (requests / turns)."""
+        return int(self.isl.shape[0])
+
+    @property
+    def n_sessions(self) -> int:
+        """Number of sessions."""
+        return int(self.session_ptr.shape[0] - 1)
+
+    def __len__(self) -> int:
+        return self.n_requests
+
+    def __repr__(self) -> str:
+        hashes = "unique prompts" if self.hash_ids is None else f"{self.hash_ids.shape[0]} hash ids"
+        return (
+            f"Workload({self.n_requests} requests, {self.n_sessions} sessions, {hashes}, "
+            f"trace_block_size={self.trace_block_size}, source={self.source!r})"
+        )
+
+    def session_order(self) -> np.ndarray:
+        """Sessions in dispatch order for trace mode: stable sort by first-turn arrival (ties keep
+        file order, as Dynamo's stable ``total_cmp`` sort does)."""
+        return np.argsort(self.session_arrival_ms, kind="stable")
+
+    def to_frame(self):
+        """The per-row fields as a pandas DataFrame (index = row), with each session's arrival."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            {
+                "line": self.line,
+                "session": self.session,
+                "turn": self.turn,
+                "isl": self.isl,
+                "osl": self.osl,
+                "delay_ms": self.delay_ms,
+                "session_arrival_ms": self.session_arrival_ms[self.session],
+            }
+        ).rename_axis("row")
+
+    def validate(self) -> "Workload":
+        """Check array shapes, dtypes and CSR consistency; returns self (raises InputError)."""
+        n, s = self.n_requests, self.n_sessions
+        for name in ("isl", "osl", "session", "turn", "line", "session_rows"):
+            a = getattr(self, name)
+            if a.dtype != np.int64 or a.shape != (n,):
+                raise InputError(f"Workload.{name} must be int64[{n}], got {a.dtype}{list(a.shape)}")
+        if self.delay_ms.dtype != np.float64 or self.delay_ms.shape != (n,):
+            raise InputError(f"Workload.delay_ms must be float64[{n}]")
+        if self.session_arrival_ms.shape != (s,) or self.session_ptr[-1] != n or self.session_ptr[0] != 0:
+            raise InputError("Workload session CSR is inconsistent")
+        if (self.hash_ptr is None) != (self.hash_ids is None):
+            raise InputError("Workload.hash_ptr and hash_ids must both be set or both be None")
+        if self.hash_ptr is not None and (self.hash_ptr.shape != (n + 1,) or self.hash_ptr[-1] != self.hash_ids.shape[0]):
+            raise InputError("Workload hash CSR is inconsistent")
+        if n and (self.isl.min() < 1 or self.osl.min() < 0):
+            raise InputError("Workload lengths out of range (isl >= 1, osl >= 0)")
+        return self
+
+
+# ----------------------------------------------------------------------------- helpers
+def _check_tbs(trace_block_size) -> int:
+    if trace_block_size is None:
+        return DEFAULT_TRACE_BLOCK_SIZE
+    if isinstance(trace_block_size, bool) or not isinstance(trace_block_size, numbers.Integral):
+        raise InputError(f"trace_block_size must be a positive integer, got {trace_block_size!r}")
+    if trace_block_size <= 0:
+        raise InputError(f"trace_block_size must be greater than 0, got {trace_block_size}")
+    return int(trace_block_size)
+
+
+def _check_ratio(ratio, name="arrival_speedup_ratio") -> float:
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not math.isfinite(ratio) or ratio <= 0:
+        raise InputError(f"{name} must be a finite positive number, got {ratio!r}")
+    return float(ratio)
+
+
+def _num(x) -> str:
+    """Format a number like Rust's f64 Display (``-50`` rather than ``-50.0``)."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e16:
+        return str(int(x))
+    return repr(x) if isinstance(x, float) else str(x)
+
+
+def _jtype(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return f"boolean {str(v).lower()}"
+    if isinstance(v, (int, float)):
+        return f"number {_num(v)}"
+    if isinstance(v, str):
+        return f"string {v!r}"
+    return {list: "array", dict: "object"}.get(type(v), type(v).__name__)
+
+
+def _open_text(path: str) -> str:
+    """Read a text trace (``.gz`` transparently); InputError if it cannot be read or decoded."""
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "rb") as fh:
+                data = fh.read()
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read()
+    except FileNotFoundError:
+        raise InputError(f"trace file {path} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"trace file {path} is a directory") from None
+    except (OSError, EOFError) as exc:
+        raise InputError(f"cannot read trace file {path}: {exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8 text ({exc.reason})") from None
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _pick(row: dict, name: str, alias: str, where: str):
+    """Value of a field that has a serde alias; both spellings present is an error (as in Dynamo)."""
+    if alias in row:
+        if name in row:
+            raise InputError(f"{where}: both '{name}' and its alias '{alias}' are set; use one")
+        return row[alias]
+    return row.get(name)
+
+
+# ----------------------------------------------------------------------------- Mooncake
+def load_mooncake(
+    path,
+    trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE,
+    arrival_speedup_ratio: float = 1.0,
+    concurrency_mode: bool = False,
+) -> Workload:
+    """Read a Mooncake JSONL trace as Dynamo 1.4.2 does (``Trace::from_mooncake``).
+
+    Each non-blank line is a JSON object with ``output_length`` (alias ``output_tokens``, required,
+    integer >= 0), ``hash_ids`` (required, non-empty list of integers in [0, 2**64)), and optional
+    ``input_length`` (alias ``input_tokens``), ``timestamp`` (alias ``created_time``, ms),
+    ``session_id`` (string), ``delay`` (alias ``delay_ms``, ms); other fields are ignored.
+
+    * Rows with the same ``session_id`` are the turns of one closed-loop session, in file order; a
+      row without one is a one-turn session named ``request_<line>`` (Dynamo's naming, so an
+      explicit ``session_id`` of that form joins it, as in Dynamo).
+    * ``input_length = min(input_length or cap, cap)`` with ``cap = len(hash_ids) * trace_block_size``.
+      Clamped rows are reported once in a :class:`TraceWarning` (count and first line).
+    * Turn 0 has delay 0 (an explicit non-zero delay there is an error). Turn k > 0 waits its explicit
+      delay, else its timestamp minus the session's previous timestamp, else 0, after the previous
+      turn completes. Negative delays are errors.
+    * Session arrivals are ``(t - min first-turn t) / ratio``; delays are divided by the ratio too.
+      In trace mode every session needs a first-turn timestamp; with ``concurrency_mode=True``
+      (``replay_concurrency``) timestamps are optional and a missing one is stored as NaN.
+
+    Raises :class:`InputError` naming the file, line and field for malformed JSON, missing,
+    negative or non-integer lengths, empty/invalid ``hash_ids``, bad timestamps or delays, and an
+    empty file.
+    """
+    tbs = _check_tbs(trace_block_size)
+    ratio = _check_ratio(arrival_speedup_ratio)
+    path = os.fspath(path)
+    text = _open_text(path)
+    raw_decode = json.JSONDecoder(parse_constant=_reject_constant).raw_decode
+
+    isl_l, osl_l, sess_l, turn_l, delay_l, line_l, hlists = [], [], [], [], [], [], []
+    sess_index: dict = {}
+    sess_name: list = []
+    first_ts: list = []
+    first_line: list = []
+    last_ts: list = []
+    n_turns: list = []
+    clamped, clamp_first = 0, 0
+    big_ids = False
+    total_ids = 0
+    _int, _float = int, float
+
+    for lineno, raw in enumerate(text.split("\n"), 1):
+        s = raw.strip()
+        if not s:
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            row, end = raw_decode(s)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: malformed JSON at column {exc.colno}: {exc.msg}") from None
+        except ValueError as exc:
+            raise InputError(f"{where}: malformed JSON: {exc}") from None
+        if end != len(s):
+            raise InputError(f"{where}: malformed JSON at column {end + 1}: extra data after the object")
+        if type(row) is not dict:
+            raise InputError(f"{where}: expected a JSON object, got {_jtype(row)}")
+
+        # lengths
+        out = (_pick(row, "output_length", "output_tokens", where) if "output_tokens" in row else row.get("output_length"))
+        if out is None:
+            raise InputError(f"{where}: missing required field 'output_length' (alias 'output_tokens')")
+        if type(out) is not _int or out < 0:
+            raise InputError(f"{where}: field 'output_length' must be an integer >= 0, got {_jtype(out)}")
+        inp = (_pick(row, "input_length", "input_tokens", where) if "input_tokens" in row else row.get("input_length"))
+        if inp is not None and (type(inp) is not _int or inp < 0):
+            raise InputError(f"{where}: field 'input_length' must be an integer >= 1, got {_jtype(inp)}")
+        hids = row.get("hash_ids")
+        if hids is None:
+            raise InputError(f"{where}: missing required field 'hash_ids'")
+        if type(hids) is not list:
+            raise InputError(f"{where}: field 'hash_ids' must be a list of integers, got {_jtype(hids)}")
+        if not hids:
+            raise InputError(f"{where}: field 'hash_ids' is empty; every request needs at least one hash id")
+        if not set(map(type, hids)) <= {_int}:
+            bad = next(h for h in hids if type(h) is not _int)
+            raise InputError(f"{where}: field 'hash_ids' must hold integers >= 0, found {_jtype(bad)}")
+        lo, hi = min(hids), max(hids)
+        if lo < 0 or hi > _U64_MAX:
+            bad = lo if lo < 0 else hi
+            raise InputError(f"{where}: field 'hash_ids' must hold integers in [0, 2**64), found {bad}")
+        if hi > _I64_MAX:
+            big_ids = True
+        cap = len(hids) * tbs
+        if inp is None:
+            inp = cap
+        elif inp > cap:
+            clamped += 1
+            clamp_first = clamp_first or lineno
+            inp = cap
+        if inp == 0:
+            raise InputError(f"{where}: field 'input_length' is 0; every request needs a positive input_length")
+
+        # timing
+        ts = (_pick(row, "timestamp", "created_time", where) if "created_time" in row else row.get("timestamp"))
+        if ts is not None:
+            if type(ts) not in (_int, _float) or not math.isfinite(ts):
+                raise InputError(f"{where}: field 'timestamp' must be a finite number (ms), got {_jtype(ts)}")
+            ts = _float(ts)
+        delay = (_pick(row, "delay", "delay_ms", where) if "delay_ms" in row else row.get("delay"))
+        if delay is not None:
+            if type(delay) not in (_int, _float) or not math.isfinite(delay):
+                raise InputError(f"{where}: field 'delay' must be a finite number of ms, got {_jtype(delay)}")
+            delay = _float(delay)
+        sid = row.get("session_id")
+        if sid is not None and type(sid) is not str:
+            raise InputError(f"{where}: field 'session_id' must be a string, got {_jtype(sid)}")
+        key = sid if sid is not None else f"request_{lineno}"
+
+        si = sess_index.get(key)
+        if si is None:
+            si = len(sess_name)
+            sess_index[key] = si
+            sess_name.append(key)
+            first_ts.append(ts)
+            first_line.append(lineno)
+            last_ts.append(ts)
+            n_turns.append(1)
+            if delay is not None and delay != 0.0:
+                raise InputError(
+                    f"{where}: field 'delay' is {_num(delay)} on the first turn of session {key}; "
+                    "a first turn cannot have a delay"
+                )
+            d = 0.0
+            turn = 0
+        else:
+            turn = n_turns[si]
+            n_turns[si] = turn + 1
+            prev = last_ts[si]
+            if delay is not None:
+                d, what = delay, "field 'delay'"
+            elif ts is not None:
+                if prev is None:
+                    raise InputError(
+                        f"{where}: cannot infer the delay of turn {turn} of session {key} from its "
+                        "timestamp: the previous turns have no timestamp (set 'delay')"
+                    )
+                d, what = ts - prev, f"timestamp {_num(ts)} minus the previous turn's {_num(prev)}"
+            else:
+                d, what = 0.0, ""
+            if d < 0.0 or not math.isfinite(d):
+                raise InputError(f"{where}: invalid delay {_num(d)} ms ({what}); delays must be >= 0")
+            if ts is not None:
+                last_ts[si] = ts
+        isl_l.append(inp)
+        osl_l.append(out)
+        sess_l.append(si)
+        turn_l.append(turn)
+        delay_l.append(d)
+        line_l.append(lineno)
+        hlists.append(hids)
+        total_ids += len(hids)
+
+    n = len(isl_l)
+    if n == 0:
+        raise InputError(f"trace file {path} does not contain any requests")
+    S = len(sess_name)
+
+    present = [t for t in first_ts if t is not None]
+    if len(present) != S and not concurrency_mode:
+        si = next(i for i, t in enumerate(first_ts) if t is None)
+        raise InputError(
+            f"{path}:{first_line[si]}: field 'timestamp' is missing on the first turn of session "
+            f"{sess_name[si]}; trace mode needs a first-turn timestamp for every session "
+            "(closed-loop replay with replay_concurrency does not)"
+        )
+    t0 = min(present) if present else 0.0
+    arrivals = np.array([np.nan if t is None else t for t in first_ts], dtype=np.float64)
+    arrivals = (arrivals - t0) / ratio
+
+    if clamped:
+        warnings.warn(
+            f"{path}: input_length exceeds len(hash_ids) * trace_block_size ({tbs}) on {clamped} of "
+            f"{n} rows (first: line {clamp_first}); clamped to that cap, as Dynamo does",
+            TraceWarning,
+            stacklevel=2,
+        )
+
+    session = np.array(sess_l, dtype=np.int64)
+    counts = np.bincount(session, minlength=S)
+    session_ptr = np.zeros(S + 1, dtype=np.int64)
+    np.cumsum(counts, out=session_ptr[1:])
+    hash_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, hlists), dtype=np.int64, count=n), out=hash_ptr[1:])
+    flat = itertools.chain.from_iterable(hlists)
+    if big_ids:
+        hash_ids = np.fromiter(flat, dtype=np.uint64, count=total_ids).view(np.int64)
+    else:
+        hash_ids = np.fromiter(flat, dtype=np.int64, count=total_ids)
+    return Workload(
+        isl=np.array(isl_l, dtype=np.int64),
+        osl=np.array(osl_l, dtype=np.int64),
+        session=session,
+        turn=np.array(turn_l, dtype=np.int64),
+        delay_ms=np.array(delay_l, dtype=np.float64) / ratio,
+        session_arrival_ms=arrivals,
+        session_ptr=session_ptr,
+        session_rows=np.argsort(session, kind="stable").astype(np.int64),
+        hash_ptr=hash_ptr,
+        hash_ids=hash_ids,
+        trace_block_size=tbs,
+        line=np.array(line_l, dtype=np.int64),
+        source=path,
+    )
+
+
+# ----------------------------------------------------------------------------- Azure CSV
+_AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def load_azure_csv(
+    path,
+    trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE,
+    arrival_speedup_ratio: float = 1.0,
+    concurrency_mode: bool = False,
+) -> Workload:
+    """Read an Azure LLM inference trace CSV (Azure/AzurePublicDataset, 2023 and 2024 releases).
+
+    Header ``TIMESTAMP,ContextTokens,GeneratedTokens`` (names matched case-insensitively, any
+    column order); timestamps like ``2023-11-16 18:15:46.6805900`` (up to 9 fractional digits, read
+    to the nanosecond); a missing trailing newline and CRLF line ends are fine; blank lines are
+    skipped. Each row is an independent one-turn session with a unique prompt (``hash_ptr`` and
+    ``hash_ids`` are None): ``isl = ContextTokens``, ``osl = GeneratedTokens``, arrival = ms since
+    the earliest row (the first row of a time-sorted file) divided by ``arrival_speedup_ratio``.
+
+    Zero-token rows (decision): a row with ``ContextTokens == 0`` cannot be replayed (Dynamo rejects
+    a request without prompt tokens), so it is **skipped**, reported once in a :class:`TraceWarning`
+    with the count and the first line; ``Workload.line`` keeps the source lines of the kept rows. A
+    row with ``GeneratedTokens == 0`` is kept (Dynamo allows ``max_output_tokens == 0``: it completes
+    after prefill without a token). Negative or non-integer counts and bad timestamps are errors.
+    ``trace_block_size`` is only recorded (there are no hash ids); ``concurrency_mode`` is accepted
+    for symmetry with :func:`load_mooncake` (every row has a timestamp anyway).
+    """
+    tbs = _check_tbs(trace_block_size)
+    ratio = _check_ratio(arrival_speedup_ratio)
+    path = os.fspath(path)
+    text = _open_text(path)
+    lines = text.splitlines()
+    hdr_idx = next((i for i, ln in enumerate(lines) if ln.strip()), None)
+    if hdr_idx is None:
+        raise InputError(f"trace file {path} does not contain any requests")
+    header = [h.strip() for h in lines[hdr_idx].split(",")]
+    lower = [h.lower() for h in header]
+    cols = []
+    for want in _AZURE_COLUMNS:
+        if want.lower() not in lower:
+            raise InputError(
+                f"{path}:{hdr_idx + 1}: Azure CSV header must have columns {','.join(_AZURE_COLUMNS)}, "
+                f"got {lines[hdr_idx].strip()!r}"
+            )
+        cols.append(lower.index(want.lower()))
+    ncol = len(header)
+    ts_s, ctx_s, gen_s, line_l = [], [], [], []
+    for i in range(hdr_idx + 1, len(lines)):
+        ln = lines[i]
+        if not ln.strip():
+            continue
+        parts = ln.split(",")
+        if len(parts) != ncol:
+            raise InputError(f"{path}:{i + 1}: expected {ncol} comma-separated fields, got {len(parts)}")
+        ts_s.append(parts[cols[0]].strip())
+        ctx_s.append(parts[cols[1]].strip())
+        gen_s.append(parts[cols[2]].strip())
+        line_l.append(i + 1)
+    if not line_l:
+        raise InputError(f"trace file {path} does not contain any requests")
+    line = np.array(line_l, dtype=np.int64)
+    ctx = _parse_counts(ctx_s, line, path, "ContextTokens")
+    gen = _parse_counts(gen_s, line, path, "GeneratedTokens")
+    try:
+        t_ns = np.array(ts_s, dtype="datetime64[ns]").astype(np.int64)
+    except ValueError:
+        for j, s in enumerate(ts_s):
+            try:
+                np.datetime64(s, "ns")
+            except ValueError:
+                raise InputError(
+                    f"{path}:{line[j]}: field 'TIMESTAMP' is not a date-time like "
+                    f"'2023-11-16 18:15:46.6805900', got {s!r}"
+                ) from None
+        raise  # pragma: no cover
+    if np.any(t_ns == np.iinfo(np.int64).min):
+        j = int(np.argmax(t_ns == np.iinfo(np.int64).min))
+        raise InputError(f"{path}:{line[j]}: field 'TIMESTAMP' is empty or NaT")
+
+    keep = ctx > 0
+    dropped = int((~keep).sum())
+    if dropped:
+        warnings.warn(
+            f"{path}: skipped {dropped} of {len(line_l)} rows with ContextTokens = 0 "
+            f"(first: line {int(line[~keep][0])}); a request needs at least one prompt token",
+            TraceWarning,
+            stacklevel=2,
+        )
+        if dropped == len(line_l):
+            raise InputError(f"trace file {path} has no row with ContextTokens > 0")
+        ctx, gen, t_ns, line = ctx[keep], gen[keep], t_ns[keep], line[keep]
+    arrivals = (t_ns - t_ns.min()).astype(np.float64) / 1e6 / ratio
+    return _single_turn_workload(ctx, gen, arrivals, line, tbs, path)
+
+
+def _parse_counts(strings, line, path, name) -> np.ndarray:
+    try:
+        arr = np.array([int(s) for s in strings], dtype=np.int64)
+    except (ValueError, OverflowError):
+        for j, s in enumerate(strings):
+            try:
+                v = int(s)
+                np.int64(v)
+            except (ValueError, OverflowError):
+                raise InputError(f"{path}:{line[j]}: field '{name}' must be an integer >= 0, got {s!r}") from None
+        raise  # pragma: no cover
+    if arr.size and arr.min() < 0:
+        j = int(np.argmax(arr < 0))
+        raise InputError(f"{path}:{line[j]}: field '{name}' must be an integer >= 0, got {arr[j]}")
+    return arr
+
+
+def _single_turn_workload(isl, osl, arrivals, line, tbs, source, hash_ptr=None, hash_ids=None) -> Workload:
+    n = int(isl.shape[0])
+    idx = np.arange(n, dtype=np.int64)
+    return Workload(
+        isl=np.asarray(isl, dtype=np.int64),
+        osl=np.asarray(osl, dtype=np.int64),
+        session=idx,
+        turn=np.zeros(n, dtype=np.int64),
+        delay_ms=np.zeros(n, dtype=np.float64),
+        session_arrival_ms=np.asarray(arrivals, dtype=np.float64),
+        session_ptr=np.arange(n + 1, dtype=np.int64),
+        session_rows=idx.copy(),
+        hash_ptr=hash_ptr,
+        hash_ids=hash_ids,
+        trace_block_size=int(tbs),
+        line=np.asarray(line, dtype=np.int64),
+        source=source,
+    )
+
+
+# ----------------------------------------------------------------------------- dispatch
+def load_trace(
+    path,
+    trace_format: str = "mooncake",
+    trace_block_size: Optional[int] = DEFAULT_TRACE_BLOCK_SIZE,
+    arrival_speedup_ratio: float = 1.0,
+    concurrency_mode: bool = False,
+) -> Workload:
+    """Load one trace file by format.
+
+    ``trace_format`` is ``"mooncake"`` (default; a path ending in ``.csv`` is read as Azure CSV) or
+    ``"azure"``. Dynamo's other formats (``mooncake-delta``, ``agentic_mooncake``,
+    ``applied_compute_agentic``, ``dynamo``) raise :class:`NotSupportedError`; anything else raises
+    :class:`InputError`. ``trace_block_size`` None means 512 (Dynamo's default).
+    """
+    if not isinstance(trace_format, str):
+        raise InputError(f"trace_format must be a string, got {trace_format!r}")
+    fmt = trace_format
+    if fmt in _UNSUPPORTED_FORMATS:
+        raise NotSupportedError(
+            f"trace_format '{fmt}' ({_UNSUPPORTED_FORMATS[fmt]}) is not supported yet by fastsim "
+            "(supported: 'mooncake', 'azure')"
+        )
+    p = os.fspath(path)
+    if fmt in ("azure", "azure_csv", "azure-csv") or (fmt == "mooncake" and p.lower().endswith((".csv", ".csv.gz"))):
+        return load_azure_csv(p, trace_block_size=_check_tbs(trace_block_size),
+                              arrival_speedup_ratio=arrival_speedup_ratio, concurrency_mode=concurrency_mode)
+    if fmt == "mooncake":
+        return load_mooncake(p, trace_block_size=_check_tbs(trace_block_size),
+                             arrival_speedup_ratio=arrival_speedup_ratio, concurrency_mode=concurrency_mode)
+    raise InputError(
+        f"trace_format must be one of {', '.join(repr(f) for f in TRACE_FORMATS)}, got {trace_format!r}"
+    )
+
+
+# ----------------------------------------------------------------------------- synthetic
+_PREFIX_TAG = 0xD00D << 48
+
+
+def _req_int(value, name, lo=1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{name} must be an integer >= {lo}, got {value!r}")
+    if value < lo:
+        raise InputError(f"{name} must be at least {lo}, got {value}")
+    return int(value)
+
+
+def _req_float(value, name, positive=False) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        what = "positive" if positive else "non-negative"
+        raise InputError(f"{name} must be a finite {what} number, got {value!r}")
+    return float(value)
+
+
+def _round_half_away(x: float) -> int:
+    return int(math.floor(x + 0.5)) if x >= 0 else -int(math.floor(-x + 0.5))
+
+
+def synthetic(
+    input_tokens: int,
+    output_tokens: int,
+    request_count: int,
+    arrival_interval_ms: Optional[float] = None,
+    request_rate: Optional[float] = None,
+    arrival_seed: int = 42,
+    turns_per_session: int = 1,
+    inter_turn_delay_ms: float = 0.0,
+    replay_concurrency: Optional[int] = None,
+    arrival_speedup_ratio: float = 1.0,
+    shared_prefix_ratio: float = 0.0,
+    num_prefix_groups: int = 0,
+    block_size: int = 64,
+) -> Workload:
+    """Dynamo's synthetic workload (``--input-tokens/--output-tokens/--request-count``; notes 2.1-2.2).
+
+    ``request_count`` sessions of ``turns_per_session`` turns, every turn ``input_tokens`` prompt and
+    ``output_tokens`` output tokens. As in Dynamo, exactly one load controller must be given:
+
+    * ``arrival_interval_ms``: session ``s`` arrives at ``s`` accumulated gaps of
+      ``1000 / (1000 / interval)`` ms (Dynamo's ConstantQps, summed one gap at a time, which matches
+      1.4.2 bit for bit); 0 means a burst at t = 0.
+    * ``request_rate`` (requests/s): Poisson arrivals, first at 0, exponential gaps of mean
+      ``1000 / rate`` ms drawn from ``numpy.random.default_rng(arrival_seed)``. The distribution is
+      Dynamo's but the draws are NOT bit-identical to Dynamo's Rust ``StdRng``.
+    * ``replay_concurrency``: closed loop; arrivals are unused (all 0).
+
+    Arrivals and ``inter_turn_delay_ms`` (delay of turns k > 0) are divided by
+    ``arrival_speedup_ratio``. Each turn's prompt is independent (turn k+1 does not contain turn k).
+    Without a shared prefix every prompt is unique (``hash_ptr``/``hash_ids`` None). With
+    ``shared_prefix_ratio > 0`` and ``num_prefix_groups > 0``, each session draws a group
+    (``rng.integers(G)`` after the arrivals: not Dynamo's draws when G > 1) and each turn's first
+    ``min(round(ceil(isl / block_size) * ratio), nb)`` blocks (round half away from zero) are that
+    group's prefix blocks; the rest are fresh ids counted from 1. Hash ids stand for one engine
+    block each (``trace_block_size = block_size``, as Dynamo's spec uses the engine block size).
+    Prefix ids are ``0xD00D << 48 | g << 32 | (g * pb + j)``: distinct per group even in their low
+    32 bits (Dynamo 1.4.2 keeps groups apart; verified with 2 and 8 groups).
+
+    Validation (InputError naming the argument): token counts and ``request_count`` >= 1,
+    ``turns_per_session`` >= 1 (Dynamo 1.4.2 silently treats 0 as 1; fastsim rejects it),
+    interval / delay finite >= 0, rate finite > 0, concurrency >= 1, ratio in [0, 1] (Dynamo lets
+    some negative ratios through; fastsim rejects them), groups >= 0, seed >= 0.
+    """
+    controllers = (replay_concurrency, request_rate, arrival_interval_ms)
+    if sum(v is not None for v in controllers) != 1:
+        raise InputError(
+            "synthetic replay requires exactly one of replay_concurrency, request_rate, or arrival_interval_ms"
+        )
+    isl = _req_int(input_tokens, "input_tokens")
+    osl = _req_int(output_tokens, "output_tokens")
+    count = _req_int(request_count, "request_count")
+    turns = _req_int(turns_per_session, "turns_per_session")
+    delay = _req_float(inter_turn_delay_ms, "inter_turn_delay_ms")
+    ratio = _check_ratio(arrival_speedup_ratio)
+    seed = _req_int(arrival_seed, "arrival_seed", lo=0)
+    groups = _req_int(num_prefix_groups, "num_prefix_groups", lo=0)
+    bs = _req_int(block_size, "block_size")
+    share = shared_prefix_ratio
+    if isinstance(share, bool) or not isinstance(share, numbers.Real) or not (0.0 <= share <= 1.0):
+        raise InputError(f"shared_prefix_ratio must be between 0.0 and 1.0, got {share!r}")
+    share = float(share)
+
+    rng = np.random.default_rng(seed)
+    if replay_concurrency is not None:
+        _req_int(replay_concurrency, "replay_concurrency")
+        arrivals = np.zeros(count, dtype=np.float64)
+    elif arrival_interval_ms is not None:
+        interval = _req_float(arrival_interval_ms, "arrival_interval_ms")
+        arrivals = np.zeros(count, dtype=np.float64)
+        if interval > 0 and count > 1:
+            gap = 1000.0 / (1000.0 / interval)
+            np.cumsum(np.full(count - 1, gap), out=arrivals[1:])  # sequential, like t += gap
+    else:
+        rate = _req_float(request_rate, "request_rate", positive=True)
+        arrivals = np.zeros(count, dtype=np.float64)
+        if count > 1:
+            np.cumsum(rng.exponential(1000.0 / rate, size=count - 1), out=arrivals[1:])
+    arrivals = arrivals / ratio
+
+    n = count * turns
+    session = np.repeat(np.arange(count, dtype=np.int64), turns)
+    turn = np.tile(np.arange(turns, dtype=np.int64), count)
+    delays = np.where(turn > 0, delay / ratio, 0.0).astype(np.float64)
+    hash_ptr = hash_ids = None
+    tbs = bs
+    nb = -(-isl // bs)
+    pb = min(_round_half_away(nb * share), nb) if (groups > 0 and share > 0) else 0
+    if pb > 0:
+        g = rng.integers(0, groups, size=count).astype(np.uint64)
+        g_row = np.repeat(g, turns)
+        j = np.arange(pb, dtype=np.uint64)
+        prefix = (np.uint64(_PREFIX_TAG) | (g_row[:, None] << np.uint64(32)) | (g_row[:, None] * np.uint64(pb) + j))
+        n_unique = nb - pb
+        unique = np.arange(1, n * n_unique + 1, dtype=np.uint64).reshape(n, n_unique)
+        hash_ids = np.concatenate([prefix, unique], axis=1).reshape(-1).view(np.int64)
+        hash_ptr = np.arange(0, n * nb + 1, nb, dtype=np.int64)
+    return Workload(
+        isl=np.full(n, isl, dtype=np.int64),
+        osl=np.full(n, osl, dtype=np.int64),
+        session=session,
+        turn=turn,
+        delay_ms=delays,
+        session_arrival_ms=arrivals,
+        session_ptr=np.arange(0, n + 1, turns, dtype=np.int64),
+        session_rows=np.arange(n, dtype=np.int64),
+        hash_ptr=hash_ptr,
+        hash_ids=hash_ids,
+        trace_block_size=tbs,
+        line=np.zeros(n, dtype=np.int64),
+        source="synthetic",
+    )
