@@ -73,8 +73,6 @@ def _common(
         raise NotSupportedError("replay_mode 'online' is not supported yet by fastsim (use 'offline')")
     if router_mode not in ("round_robin", "kv_router"):
         raise InputError(f"router_mode must be either 'round_robin' or 'kv_router', got {router_mode!r}")
-    if router_mode == "kv_router":
-        raise NotSupportedError("router_mode 'kv_router' is not supported yet by fastsim (use 'round_robin')")
     if planner_config is not None:
         raise NotSupportedError("planner_config (planner-in-the-loop replay) is not supported yet by fastsim")
     if benchmark_granularity != 8:
@@ -83,8 +81,9 @@ def _common(
         raise NotSupportedError(
             "disaggregated replay (prefill_engine_args / decode_engine_args) is not supported yet by fastsim"
         )
-    if router_config is not None:
-        raise NotSupportedError("router_config (KV router configuration) is not supported yet by fastsim")
+    from fastsim.router_config import RouterConfig
+
+    router = RouterConfig.coerce(router_config, source="router_config")
     if aic_perf_config is not None:
         raise NotSupportedError("aic_perf_config (AIConfigurator timing) is not supported yet by fastsim")
     if model_name is not None:
@@ -115,14 +114,14 @@ def _common(
     return dict(
         engine=engine, num_workers=workers, router_mode=router_mode,
         replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim, sla=sla,
-        arrival_speedup_ratio=float(ratio),
+        arrival_speedup_ratio=float(ratio), router_config=router,
     )
 
 
 def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int = 1,
                       router_mode: str = "round_robin", replay_concurrency: Optional[int] = None,
                       max_sim_time_ms: Optional[float] = None, sla=(None, None, None),
-                      report_jsonl_path=None):
+                      report_jsonl_path=None, router_config=None, seed: int = 0):
     """Simulate an already-loaded :class:`Workload` (for sweeps that reuse one workload).
 
     ``engine_args`` is anything :meth:`EngineArgs.coerce` accepts. Writes ``report_jsonl_path`` if
@@ -134,9 +133,12 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
     if not isinstance(workload, Workload):
         raise InputError(f"workload must be a fastsim.workload.Workload, got {type(workload).__name__}")
     workload.validate()
+    from fastsim.router_config import RouterConfig
+
     report = simulate(
         workload, engine, num_workers=num_workers, router_mode=router_mode,
         replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms, sla=tuple(sla),
+        router_config=RouterConfig.coerce(router_config), seed=seed,
     )
     if report_jsonl_path is not None:
         report.to_jsonl(os.fspath(report_jsonl_path))
@@ -170,6 +172,7 @@ def run_trace_replay(
     sla_e2e_ms: Optional[float] = None,
     planner_config=None,
     benchmark_granularity: int = 8,
+    seed: int = 0,
     **unsupported: Any,
 ):
     """Replay a trace file offline (Dynamo's ``run_trace_replay``); returns a ``Report``.
@@ -182,8 +185,11 @@ def run_trace_replay(
     ``sla_*_ms`` add the goodput figures; ``max_sim_time_ms`` stops the clock early;
     ``report_jsonl_path`` writes one JSON object per request.
 
-    Not supported yet (NotSupportedError): ``replay_mode="online"``, ``router_mode="kv_router"``,
-    ``router_config``, disaggregated engine args, ``aic_perf_config``, ``planner_config``,
+    ``router_mode="kv_router"`` routes by KV overlap and load (``router_config``: Dynamo's
+    ``KvRouterConfig`` fields); its exact-cost ties, random in Dynamo, are broken by a generator
+    seeded with ``seed`` (a fastsim extension), so a seed gives bit-identical results.
+
+    Not supported yet (NotSupportedError): ``replay_mode="online"``, disaggregated engine args, ``aic_perf_config``, ``planner_config``,
     ``model_name``, the agentic/delta/dynamo trace formats and their ``trace_*_prefix_*`` options.
     Unknown keywords raise InputError.
     """
@@ -226,6 +232,7 @@ def run_trace_replay(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
+        router_config=opts["router_config"], seed=seed,
     )
 
 
@@ -261,6 +268,7 @@ def run_synthetic_trace_replay(
     benchmark_granularity: int = 8,
     report_jsonl_path=None,
     max_sim_time_ms: Optional[float] = None,
+    seed: int = 0,
     **unsupported: Any,
 ):
     """Replay a synthetic workload offline (Dynamo's ``run_synthetic_trace_replay``); returns a ``Report``.
@@ -298,4 +306,5 @@ def run_synthetic_trace_replay(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
+        router_config=opts["router_config"], seed=seed,
     )

@@ -66,7 +66,9 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
                    help="engine args as inline JSON (Dynamo MockEngineArgs fields), or a JSON file (fastsim extension)")
     p.add_argument("--prefill-engine-args", help="not supported yet (disaggregated replay)")
     p.add_argument("--decode-engine-args", help="not supported yet (disaggregated replay)")
-    p.add_argument("--router-config", help="not supported yet (KV router)")
+    p.add_argument("--router-config", help="KV router configuration: a JSON object of Dynamo's KvRouterConfig fields")
+    p.add_argument("--seed", type=int, default=0,
+                   help="fastsim only: seed of the KV router's tie-breaking (Dynamo breaks ties at random)")
     p.add_argument("--router-policy-config", default=None, help="not supported yet (router policies)")
     p.add_argument("--model-name", help="not supported yet (router policy profiles)")
     aic = p.add_argument_group("AIConfigurator options (not supported yet)")
@@ -181,7 +183,6 @@ def _check_unsupported(args) -> None:
     for dest, what in (
         ("prefill_engine_args", "disaggregated replay"),
         ("decode_engine_args", "disaggregated replay"),
-        ("router_config", "KV router configuration"),
         ("router_policy_config", "router policy configuration"),
         ("model_name", "router policy profiles"),
         ("planner_config", "planner-in-the-loop replay"),
@@ -195,8 +196,6 @@ def _check_unsupported(args) -> None:
         nope("--benchmark-granularity", "it only applies with --planner-config")
     if args.replay_mode != "offline":
         nope(f"--replay-mode={args.replay_mode}", "use --replay-mode=offline")
-    if args.router_mode != "round_robin":
-        nope(f"--router-mode={args.router_mode}", "use --router-mode=round_robin")
     if args.trace_format not in ("mooncake", "azure"):
         nope(f"--trace-format={args.trace_format}", "supported: mooncake, azure")
     if args.trace_shared_prefix_ratio != 0.0:
@@ -227,6 +226,8 @@ def _cmd_replay(args) -> int:
         replay_concurrency=args.replay_concurrency,
         replay_mode=args.replay_mode,
         router_mode=args.router_mode,
+        router_config=args.router_config,
+        seed=args.seed,
         arrival_speedup_ratio=args.arrival_speedup_ratio,
         sla_ttft_ms=args.sla_ttft_ms,
         sla_itl_ms=args.sla_itl_ms,

@@ -49,6 +49,56 @@ def _block_keys(workload, block_size):
     return ptr, keys
 
 
+def _initial_table_size(workload, block_size, n_ranks):
+    """Slots of the router's (rank, block) table: twice a generous bound on live entries."""
+    n = workload.isl.shape[0]
+    blocks = int((workload.isl // block_size).sum())
+    # in-flight requests rarely exceed a few thousand per target; the table grows if they do
+    live = blocks if n <= 4096 * n_ranks else int(blocks * (4096 * n_ranks) / n)
+    size = 1024
+    while size < 2 * live + 2:
+        size *= 2
+    return size
+
+
+def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed):
+    from fastsim.kernels.router import FCFS, KV_ROUTER, LCFS, ROUND_ROBIN, WSPT, Router
+    from fastsim.router_config import RouterConfig
+
+    cfg = RouterConfig.coerce(router_config)
+    kv = router_mode == "kv_router"
+    m = n if kv else 1
+    return Router(
+        mode=KV_ROUTER if kv else ROUND_ROBIN,
+        pls=cfg.effective_prefill_load_scale,
+        credit=cfg.effective_credit,
+        temperature=float(cfg.router_temperature),
+        track_prefill=bool(cfg.router_track_prefill_tokens),
+        track_active=bool(cfg.router_track_active_blocks),
+        dedup=bool(cfg.router_assume_kv_reuse),
+        queue_thr=float(cfg.router_queue_threshold) if cfg.router_queue_threshold is not None else -1.0,
+        policy={"fcfs": FCFS, "lcfs": LCFS, "wspt": WSPT}[cfg.router_queue_policy],
+        budget=int(params.budget),
+        pf=np.zeros(n_ranks, dtype=np.int64),
+        active=np.zeros(n_ranks, dtype=np.int64),
+        tab_key=np.zeros(table, dtype=np.uint64),
+        tab_rank=np.full(table, -1, dtype=np.int32),
+        tab_cnt=np.zeros(table, dtype=np.int32),
+        route_pf=np.zeros(m, dtype=np.int64),
+        pf_open=np.zeros(m, dtype=np.bool_),
+        fnext=np.full(m, -1, dtype=np.int32),
+        fhead=np.full(n_groups, -1, dtype=np.int32),
+        ftail=np.full(n_groups, -1, dtype=np.int32),
+        queue=np.zeros(max(m, 1), dtype=np.int64),
+        qkey=np.zeros(m),
+        qseq=np.zeros(m, dtype=np.int64),
+        cost=np.zeros(n_ranks),
+        overlap=np.zeros(n_ranks, dtype=np.int64),
+        rng=np.array([(int(seed) * 0x9E3779B97F4A7C15 + 12345) % (1 << 64)], dtype=np.uint64),
+        state=np.zeros(4, dtype=np.int64),
+    )
+
+
 def _requests(workload, key_ptr, keys):
     from fastsim.kernels.scheduler import Reqs
 
@@ -119,17 +169,24 @@ def simulate(
     replay_concurrency: int | None = None,
     max_sim_time_ms: float | None = None,
     sla=(None, None, None),
+    router_config=None,
+    seed: int = 0,
+    _table: int | None = None,
 ):
-    """Simulate ``workload`` on ``num_workers`` aggregated workers; returns a :class:`Report`."""
+    """Simulate ``workload`` on ``num_workers`` aggregated workers; returns a :class:`Report`.
+
+    ``router_mode`` is ``round_robin`` or ``kv_router`` (configured by ``router_config``, a
+    :class:`fastsim.router_config.RouterConfig`; ``seed`` drives its tie-breaking).
+    """
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import DEAD_END, Cluster, Gaps, Sessions, run_loop_nb
+    from fastsim.kernels.loop import DEAD_END, TABLE_FULL, Cluster, Gaps, Sessions, run_loop_nb
     from fastsim.kernels.scheduler import PassAcc, Ranks
     from fastsim.kernels.stats import DD_NBINS
     from fastsim.perf import load_perf_model
     from fastsim.report import build_report
 
-    if router_mode != "round_robin":
-        raise FastsimError(f"router_mode {router_mode!r} is not supported yet (supported: round_robin)")
+    if router_mode not in ("round_robin", "kv_router"):
+        raise InputError(f"router_mode is {router_mode!r}; allowed: 'round_robin', 'kv_router'")
     if num_workers < 1:
         raise InputError(f"num_workers is {num_workers}; it must be a positive integer")
     if replay_concurrency is not None and replay_concurrency < 1:
@@ -175,6 +232,10 @@ def simulate(
         heap=np.zeros(max(n, 1), dtype=np.int64),
     )
     single_path = n_groups == 1 and dp == 1
+    if router_mode == "kv_router" and n_ranks < 2:
+        raise InputError(
+            "offline replay only supports router_mode=kv_router with more than one worker/DP-rank target"
+        )
     cl = Cluster(
         dp=dp,
         concurrency=concurrency,
@@ -206,7 +267,16 @@ def simulate(
         emit_n=np.zeros(1, dtype=np.int64),
     )
     out = np.zeros(4)
-    status = run_loop_nb(params, perf, pool, rq, rk, ss, cl, gaps, pa, out)
+    table = _table or (_initial_table_size(workload, bs, n_ranks) if router_mode == "kv_router" else 1)
+    rt = _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed)
+    status = run_loop_nb(params, perf, pool, rq, rk, ss, cl, gaps, rt, pa, out)
+    if status == TABLE_FULL:
+        # The router's table of active prompt blocks filled up: start again with a larger one.
+        return simulate(
+            workload, engine, num_workers=num_workers, router_mode=router_mode,
+            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms, sla=sla,
+            router_config=router_config, seed=seed, _table=table * 4,
+        )
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:

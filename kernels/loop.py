@@ -20,16 +20,30 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from fastsim.kernels.router import (
+    FCFS,
+    KV_ROUTER,
+    LCFS,
+    all_busy_nb,
+    choose_target_nb,
+    commit_route_nb,
+    queue_pop_nb,
+    queue_push_nb,
+    release_blocks_nb,
+    release_prefill_nb,
+    score_targets_nb,
+)
 from fastsim.kernels.scheduler import (
     COMPLETED,
     REJECTED,
     TERM_COMPLETED,
+    block_key_nb,
     enqueue_waiting_nb,
     rank_pass_nb,
 )
 from fastsim.kernels.stats import dd_insert_nb
 
-OK, DEAD_END, SIM_CAP = 0, 1, 2
+OK, DEAD_END, SIM_CAP, TABLE_FULL = 0, 1, 2, 3
 
 
 class Sessions(NamedTuple):
@@ -209,7 +223,7 @@ def _on_terminal(ss, cl, r, t):
 
 # ----------------------------------------------------------------------------- effects
 @njit(cache=True, _nrt=False)
-def _stamp_tokens(rq, gaps, rows, n, t):
+def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
     """Stamp one token at time ``t`` on each of ``rows[:n]`` and pool the inter-token gaps."""
     gen = rq.generated
     first = rq.first_token
@@ -226,6 +240,13 @@ def _stamp_tokens(rq, gaps, rows, n, t):
         m = gen[r]  # already counts this token
         if m == 1:
             first[r] = t
+            if rt.mode == KV_ROUTER:  # its prefill load leaves the router at this pass's end
+                rt.fnext[r] = -1
+                if rt.ftail[g] >= 0:
+                    rt.fnext[rt.ftail[g]] = r
+                else:
+                    rt.fhead[g] = r
+                rt.ftail[g] = r
         else:
             gap = t - last[r]
             itl[0] += gap
@@ -254,21 +275,59 @@ def _stamp_tokens(rq, gaps, rows, n, t):
 
 
 @njit(cache=True, _nrt=False)
-def _apply_terminals(rq, ss, cl, g, t):
+def _fill_prompt_keys(rq, r, bs, kbuf):
+    nfull = rq.isl[r] // bs
+    for j in range(nfull):
+        kbuf[j] = block_key_nb(rq, r, j)
+    return nfull
+
+
+@njit(cache=True, _nrt=False)
+def _complete_group(p, pool, rq, rk, ss, cl, rt, pa, g, t):
+    """Apply the visible effects of group ``g``'s pass ending at ``t``: router load releases,
+    terminals (session follow-ups, closed-loop backfill), then router-queue releases."""
+    if rt.mode == KV_ROUTER:
+        r = rt.fhead[g]
+        while r >= 0:
+            release_prefill_nb(rt, r, rq.rank[r])
+            r = rt.fnext[r]
+        rt.fhead[g] = -1
+        rt.ftail[g] = -1
     r = cl.pend_head[g]
     while r >= 0:
         nxt = rq.tnext[r]
         rq.status[r] = COMPLETED if rq.term_kind[r] == TERM_COMPLETED else REJECTED
         rq.terminal[r] = t
         cl.state[NDONE] += 1
+        if rt.mode == KV_ROUTER:
+            k = rq.rank[r]
+            release_prefill_nb(rt, r, k)
+            release_blocks_nb(rt, pa.kbuf, _fill_prompt_keys(rq, r, p.block_size, pa.kbuf), k)
         _on_terminal(ss, cl, r, t)
         r = nxt
     cl.pend_head[g] = -1
     cl.pend_tail[g] = -1
+    if rt.mode == KV_ROUTER:
+        n_targets = rk.n_run.shape[0]
+        while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
+            _dispatch_kv(p, pool, rq, rk, cl, rt, pa, queue_pop_nb(rt))
 
 
 @njit(cache=True, _nrt=False)
-def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, pa, g, now):
+def _dispatch_kv(p, pool, rq, rk, cl, rt, pa, r):
+    """Route request ``r`` to the cheapest target now and submit it there."""
+    bs = p.block_size
+    n_targets = rk.n_run.shape[0]
+    nfull = _fill_prompt_keys(rq, r, bs, pa.kbuf)
+    score_targets_nb(rt, pool, pa.kbuf, nfull, rq.isl[r], bs, n_targets)
+    k = choose_target_nb(rt, n_targets)
+    commit_route_nb(rt, pa.kbuf, nfull, rq.isl[r], bs, r, k)
+    enqueue_waiting_nb(rq, rk, k, r)
+    cl.stalled[k // cl.dp] = False
+
+
+@njit(cache=True, _nrt=False)
+def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, g, now):
     """Run one pass on every rank of group ``g`` that has work. Returns True if anything changed."""
     dp = cl.dp
     k0 = g * dp
@@ -293,21 +352,42 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, pa, g, now):
             end = e
         if pa.acc[5] != 0:
             progress = True
-    _stamp_tokens(rq, gaps, pa.emit, pa.emit_n[0], end)
+    _stamp_tokens(rq, gaps, rt, g, pa.emit, pa.emit_n[0], end)
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
         _grp_push(cl, g)
         return True
     if progress:
-        _apply_terminals(rq, ss, cl, g, now)
+        _complete_group(p, pool, rq, rk, ss, cl, rt, pa, g, now)
         return True
     cl.stalled[g] = True  # nothing can change here until new work is routed to this group
     return False
 
 
 @njit(cache=True, _nrt=False)
-def _route_round_robin(rq, rk, cl, r):
+def _route(p, pool, rq, rk, cl, rt, pa, r, now):
+    """Send an arriving request to a target: round robin, or kv_router (maybe via its queue)."""
+    if rt.mode == KV_ROUTER:
+        n_targets = rk.n_run.shape[0]
+        if rt.state[2] > 0 or all_busy_nb(rt, n_targets):
+            if rt.policy == FCFS:
+                key = now
+            elif rt.policy == LCFS:
+                key = -now
+            else:  # wspt: smallest uncached prompt first
+                bs = p.block_size
+                nfull = _fill_prompt_keys(rq, r, bs, pa.kbuf)
+                score_targets_nb(rt, pool, pa.kbuf, nfull, rq.isl[r], bs, n_targets)
+                best = 0
+                for k in range(n_targets):
+                    if rt.overlap[k] > best:
+                        best = rt.overlap[k]
+                key = float(max(rq.isl[r] - best * bs, 1))
+            queue_push_nb(rt, r, key)
+            return
+        _dispatch_kv(p, pool, rq, rk, cl, rt, pa, r)
+        return
     n_groups = cl.busy.shape[0]
     w = cl.state[RR] % n_groups
     cl.state[RR] += 1
@@ -318,13 +398,13 @@ def _route_round_robin(rq, rk, cl, r):
 
 
 @njit(cache=True, _nrt=False)
-def _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now):
+def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, now):
     while True:
         changed = False
         while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
             g = _grp_pop(cl)
             cl.busy[g] = False
-            _apply_terminals(rq, ss, cl, g, cl.pass_end[g])
+            _complete_group(p, pool, rq, rk, ss, cl, rt, pa, g, cl.pass_end[g])
             changed = True
         while True:
             r = _next_arrival(ss, cl)
@@ -336,21 +416,22 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now):
                 cl.state[STATIC] += 1
             rq.arrival[r] = ss.ready_at[r]
             cl.state[NARRIVED] += 1
-            _route_round_robin(rq, rk, cl, r)
+            _route(p, pool, rq, rk, cl, rt, pa, r, now)
             changed = True
         for g in range(cl.busy.shape[0]):
             if not cl.busy[g] and not cl.stalled[g]:
-                if _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, pa, g, now):
+                if _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, g, now):
                     changed = True
         if not changed:
             return
 
 
 @njit(cache=True, _nrt=False)
-def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, pa, out):
+def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, out):
     """Run the simulation to the end. ``out`` (float64[4]) receives [worker_seconds, now, -, -].
 
-    Returns OK, DEAD_END (no future event while requests are unfinished) or SIM_CAP.
+    Returns OK, DEAD_END (no future event while requests are unfinished), SIM_CAP, or TABLE_FULL
+    (the router's block table was too small: the caller re-runs with a larger one).
     """
     n_rows = rq.isl.shape[0]
     n_groups = cl.busy.shape[0]
@@ -367,7 +448,7 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, pa, out):
     now = 0.0
     ws = 0.0
     status = OK
-    _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now)
+    _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, now)
     while cl.state[NDONE] < n_rows:
         t = np.inf
         if cl.state[NCHEAP] > 0:
@@ -383,11 +464,14 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, pa, out):
             if cl.single_path:
                 # Dynamo's single-worker runtime still processes the first event beyond the cap.
                 now = t
-                _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now)
+                _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, now)
             break
         ws += n_groups * (t - now) / 1000.0
         now = t
-        _drain(p, perf, pool, rq, rk, ss, cl, gaps, pa, now)
+        _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, now)
+        if rt.state[1] != 0:
+            status = TABLE_FULL
+            break
     out[0] = ws
     out[1] = now
     return status

@@ -110,7 +110,6 @@ def test_dynamo_rules(capsys, argv, message):
     [
         (["--aic-backend", "vllm"], "--aic-backend"),
         (["--aic-tp-size", "2"], "--aic-tp-size"),
-        (["--router-config", "{}"], "--router-config"),
         (["--router-policy-config", "p.yaml"], "--router-policy-config"),
         (["--model-name", "m"], "--model-name"),
         (["--prefill-engine-args", "{}"], "--prefill-engine-args"),
@@ -118,7 +117,6 @@ def test_dynamo_rules(capsys, argv, message):
         (["--planner-config", "{}"], "--planner-config"),
         (["--benchmark-granularity", "8"], "--benchmark-granularity"),
         (["--replay-mode", "online"], "--replay-mode=online"),
-        (["--router-mode", "kv_router"], "--router-mode=kv_router"),
         (["--trace-format", "mooncake-delta"], "--trace-format=mooncake-delta"),
         (["--trace-format", "agentic_mooncake"], "--trace-format=agentic_mooncake"),
         (["--trace-shared-prefix-ratio", "0.5"], "--trace-shared-prefix-ratio"),
@@ -218,10 +216,12 @@ from fastsim.errors import FastsimError, InputError, NotSupportedError  # noqa: 
     [
         (dict(replay_mode="online"), NotSupportedError, "replay_mode 'online' is not supported yet"),
         (dict(replay_mode="fast"), InputError, "replay_mode must be either 'offline' or 'online'"),
-        (dict(router_mode="kv_router"), NotSupportedError, "kv_router' is not supported yet"),
+        (dict(router_mode="kv_router"), InputError, "kv_router with more than one worker/DP-rank target"),
         (dict(router_mode="random"), InputError, "router_mode must be either"),
         (dict(prefill_engine_args={}), NotSupportedError, "disaggregated"),
-        (dict(router_config={}), NotSupportedError, "router_config"),
+        (dict(router_config={"router_temprature": 1.0}), InputError, "did you mean 'router_temperature'"),
+        (dict(router_config={"router_queue_policy": "sjf"}), InputError, "allowed: 'fcfs', 'lcfs', 'wspt'"),
+        (dict(router_config={"router_prefill_load_model": "aic"}), NotSupportedError, "router_prefill_load_model"),
         (dict(aic_perf_config=object()), NotSupportedError, "aic_perf_config"),
         (dict(planner_config={}), NotSupportedError, "planner_config"),
         (dict(model_name="m"), NotSupportedError, "model_name"),
@@ -256,7 +256,7 @@ def test_run_synthetic_trace_replay_validation():
         run_synthetic_trace_replay(16, 2, 3)
     with pytest.raises(InputError, match="request_count must be at least 1"):
         run_synthetic_trace_replay(16, 2, 0, arrival_interval_ms=1.0)
-    with pytest.raises(NotSupportedError, match="kv_router"):
+    with pytest.raises(InputError, match="kv_router with more than one worker"):
         run_synthetic_trace_replay(16, 2, 3, arrival_interval_ms=1.0, router_mode="kv_router")
     with pytest.raises(InputError, match="did you mean 'arrival_interval_ms'"):
         run_synthetic_trace_replay(16, 2, 3, arrival_interval=1.0)

@@ -1,0 +1,305 @@
+"""KV-cache-aware routing (Dynamo 1.4.2's offline ``kv_router``), in compiled code.
+
+Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
+
+* targets are DP ranks; each target's *index* is exactly its KV pool (full blocks stored at pass
+  start, removed on eviction, cached inactive blocks included), so the overlap of a request is the
+  longest prefix of its full prompt blocks present in the target's pool;
+* ``cost = pls * max(0, (PF + isl) / bs - credit * overlap) + ActiveBlocks + NewBlocks`` where PF is
+  the target's in-flight prefill tokens (``isl - overlap * bs`` of each request routed there, until
+  its first token), ActiveBlocks the deduplicated union of the full prompt blocks of the target's
+  unfinished requests and NewBlocks the candidate's full blocks not in that union;
+* temperature 0 takes the lowest cost; exact ties (random in Dynamo) are broken by a seeded
+  generator, so a seed gives bit-identical runs; T > 0 samples
+  ``p ~ exp(-(c - c_min) / ((c_max - c_min) * T))``;
+* with ``router_queue_threshold`` set, a target is busy iff ``PF > thr * max_num_batched_tokens``
+  and a request waits in the router queue while every target is busy (released at first-token and
+  completion events, in fcfs, lcfs or wspt order).
+
+The union of active prompt blocks is a refcounted open-addressing table keyed by (rank, block).
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from fastsim.kernels.blocks import mix64_nb
+from fastsim.kernels.kvpool import match_prefix_nb
+
+ROUND_ROBIN, KV_ROUTER = 0, 1
+FCFS, LCFS, WSPT = 0, 1, 2
+# state slots
+NENTRIES, OVERFLOW, NQUEUE, QSEQ = 0, 1, 2, 3
+
+
+class Router(NamedTuple):
+    """Router configuration and state (all targets share one table)."""
+
+    mode: int
+    pls: float  # prefill_load_scale
+    credit: float  # overlap_score_credit
+    temperature: float
+    track_prefill: bool
+    track_active: bool
+    dedup: bool  # router_assume_kv_reuse
+    queue_thr: float  # < 0: no router queue
+    policy: int
+    budget: int  # max_num_batched_tokens of the workers (busy test)
+    pf: np.ndarray  # int64[R]: in-flight prefill tokens per target
+    active: np.ndarray  # int64[R]: |union of active prompt blocks| (or their sum without dedup)
+    tab_key: np.ndarray  # uint64[T]
+    tab_rank: np.ndarray  # int32[T] (-1 = empty)
+    tab_cnt: np.ndarray  # int32[T]
+    route_pf: np.ndarray  # int64[n]: PF this request added to its target
+    pf_open: np.ndarray  # bool[n]
+    fnext: np.ndarray  # int32[n]: per-group list of first tokens of the pass in flight
+    fhead: np.ndarray  # int32[G]
+    ftail: np.ndarray  # int32[G]
+    queue: np.ndarray  # int64[n]: router queue (binary heap of rows)
+    qkey: np.ndarray  # float64[n]: queue priority (lower first)
+    qseq: np.ndarray  # int64[n]: enqueue order (tie-break)
+    cost: np.ndarray  # float64[R] scratch
+    overlap: np.ndarray  # int64[R] scratch
+    rng: np.ndarray  # uint64[1]
+    state: np.ndarray  # int64[4]
+
+
+# ----------------------------------------------------------------------------- rng
+@njit(cache=True, _nrt=False)
+def _next_u64(rng):
+    # splitmix64 stream: tiny, fast, and good enough for tie-breaking and softmax sampling
+    rng[0] += np.uint64(0x9E3779B97F4A7C15)
+    return mix64_nb(rng[0])
+
+
+@njit(cache=True, _nrt=False)
+def _uniform(rng):
+    return float(_next_u64(rng) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+# ----------------------------------------------------------------------------- the union table
+@njit(cache=True, _nrt=False)
+def _slot(rt, rank, key):
+    mask = rt.tab_key.shape[0] - 1
+    i = np.int64(mix64_nb(key ^ (np.uint64(rank) * np.uint64(0xD6E8FEB86659FD93))) & np.uint64(mask))
+    while True:
+        rr = rt.tab_rank[i]
+        if rr < 0 or (rr == rank and rt.tab_key[i] == key):
+            return i
+        i = (i + 1) & mask
+
+
+@njit(cache=True, _nrt=False)
+def _home(rt, rank, key):
+    mask = rt.tab_key.shape[0] - 1
+    return np.int64(mix64_nb(key ^ (np.uint64(rank) * np.uint64(0xD6E8FEB86659FD93))) & np.uint64(mask))
+
+
+@njit(cache=True, _nrt=False)
+def _union_add(rt, rank, key):
+    """Add one reference to (rank, key); returns True if the block is new to the union."""
+    i = _slot(rt, rank, key)
+    if rt.tab_rank[i] >= 0:
+        rt.tab_cnt[i] += 1
+        return False
+    if 2 * (rt.state[NENTRIES] + 1) > rt.tab_key.shape[0]:
+        rt.state[OVERFLOW] = 1  # the caller re-runs with a larger table
+        return False
+    rt.tab_rank[i] = rank
+    rt.tab_key[i] = key
+    rt.tab_cnt[i] = 1
+    rt.state[NENTRIES] += 1
+    return True
+
+
+@njit(cache=True, _nrt=False)
+def _union_remove(rt, rank, key):
+    """Drop one reference to (rank, key); returns True if the block left the union."""
+    mask = rt.tab_key.shape[0] - 1
+    i = _slot(rt, rank, key)
+    if rt.tab_rank[i] < 0:
+        return False
+    rt.tab_cnt[i] -= 1
+    if rt.tab_cnt[i] > 0:
+        return False
+    rt.state[NENTRIES] -= 1
+    j = i
+    while True:  # backward-shift deletion
+        j = (j + 1) & mask
+        if rt.tab_rank[j] < 0:
+            break
+        h = _home(rt, rt.tab_rank[j], rt.tab_key[j])
+        if (j > i and (h <= i or h > j)) or (j < i and (h <= i and h > j)):
+            rt.tab_rank[i] = rt.tab_rank[j]
+            rt.tab_key[i] = rt.tab_key[j]
+            rt.tab_cnt[i] = rt.tab_cnt[j]
+            i = j
+    rt.tab_rank[i] = -1
+    return True
+
+
+@njit(cache=True, _nrt=False)
+def _union_prefix(rt, rank, keys, n):
+    """Leading blocks of ``keys[:n]`` already in target ``rank``'s union."""
+    for j in range(n):
+        if rt.tab_rank[_slot(rt, rank, keys[j])] < 0:
+            return j
+    return n
+
+
+# ----------------------------------------------------------------------------- decisions
+@njit(cache=True, _nrt=False)
+def score_targets_nb(rt, pool, keys, nfull, isl, bs, n_targets):
+    """Fill ``rt.cost`` and ``rt.overlap`` for a request with full prompt blocks ``keys[:nfull]``."""
+    for k in range(n_targets):
+        overlap = match_prefix_nb(pool, k, keys, nfull)[0]
+        rt.overlap[k] = overlap
+        pf = rt.pf[k] if rt.track_prefill else 0
+        load = (pf + isl) / bs - rt.credit * overlap
+        if load < 0.0:
+            load = 0.0
+        c = rt.pls * load
+        if rt.track_active:
+            if rt.dedup:
+                new = nfull - _union_prefix(rt, k, keys, nfull)
+            else:
+                new = nfull
+            c = c + rt.active[k] + new
+        rt.cost[k] = c
+
+
+@njit(cache=True, _nrt=False)
+def choose_target_nb(rt, n_targets):
+    """Lowest cost (seeded uniform tie-break) at T = 0, normalised softmax sampling at T > 0."""
+    cost = rt.cost
+    lo = cost[0]
+    hi = cost[0]
+    for k in range(1, n_targets):
+        if cost[k] < lo:
+            lo = cost[k]
+        if cost[k] > hi:
+            hi = cost[k]
+    if rt.temperature > 0.0 and hi > lo:
+        total = 0.0
+        for k in range(n_targets):
+            total += np.exp(-(cost[k] - lo) / ((hi - lo) * rt.temperature))
+        u = _uniform(rt.rng) * total
+        acc = 0.0
+        for k in range(n_targets):
+            acc += np.exp(-(cost[k] - lo) / ((hi - lo) * rt.temperature))
+            if u < acc:
+                return k
+        return n_targets - 1
+    if rt.temperature > 0.0:
+        return np.int64(_next_u64(rt.rng) % np.uint64(n_targets))
+    n_ties = 0
+    for k in range(n_targets):
+        if cost[k] == lo:
+            n_ties += 1
+    pick = np.int64(_next_u64(rt.rng) % np.uint64(n_ties)) if n_ties > 1 else 0
+    for k in range(n_targets):
+        if cost[k] == lo:
+            if pick == 0:
+                return k
+            pick -= 1
+    return 0
+
+
+@njit(cache=True, _nrt=False)
+def commit_route_nb(rt, keys, nfull, isl, bs, r, k):
+    """Account request ``r`` (routed to target ``k``) in the router's load state."""
+    contrib = isl - rt.overlap[k] * bs
+    rt.route_pf[r] = contrib
+    rt.pf_open[r] = True
+    rt.pf[k] += contrib
+    if rt.track_active:
+        if rt.dedup:
+            for j in range(nfull):
+                if _union_add(rt, k, keys[j]):
+                    rt.active[k] += 1
+        else:
+            rt.active[k] += nfull
+
+
+@njit(cache=True, _nrt=False)
+def release_prefill_nb(rt, r, k):
+    """The request's first token came (or it ended): its prefill load leaves the target."""
+    if rt.pf_open[r]:
+        rt.pf[k] -= rt.route_pf[r]
+        rt.pf_open[r] = False
+
+
+@njit(cache=True, _nrt=False)
+def release_blocks_nb(rt, keys, nfull, k):
+    """The request ended: its prompt blocks leave the target's active union."""
+    if not rt.track_active:
+        return
+    if rt.dedup:
+        for j in range(nfull):
+            if _union_remove(rt, k, keys[j]):
+                rt.active[k] -= 1
+    else:
+        rt.active[k] -= nfull
+
+
+@njit(cache=True, _nrt=False)
+def all_busy_nb(rt, n_targets):
+    """Router-queue test: every target's in-flight prefill exceeds ``thr * budget`` (strict)."""
+    if rt.queue_thr < 0.0:
+        return False
+    limit = rt.queue_thr * rt.budget
+    for k in range(n_targets):
+        if not rt.pf[k] > limit:
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------- router queue
+@njit(cache=True, _nrt=False)
+def _q_less(rt, a, b):
+    if rt.qkey[a] != rt.qkey[b]:
+        return rt.qkey[a] < rt.qkey[b]
+    return rt.qseq[a] < rt.qseq[b]
+
+
+@njit(cache=True, _nrt=False)
+def queue_push_nb(rt, r, key):
+    """Queue request ``r`` with priority ``key`` (lower leaves first; enqueue order breaks ties)."""
+    h = rt.queue
+    rt.qkey[r] = key
+    rt.qseq[r] = rt.state[QSEQ]
+    rt.state[QSEQ] += 1
+    i = rt.state[NQUEUE]
+    rt.state[NQUEUE] += 1
+    h[i] = r
+    while i > 0:
+        par = (i - 1) >> 1
+        if _q_less(rt, h[i], h[par]):
+            h[i], h[par] = h[par], h[i]
+            i = par
+        else:
+            break
+
+
+@njit(cache=True, _nrt=False)
+def queue_pop_nb(rt):
+    """Remove and return the queue's first request."""
+    h = rt.queue
+    top = h[0]
+    n = rt.state[NQUEUE] - 1
+    rt.state[NQUEUE] = n
+    h[0] = h[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _q_less(rt, h[c + 1], h[c]):
+            c += 1
+        if _q_less(rt, h[c], h[i]):
+            h[i], h[c] = h[c], h[i]
+            i = c
+        else:
+            break
+    return top
