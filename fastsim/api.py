@@ -118,10 +118,18 @@ def _common(
     )
 
 
+def _cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms):
+    return dict(scaling_schedule=scaling_schedule, planner=planner,
+                planner_interval_ms=planner_interval_ms, max_workers=max_workers,
+                telemetry_interval_ms=telemetry_interval_ms)
+
+
 def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int = 1,
                       router_mode: str = "round_robin", replay_concurrency: Optional[int] = None,
                       max_sim_time_ms: Optional[float] = None, sla=(None, None, None),
-                      report_jsonl_path=None, router_config=None, seed: int = 0):
+                      report_jsonl_path=None, router_config=None, seed: int = 0,
+                      scaling_schedule=None, planner=None, planner_interval_ms=None,
+                      max_workers=None, telemetry_interval_ms=None):
     """Simulate an already-loaded :class:`Workload` (for sweeps that reuse one workload).
 
     ``engine_args`` is anything :meth:`EngineArgs.coerce` accepts. Writes ``report_jsonl_path`` if
@@ -139,6 +147,8 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
         workload, engine, num_workers=num_workers, router_mode=router_mode,
         replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms, sla=tuple(sla),
         router_config=RouterConfig.coerce(router_config), seed=seed,
+        scaling_schedule=scaling_schedule, planner=planner, planner_interval_ms=planner_interval_ms,
+        max_workers=max_workers, telemetry_interval_ms=telemetry_interval_ms,
     )
     if report_jsonl_path is not None:
         report.to_jsonl(os.fspath(report_jsonl_path))
@@ -173,6 +183,11 @@ def run_trace_replay(
     planner_config=None,
     benchmark_granularity: int = 8,
     seed: int = 0,
+    scaling_schedule=None,
+    planner=None,
+    planner_interval_ms: Optional[float] = None,
+    max_workers: Optional[int] = None,
+    telemetry_interval_ms: Optional[float] = None,
     **unsupported: Any,
 ):
     """Replay a trace file offline (Dynamo's ``run_trace_replay``); returns a ``Report``.
@@ -188,6 +203,12 @@ def run_trace_replay(
     ``router_mode="kv_router"`` routes by KV overlap and load (``router_config``: Dynamo's
     ``KvRouterConfig`` fields); its exact-cost ties, random in Dynamo, are broken by a generator
     seeded with ``seed`` (a fastsim extension), so a seed gives bit-identical results.
+
+    fastsim extensions for clusters that change over time: ``scaling_schedule``
+    (``[[t_ms, workers], ...]``, new workers start in ``startup_time`` seconds of the engine args),
+    ``planner`` (a callable given a :class:`fastsim.sim.PlannerState` every ``planner_interval_ms``,
+    returning a target worker count or None; at most ``max_workers``), and
+    ``telemetry_interval_ms`` (per-worker samples in ``Report.workers``).
 
     Not supported yet (NotSupportedError): ``replay_mode="online"``, disaggregated engine args, ``aic_perf_config``, ``planner_config``,
     ``model_name``, the agentic/delta/dynamo trace formats and their ``trace_*_prefix_*`` options.
@@ -232,7 +253,8 @@ def run_trace_replay(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
-        router_config=opts["router_config"], seed=seed,
+        router_config=opts["router_config"], seed=seed, **_cluster_kw(
+            scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms),
     )
 
 
@@ -269,6 +291,11 @@ def run_synthetic_trace_replay(
     report_jsonl_path=None,
     max_sim_time_ms: Optional[float] = None,
     seed: int = 0,
+    scaling_schedule=None,
+    planner=None,
+    planner_interval_ms: Optional[float] = None,
+    max_workers: Optional[int] = None,
+    telemetry_interval_ms: Optional[float] = None,
     **unsupported: Any,
 ):
     """Replay a synthetic workload offline (Dynamo's ``run_synthetic_trace_replay``); returns a ``Report``.
@@ -306,5 +333,6 @@ def run_synthetic_trace_replay(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
-        router_config=opts["router_config"], seed=seed,
+        router_config=opts["router_config"], seed=seed, **_cluster_kw(
+            scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms),
     )

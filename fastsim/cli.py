@@ -69,6 +69,12 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--router-config", help="KV router configuration: a JSON object of Dynamo's KvRouterConfig fields")
     p.add_argument("--seed", type=int, default=0,
                    help="fastsim only: seed of the KV router's tie-breaking (Dynamo breaks ties at random)")
+    p.add_argument("--scaling-schedule", default=None,
+                   help="fastsim only: target worker counts over virtual time, JSON [[t_ms, workers], ...]")
+    p.add_argument("--telemetry-interval-ms", type=float, default=None,
+                   help="fastsim only: sample every worker's queues and KV usage at this interval")
+    p.add_argument("--report-workers", default=None,
+                   help="fastsim only: write the per-worker telemetry as CSV to this path")
     p.add_argument("--router-policy-config", default=None, help="not supported yet (router policies)")
     p.add_argument("--model-name", help="not supported yet (router policy profiles)")
     aic = p.add_argument_group("AIConfigurator options (not supported yet)")
@@ -228,6 +234,8 @@ def _cmd_replay(args) -> int:
         router_mode=args.router_mode,
         router_config=args.router_config,
         seed=args.seed,
+        scaling_schedule=args.scaling_schedule,
+        telemetry_interval_ms=args.telemetry_interval_ms,
         arrival_speedup_ratio=args.arrival_speedup_ratio,
         sla_ttft_ms=args.sla_ttft_ms,
         sla_itl_ms=args.sla_itl_ms,
@@ -264,6 +272,14 @@ def _cmd_replay(args) -> int:
     sys.stdout.write(report.format_table())
     sys.stdout.write("\n")
     sys.stdout.write(f"Saved full report to: {written if written is not None else path}\n")
+    if args.report_workers is not None:
+        if report.workers is None:
+            raise FastsimError("--report-workers needs --telemetry-interval-ms (the sampling interval)")
+        try:
+            report.workers.to_csv(args.report_workers, index=False)
+        except OSError as exc:
+            raise FastsimError(f"--report-workers: cannot write {args.report_workers}: {exc.strerror or exc}") from None
+        sys.stdout.write(f"Saved worker telemetry to: {args.report_workers}\n")
     return 0
 
 

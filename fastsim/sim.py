@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -171,37 +172,176 @@ def simulate(
     sla=(None, None, None),
     router_config=None,
     seed: int = 0,
-    _table: int | None = None,
+    scaling_schedule=None,
+    planner=None,
+    planner_interval_ms: float | None = None,
+    max_workers: int | None = None,
+    telemetry_interval_ms: float | None = None,
 ):
-    """Simulate ``workload`` on ``num_workers`` aggregated workers; returns a :class:`Report`.
+    """Simulate ``workload`` on a cluster of aggregated workers; returns a :class:`Report`.
 
-    ``router_mode`` is ``round_robin`` or ``kv_router`` (configured by ``router_config``, a
-    :class:`fastsim.router_config.RouterConfig`; ``seed`` drives its tie-breaking).
+    * ``router_mode``: ``round_robin`` or ``kv_router`` (configured by ``router_config``, a
+      :class:`fastsim.router_config.RouterConfig`; ``seed`` drives its tie-breaking).
+    * ``scaling_schedule``: ``[[t_ms, workers], ...]`` target worker counts over virtual time;
+      new workers take ``engine.startup_time`` seconds to start; scale-down cancels pending
+      startups first, then drains the highest-id workers.
+    * ``planner``: a callable ``planner(state) -> target or None`` called every
+      ``planner_interval_ms`` of virtual time with a :class:`PlannerState`; the compiled loop
+      returns to Python only at those ticks. ``max_workers`` bounds how many workers it may create.
+    * ``telemetry_interval_ms``: per-worker samples (``Report.workers``).
     """
-    from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import DEAD_END, TABLE_FULL, Cluster, Gaps, Sessions, run_loop_nb
-    from fastsim.kernels.scheduler import PassAcc, Ranks
-    from fastsim.kernels.stats import DD_NBINS
-    from fastsim.perf import load_perf_model
+    from fastsim.kernels.loop import DEAD_END, PLANNER_TICK, TABLE_FULL, TELEMETRY_FULL, run_loop_nb
     from fastsim.report import build_report
 
     if router_mode not in ("round_robin", "kv_router"):
         raise InputError(f"router_mode is {router_mode!r}; allowed: 'round_robin', 'kv_router'")
-    if num_workers < 1:
-        raise InputError(f"num_workers is {num_workers}; it must be a positive integer")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
+        raise InputError(f"num_workers is {num_workers!r}; it must be a positive integer")
     if replay_concurrency is not None and replay_concurrency < 1:
         raise InputError(f"replay_concurrency is {replay_concurrency}; it must be a positive integer")
+    schedule = _check_schedule(scaling_schedule)
+    if planner is not None and not callable(planner):
+        raise InputError("planner must be a callable planner(state) -> target worker count or None")
+    if planner is not None and (planner_interval_ms is None or not planner_interval_ms > 0):
+        raise InputError("planner needs planner_interval_ms > 0 (how often it is called, in virtual ms)")
+    if telemetry_interval_ms is not None and not telemetry_interval_ms > 0:
+        raise InputError(f"telemetry_interval_ms is {telemetry_interval_ms!r}; it must be > 0")
 
     _load_kernels()
     t0 = time.perf_counter()
     dp = max(int(engine.dp_size or 1), 1)
+    if planner is not None:
+        g_cap = int(max_workers or 4 * num_workers)
+        if g_cap < num_workers:
+            raise InputError(f"max_workers ({max_workers}) is below num_workers ({num_workers})")
+    else:
+        # every worker ever created gets a row: the initial ones plus each scale-up step
+        g_cap, cur = int(num_workers), int(num_workers)
+        for _, target in schedule:
+            g_cap += max(0, target - cur)
+            cur = target
+    dynamic = bool(schedule) or planner is not None
+    single_path = num_workers == 1 and dp == 1 and not dynamic
+    if router_mode == "kv_router" and num_workers * dp < 2 and not dynamic:
+        raise InputError(
+            "offline replay only supports router_mode=kv_router with more than one worker/DP-rank target"
+        )
+    st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
+                      single_path, schedule, planner_interval_ms, telemetry_interval_ms)
+    table = _initial_table_size(workload, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
+    while True:
+        rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed)
+        out = np.zeros(4)
+        while True:
+            status = run_loop_nb(st.params, st.perf, st.pool, st.rq, st.rk, st.ss, st.cl, st.gaps,
+                                 rt, st.fl, st.pa, out)
+            if status == TELEMETRY_FULL:
+                st = st._replace(fl=_grow_telemetry(st.fl))
+            elif status == PLANNER_TICK:
+                target = planner(PlannerState.of(st, float(out[1])))
+                if target is not None:
+                    if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or target < 1:
+                        raise InputError(f"planner returned {target!r}; it must be a positive worker count or None")
+                    st.fl.fs[7] = min(int(target), g_cap)
+            else:
+                break
+        if status != TABLE_FULL:
+            break
+        # The router's table of active prompt blocks filled up: start again with a larger one.
+        table *= 4
+        st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
+                          single_path, schedule, planner_interval_ms, telemetry_interval_ms)
+    wall_ms = (time.perf_counter() - t0) * 1000.0
+
+    if status == DEAD_END:
+        remaining = int(st.cl.state[5] - st.cl.state[6])
+        raise DeadEndError(
+            f"offline replay reached a dead end with {remaining} in-flight requests remaining "
+            "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
+            "chunked prefill disabled, or a request whose KV footprint can never fit)"
+        )
+    report = build_report(
+        _request_columns(st.rq, workload, dp, single_path),
+        _gap_columns(st.gaps),
+        {
+            "num_workers": num_workers,
+            "single_path": single_path,
+            "decode_worker_seconds": float(out[0]),
+            "prefill_worker_seconds": 0.0,
+            "prefill_gpus_per_worker": 0,
+            "decode_gpus_per_worker": dp,
+            "wall_time_ms": wall_ms,
+            "sla_ttft_ms": sla[0],
+            "sla_itl_ms": sla[1],
+            "sla_e2e_ms": sla[2],
+        },
+    )
+    report.workers = _telemetry_frame(st.fl) if telemetry_interval_ms else None
+    report.fleet = _fleet_frame(st.fl)
+    return report
+
+
+def _check_schedule(schedule):
+    """Validate ``[[t_ms, workers], ...]`` (ascending times, positive counts)."""
+    if schedule is None:
+        return []
+    if isinstance(schedule, str):
+        import json
+
+        try:
+            schedule = json.loads(schedule)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"scaling schedule: malformed JSON at char {exc.pos}: {exc.msg}") from None
+    out, last = [], -np.inf
+    try:
+        items = list(schedule)
+    except TypeError:
+        raise InputError("scaling schedule must be a list of [time_ms, workers] pairs") from None
+    for i, item in enumerate(items):
+        try:
+            t, n = item
+        except (TypeError, ValueError):
+            raise InputError(f"scaling schedule entry {i} is {item!r}; it must be [time_ms, workers]") from None
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t) or t < 0:
+            raise InputError(f"scaling schedule entry {i}: time {t!r} must be a finite number >= 0 (ms)")
+        if t < last:
+            raise InputError(f"scaling schedule entry {i}: times must be ascending ({t} after {last})")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InputError(f"scaling schedule entry {i}: workers {n!r} must be a positive integer")
+        out.append((float(t), int(n)))
+        last = t
+    return out
+
+
+class _State(NamedTuple):
+    n: int
+    params: object
+    perf: object
+    pool: object
+    rq: object
+    rk: object
+    ss: object
+    cl: object
+    gaps: object
+    fl: object
+    pa: object
+
+
+def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
+                 single_path, schedule, planner_interval_ms, telemetry_interval_ms):
+    """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each)."""
+    from fastsim.kernels.fleet import ACTIVE, Fleet
+    from fastsim.kernels.kvpool import make_pool
+    from fastsim.kernels.loop import Cluster, Gaps, Sessions
+    from fastsim.kernels.scheduler import PassAcc, Ranks
+    from fastsim.kernels.stats import DD_NBINS
+    from fastsim.perf import load_perf_model
+
     params = _engine_params(engine)
     perf = load_perf_model(engine.planner_profile_data)
     n = int(workload.isl.shape[0])
-    n_groups = int(num_workers)
-    n_ranks = n_groups * dp
+    n_ranks = g_cap * dp
     bs = params.block_size
-
     key_ptr, keys = _block_keys(workload, bs)
     rq = _requests(workload, key_ptr, keys)
     pool = make_pool(n_ranks, params.cap)
@@ -213,7 +353,6 @@ def simulate(
         n_run=np.zeros(n_ranks, dtype=np.int64),
         n_wait=np.zeros(n_ranks, dtype=np.int64),
     )
-    n_sess = int(workload.session_ptr.shape[0] - 1)
     concurrency = int(replay_concurrency or 0)
     order = (
         np.zeros(0, dtype=np.int64)
@@ -231,23 +370,18 @@ def simulate(
         ready_at=np.full(n, np.nan),
         heap=np.zeros(max(n, 1), dtype=np.int64),
     )
-    single_path = n_groups == 1 and dp == 1
-    if router_mode == "kv_router" and n_ranks < 2:
-        raise InputError(
-            "offline replay only supports router_mode=kv_router with more than one worker/DP-rank target"
-        )
     cl = Cluster(
         dp=dp,
         concurrency=concurrency,
         single_path=single_path,
         max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
-        busy=np.zeros(n_groups, dtype=np.bool_),
-        stalled=np.zeros(n_groups, dtype=np.bool_),
-        pass_end=np.zeros(n_groups),
-        pend_head=np.full(n_groups, -1, dtype=np.int32),
-        pend_tail=np.full(n_groups, -1, dtype=np.int32),
-        wctr=np.zeros(n_groups, dtype=np.int64),
-        cheap=np.zeros(n_groups, dtype=np.int64),
+        busy=np.zeros(g_cap, dtype=np.bool_),
+        stalled=np.zeros(g_cap, dtype=np.bool_),
+        pass_end=np.zeros(g_cap),
+        pend_head=np.full(g_cap, -1, dtype=np.int32),
+        pend_tail=np.full(g_cap, -1, dtype=np.int32),
+        wctr=np.zeros(g_cap, dtype=np.int64),
+        cheap=np.zeros(g_cap, dtype=np.int64),
         state=np.zeros(8, dtype=np.int64),
     )
     gaps = Gaps(
@@ -258,6 +392,32 @@ def simulate(
         otpu_n=np.zeros(1, dtype=np.int64),
         otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
     )
+    gstate = np.zeros(g_cap, dtype=np.int8)
+    gstate[:num_workers] = ACTIVE
+    fs = np.zeros(10, dtype=np.int64)
+    fs[:3] = num_workers  # created, active, live
+    fs[7] = -1  # no pending planner target
+    tel_cap = 4096 if telemetry_interval_ms else 0
+    startup = engine.startup_time
+    fl = Fleet(
+        startup_ms=float(startup) * 1000.0 if startup else 0.0,
+        planner_ms=float(planner_interval_ms or 0.0),
+        tel_ms=float(telemetry_interval_ms or 0.0),
+        gstate=gstate,
+        ready_at=np.full(g_cap, np.inf),
+        passes=np.zeros(g_cap, dtype=np.int64),
+        sched_t=np.array([t for t, _ in schedule], dtype=np.float64),
+        sched_n=np.array([c for _, c in schedule], dtype=np.int64),
+        tel_t=np.zeros(tel_cap),
+        tel_w=np.zeros(tel_cap, dtype=np.int32),
+        tel_run=np.zeros(tel_cap, dtype=np.int32),
+        tel_wait=np.zeros(tel_cap, dtype=np.int32),
+        tel_kv=np.zeros(tel_cap, dtype=np.int32),
+        tel_cached=np.zeros(tel_cap, dtype=np.int32),
+        tel_passes=np.zeros(tel_cap, dtype=np.int64),
+        fs=fs,
+        ff=np.array([0.0, float(planner_interval_ms or 0.0), 0.0, 0.0]),
+    )
     max_blocks = int(((workload.isl + workload.osl).max() if n else 1) // bs + 2)
     emit_cap = dp * min(params.max_seqs, max(n, 1)) + 1
     pa = PassAcc(
@@ -266,42 +426,81 @@ def simulate(
         emit=np.zeros(emit_cap, dtype=np.int32),
         emit_n=np.zeros(1, dtype=np.int64),
     )
-    out = np.zeros(4)
-    table = _table or (_initial_table_size(workload, bs, n_ranks) if router_mode == "kv_router" else 1)
-    rt = _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed)
-    status = run_loop_nb(params, perf, pool, rq, rk, ss, cl, gaps, rt, pa, out)
-    if status == TABLE_FULL:
-        # The router's table of active prompt blocks filled up: start again with a larger one.
-        return simulate(
-            workload, engine, num_workers=num_workers, router_mode=router_mode,
-            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms, sla=sla,
-            router_config=router_config, seed=seed, _table=table * 4,
-        )
-    wall_ms = (time.perf_counter() - t0) * 1000.0
+    return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)
 
-    if status == DEAD_END:
-        remaining = int(cl.state[5] - cl.state[6])
-        raise DeadEndError(
-            f"offline replay reached a dead end with {remaining} in-flight requests remaining "
-            "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
-            "chunked prefill disabled, or a request whose KV footprint can never fit)"
+
+def _grow_telemetry(fl):
+    """Twice the telemetry capacity, keeping the rows recorded so far."""
+    def grow(a):
+        b = np.zeros(max(2 * a.shape[0], 4096), dtype=a.dtype)
+        b[: a.shape[0]] = a
+        return b
+
+    return fl._replace(**{f: grow(getattr(fl, f)) for f in
+                          ("tel_t", "tel_w", "tel_run", "tel_wait", "tel_kv", "tel_cached", "tel_passes")})
+
+
+def _telemetry_frame(fl):
+    import pandas as pd
+
+    n = int(fl.fs[6])
+    return pd.DataFrame({
+        "time_ms": fl.tel_t[:n].copy(),
+        "worker": fl.tel_w[:n].astype(np.int64),
+        "running": fl.tel_run[:n].astype(np.int64),
+        "waiting": fl.tel_wait[:n].astype(np.int64),
+        "kv_blocks_used": fl.tel_kv[:n].astype(np.int64),
+        "kv_blocks_cached": fl.tel_cached[:n].astype(np.int64),
+        "passes": fl.tel_passes[:n].copy(),
+    })
+
+
+_GSTATE_NAMES = {0: "unused", 1: "starting", 2: "active", 3: "draining", 4: "retired", 5: "cancelled"}
+
+
+def _fleet_frame(fl):
+    """One row per worker ever created: its final state and passes run."""
+    import pandas as pd
+
+    n = int(fl.fs[0])
+    return pd.DataFrame({
+        "worker": np.arange(n),
+        "state": [_GSTATE_NAMES[int(x)] for x in fl.gstate[:n]],
+        "passes": fl.passes[:n].copy(),
+    })
+
+
+class PlannerState(NamedTuple):
+    """What a planner callable sees at a tick (totals over the live workers)."""
+
+    now_ms: float
+    active_workers: int
+    starting_workers: int
+    draining_workers: int
+    running: int
+    waiting: int
+    kv_blocks_used: int
+    arrived: int
+    finished: int
+
+    @classmethod
+    def of(cls, st, now_ms):
+        from fastsim.kernels.kvpool import NACTIVE
+
+        fl, cl, rk = st.fl, st.cl, st.rk
+        live = np.isin(fl.gstate, (1, 2, 3))
+        ranks = np.repeat(live, cl.dp)
+        return cls(
+            now_ms=now_ms,
+            active_workers=int(fl.fs[1]),
+            starting_workers=int(fl.fs[3]),
+            draining_workers=int(fl.fs[4]),
+            running=int(rk.n_run[ranks].sum()),
+            waiting=int(rk.n_wait[ranks].sum()),
+            kv_blocks_used=int(st.pool.meta[ranks, NACTIVE].sum()),
+            arrived=int(cl.state[5]),
+            finished=int(cl.state[6]),
         )
-    return build_report(
-        _request_columns(rq, workload, dp, single_path),
-        _gap_columns(gaps),
-        {
-            "num_workers": n_groups,
-            "single_path": single_path,
-            "decode_worker_seconds": float(out[0]),
-            "prefill_worker_seconds": 0.0,
-            "prefill_gpus_per_worker": 0,
-            "decode_gpus_per_worker": dp,
-            "wall_time_ms": wall_ms,
-            "sla_ttft_ms": sla[0],
-            "sla_itl_ms": sla[1],
-            "sla_e2e_ms": sla[2],
-        },
-    )
 
 
 def _request_columns(rq, workload, dp, single_path):

@@ -20,6 +20,24 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from fastsim.kernels.fleet import (
+    ACTIVE,
+    DRAINING,
+    NACT,
+    NCREATED,
+    NEXTPLAN,
+    NEXTTEL,
+    NLIVE,
+    SCHEDPOS,
+    STARTED,
+    TARGET,
+    apply_target_nb,
+    mark_ready_nb,
+    next_fleet_event_nb,
+    nth_active_nb,
+    retire_drained_nb,
+    sample_nb,
+)
 from fastsim.kernels.router import (
     FCFS,
     KV_ROUTER,
@@ -43,7 +61,7 @@ from fastsim.kernels.scheduler import (
 )
 from fastsim.kernels.stats import dd_insert_nb
 
-OK, DEAD_END, SIM_CAP, TABLE_FULL = 0, 1, 2, 3
+OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK = 0, 1, 2, 3, 4, 5
 
 
 class Sessions(NamedTuple):
@@ -283,7 +301,7 @@ def _fill_prompt_keys(rq, r, bs, kbuf):
 
 
 @njit(cache=True, _nrt=False)
-def _complete_group(p, pool, rq, rk, ss, cl, rt, pa, g, t):
+def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
     """Apply the visible effects of group ``g``'s pass ending at ``t``: router load releases,
     terminals (session follow-ups, closed-loop backfill), then router-queue releases."""
     if rt.mode == KV_ROUTER:
@@ -310,16 +328,16 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, pa, g, t):
     if rt.mode == KV_ROUTER:
         n_targets = rk.n_run.shape[0]
         while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
-            _dispatch_kv(p, pool, rq, rk, cl, rt, pa, queue_pop_nb(rt))
+            _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
 
 
 @njit(cache=True, _nrt=False)
-def _dispatch_kv(p, pool, rq, rk, cl, rt, pa, r):
+def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     """Route request ``r`` to the cheapest target now and submit it there."""
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
     nfull = _fill_prompt_keys(rq, r, bs, pa.kbuf)
-    score_targets_nb(rt, pool, pa.kbuf, nfull, rq.isl[r], bs, n_targets)
+    score_targets_nb(rt, pool, pa.kbuf, nfull, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, rq.isl[r], bs, r, k)
     enqueue_waiting_nb(rq, rk, k, r)
@@ -327,7 +345,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, pa, r):
 
 
 @njit(cache=True, _nrt=False)
-def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, g, now):
+def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     """Run one pass on every rank of group ``g`` that has work. Returns True if anything changed."""
     dp = cl.dp
     k0 = g * dp
@@ -338,6 +356,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, g, now):
             break
     if not has_work:
         return False
+    fl.passes[g] += 1
     cl.state[PASSID] += 1
     pid = cl.state[PASSID]
     pa.emit_n[0] = 0
@@ -359,14 +378,14 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, g, now):
         _grp_push(cl, g)
         return True
     if progress:
-        _complete_group(p, pool, rq, rk, ss, cl, rt, pa, g, now)
+        _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now)
         return True
     cl.stalled[g] = True  # nothing can change here until new work is routed to this group
     return False
 
 
 @njit(cache=True, _nrt=False)
-def _route(p, pool, rq, rk, cl, rt, pa, r, now):
+def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     """Send an arriving request to a target: round robin, or kv_router (maybe via its queue)."""
     if rt.mode == KV_ROUTER:
         n_targets = rk.n_run.shape[0]
@@ -378,7 +397,7 @@ def _route(p, pool, rq, rk, cl, rt, pa, r, now):
             else:  # wspt: smallest uncached prompt first
                 bs = p.block_size
                 nfull = _fill_prompt_keys(rq, r, bs, pa.kbuf)
-                score_targets_nb(rt, pool, pa.kbuf, nfull, rq.isl[r], bs, n_targets)
+                score_targets_nb(rt, pool, pa.kbuf, nfull, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
                 best = 0
                 for k in range(n_targets):
                     if rt.overlap[k] > best:
@@ -386,11 +405,12 @@ def _route(p, pool, rq, rk, cl, rt, pa, r, now):
                 key = float(max(rq.isl[r] - best * bs, 1))
             queue_push_nb(rt, r, key)
             return
-        _dispatch_kv(p, pool, rq, rk, cl, rt, pa, r)
+        _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r)
         return
-    n_groups = cl.busy.shape[0]
-    w = cl.state[RR] % n_groups
-    cl.state[RR] += 1
+    # Dynamo's next_worker: idx = counter % len(active); counter = idx + 1; then the worker's rank
+    idx = cl.state[RR] % fl.fs[NACT]
+    cl.state[RR] = idx + 1
+    w = nth_active_nb(fl, idx)
     k = w * cl.dp + cl.wctr[w] % cl.dp
     cl.wctr[w] += 1
     enqueue_waiting_nb(rq, rk, k, r)
@@ -398,14 +418,24 @@ def _route(p, pool, rq, rk, cl, rt, pa, r, now):
 
 
 @njit(cache=True, _nrt=False)
-def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, now):
+def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
+    """Process everything due at ``now`` until nothing changes (the tick phases, in order)."""
     while True:
         changed = False
+        # 1. pass completions
         while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
             g = _grp_pop(cl)
             cl.busy[g] = False
-            _complete_group(p, pool, rq, rk, ss, cl, rt, pa, g, cl.pass_end[g])
+            _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, cl.pass_end[g])
             changed = True
+        # 2. workers that finished starting
+        if mark_ready_nb(fl, now):
+            changed = True
+            if rt.mode == KV_ROUTER:
+                n_targets = rk.n_run.shape[0]
+                while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
+                    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
+        # 3. arrivals
         while True:
             r = _next_arrival(ss, cl)
             if r < 0 or ss.ready_at[r] > now:
@@ -416,42 +446,59 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, now):
                 cl.state[STATIC] += 1
             rq.arrival[r] = ss.ready_at[r]
             cl.state[NARRIVED] += 1
-            _route(p, pool, rq, rk, cl, rt, pa, r, now)
+            _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
             changed = True
-        for g in range(cl.busy.shape[0]):
-            if not cl.busy[g] and not cl.stalled[g]:
-                if _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, g, now):
+        # 4. ready groups, lowest id first
+        for g in range(fl.fs[NCREATED]):
+            st = fl.gstate[g]
+            if (st == ACTIVE or st == DRAINING) and not cl.busy[g] and not cl.stalled[g]:
+                if _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
                     changed = True
+        # 5. retire drained workers
+        if retire_drained_nb(fl, cl.busy, rk.n_run, rk.n_wait, cl.dp):
+            changed = True
+        # 6. scaling decisions last: they see a settled timestamp
+        while fl.fs[SCHEDPOS] < fl.sched_t.shape[0] and fl.sched_t[fl.fs[SCHEDPOS]] <= now:
+            apply_target_nb(fl, now, fl.sched_n[fl.fs[SCHEDPOS]])
+            fl.fs[SCHEDPOS] += 1
+            changed = True
         if not changed:
             return
 
 
 @njit(cache=True, _nrt=False)
-def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, out):
-    """Run the simulation to the end. ``out`` (float64[4]) receives [worker_seconds, now, -, -].
+def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
+    """Run the simulation until it ends or pauses. ``out`` (float64[4]) holds [worker_seconds, now].
 
-    Returns OK, DEAD_END (no future event while requests are unfinished), SIM_CAP, or TABLE_FULL
-    (the router's block table was too small: the caller re-runs with a larger one).
+    Returns OK, DEAD_END (no future event while requests are unfinished), SIM_CAP, TABLE_FULL (the
+    router's block table was too small: re-run with a larger one), or a pause the caller resumes by
+    calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers) or PLANNER_TICK
+    (a planner may set ``fl.fs[TARGET]``).
     """
     n_rows = rq.isl.shape[0]
-    n_groups = cl.busy.shape[0]
-    if cl.concurrency > 0:
-        n_sess = ss.ptr.shape[0] - 1
-        first = min(cl.concurrency, n_sess)
-        for s in range(first):
-            _activate_session(ss, cl, s, 0.0)
-        cl.state[NEXTSESS] = first
-    else:
-        for i in range(ss.order.shape[0]):
-            s = ss.order[i]
-            ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
-    now = 0.0
-    ws = 0.0
+    ws = out[0]
+    now = out[1]
+    if fl.fs[STARTED] == 0:
+        fl.fs[STARTED] = 1
+        if cl.concurrency > 0:
+            n_sess = ss.ptr.shape[0] - 1
+            first = min(cl.concurrency, n_sess)
+            for s in range(first):
+                _activate_session(ss, cl, s, 0.0)
+            cl.state[NEXTSESS] = first
+        else:
+            for i in range(ss.order.shape[0]):
+                s = ss.order[i]
+                ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
+        _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
+    elif fl.fs[TARGET] >= 0:
+        apply_target_nb(fl, now, fl.fs[TARGET])
+        fl.fs[TARGET] = -1
+        _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
     status = OK
-    _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, now)
     while cl.state[NDONE] < n_rows:
-        t = np.inf
-        if cl.state[NCHEAP] > 0:
+        t = next_fleet_event_nb(fl)
+        if cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] < t:
             t = cl.pass_end[cl.cheap[0]]
         r = _next_arrival(ss, cl)
         if r >= 0 and ss.ready_at[r] < t:
@@ -459,18 +506,30 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, out):
         if t == np.inf:
             status = DEAD_END
             break
+        # telemetry: the state is constant between events, so ticks in [now, t) see it as it is now
+        while fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < t:
+            if not sample_nb(fl, pool, rk.n_run, rk.n_wait, cl.dp, fl.ff[NEXTTEL]):
+                status = TELEMETRY_FULL
+                break
+            fl.ff[NEXTTEL] += fl.tel_ms
+        if status == TELEMETRY_FULL:
+            break
         if cl.max_sim_time >= 0.0 and t > cl.max_sim_time:
             status = SIM_CAP
             if cl.single_path:
                 # Dynamo's single-worker runtime still processes the first event beyond the cap.
                 now = t
-                _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, now)
+                _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
             break
-        ws += n_groups * (t - now) / 1000.0
+        ws += fl.fs[NLIVE] * (t - now) / 1000.0
         now = t
-        _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, pa, now)
+        _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
         if rt.state[1] != 0:
             status = TABLE_FULL
+            break
+        if fl.planner_ms > 0.0 and fl.ff[NEXTPLAN] <= now:
+            fl.ff[NEXTPLAN] = now + fl.planner_ms
+            status = PLANNER_TICK
             break
     out[0] = ws
     out[1] = now

@@ -150,9 +150,16 @@ def _union_prefix(rt, rank, keys, n):
 
 # ----------------------------------------------------------------------------- decisions
 @njit(cache=True, _nrt=False)
-def score_targets_nb(rt, pool, keys, nfull, isl, bs, n_targets):
-    """Fill ``rt.cost`` and ``rt.overlap`` for a request with full prompt blocks ``keys[:nfull]``."""
+def score_targets_nb(rt, pool, keys, nfull, isl, bs, n_targets, gstate, dp):
+    """Fill ``rt.cost`` and ``rt.overlap`` for a request with full prompt blocks ``keys[:nfull]``.
+
+    Ranks of workers that are not active (starting, draining, retired) get an infinite cost.
+    """
     for k in range(n_targets):
+        if gstate[k // dp] != 2:  # fleet.ACTIVE
+            rt.cost[k] = np.inf
+            rt.overlap[k] = 0
+            continue
         overlap = match_prefix_nb(pool, k, keys, nfull)[0]
         rt.overlap[k] = overlap
         pf = rt.pf[k] if rt.track_prefill else 0
@@ -173,26 +180,31 @@ def score_targets_nb(rt, pool, keys, nfull, isl, bs, n_targets):
 def choose_target_nb(rt, n_targets):
     """Lowest cost (seeded uniform tie-break) at T = 0, normalised softmax sampling at T > 0."""
     cost = rt.cost
-    lo = cost[0]
-    hi = cost[0]
-    for k in range(1, n_targets):
-        if cost[k] < lo:
-            lo = cost[k]
-        if cost[k] > hi:
-            hi = cost[k]
+    lo = np.inf
+    hi = -np.inf
+    n_ok = 0
+    for k in range(n_targets):
+        if cost[k] < np.inf:
+            n_ok += 1
+            if cost[k] < lo:
+                lo = cost[k]
+            if cost[k] > hi:
+                hi = cost[k]
     if rt.temperature > 0.0 and hi > lo:
         total = 0.0
         for k in range(n_targets):
-            total += np.exp(-(cost[k] - lo) / ((hi - lo) * rt.temperature))
+            if cost[k] < np.inf:
+                total += np.exp(-(cost[k] - lo) / ((hi - lo) * rt.temperature))
         u = _uniform(rt.rng) * total
         acc = 0.0
+        last = 0
         for k in range(n_targets):
-            acc += np.exp(-(cost[k] - lo) / ((hi - lo) * rt.temperature))
-            if u < acc:
-                return k
-        return n_targets - 1
-    if rt.temperature > 0.0:
-        return np.int64(_next_u64(rt.rng) % np.uint64(n_targets))
+            if cost[k] < np.inf:
+                acc += np.exp(-(cost[k] - lo) / ((hi - lo) * rt.temperature))
+                last = k
+                if u < acc:
+                    return k
+        return last
     n_ties = 0
     for k in range(n_targets):
         if cost[k] == lo:

@@ -1,0 +1,190 @@
+"""Worker lifecycle (autoscaling) and per-worker telemetry, in compiled code.
+
+Dynamo 1.4.2's ``EngineComponent`` scaling rules (notes 7 "Scaling", 10; conformance C13, C14):
+
+* worker ids are stable and never reused; a new worker takes the next id and the next ``dp`` rank
+  ids; removed workers keep their rows (tombstones);
+* ``apply_target(n)``: with ``effective = active + starting``, add ``n - effective`` workers
+  (starting for ``startup_time`` if set, else active at once), or remove ``effective - n``:
+  cancel pending startups first (highest ids, tombstoned at once), then mark the highest-id active
+  workers as draining (no new requests; they finish their work and are then retired);
+* a worker that finished starting becomes active (a cancelled worker's "ready" is ignored);
+* worker-seconds integrate the live workers (active + starting + draining).
+
+Telemetry samples every live worker at fixed virtual-time ticks: running and waiting requests,
+KV blocks in use and cached, passes run so far.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from fastsim.kernels.kvpool import NACTIVE, NINACTIVE
+
+UNUSED, STARTING, ACTIVE, DRAINING, RETIRED, CANCELLED = 0, 1, 2, 3, 4, 5
+# fs slots
+NCREATED, NACT, NLIVE, NSTARTING, NDRAINING, SCHEDPOS, TELN, TARGET, STARTED = 0, 1, 2, 3, 4, 5, 6, 7, 8
+# ff slots
+NEXTTEL, NEXTPLAN = 0, 1
+
+
+class Fleet(NamedTuple):
+    """Worker states, scaling schedule and telemetry buffers."""
+
+    startup_ms: float  # <= 0: workers start at once
+    planner_ms: float  # <= 0: no planner ticks
+    tel_ms: float  # <= 0: no telemetry
+    gstate: np.ndarray  # int8[G]
+    ready_at: np.ndarray  # float64[G]
+    passes: np.ndarray  # int64[G]
+    sched_t: np.ndarray  # float64[K]: scaling schedule times (ms), ascending
+    sched_n: np.ndarray  # int64[K]: target worker counts
+    tel_t: np.ndarray  # float64[C]
+    tel_w: np.ndarray  # int32[C]
+    tel_run: np.ndarray  # int32[C]
+    tel_wait: np.ndarray  # int32[C]
+    tel_kv: np.ndarray  # int32[C]
+    tel_cached: np.ndarray  # int32[C]
+    tel_passes: np.ndarray  # int64[C]
+    fs: np.ndarray  # int64[10]
+    ff: np.ndarray  # float64[4]
+
+
+@njit(cache=True, _nrt=False)
+def nth_active_nb(fl, idx):
+    """Id of the ``idx``-th active worker in ascending id order."""
+    if fl.fs[NCREATED] == fl.fs[NACT]:
+        return idx  # nothing was ever added late or removed: ids are dense
+    c = 0
+    for g in range(fl.fs[NCREATED]):
+        if fl.gstate[g] == ACTIVE:
+            if c == idx:
+                return g
+            c += 1
+    return -1
+
+
+@njit(cache=True, _nrt=False)
+def apply_target_nb(fl, now, target):
+    """Scale toward ``target`` workers (Dynamo's ``apply_target_count``). Returns True if changed."""
+    effective = fl.fs[NACT] + fl.fs[NSTARTING]
+    if target > effective:
+        for _ in range(target - effective):
+            g = fl.fs[NCREATED]
+            if g >= fl.gstate.shape[0]:
+                return True  # capacity exhausted: the Python layer sized it from the schedule
+            fl.fs[NCREATED] += 1
+            fl.fs[NLIVE] += 1
+            if fl.startup_ms > 0.0:
+                fl.gstate[g] = STARTING
+                fl.ready_at[g] = now + fl.startup_ms
+                fl.fs[NSTARTING] += 1
+            else:
+                fl.gstate[g] = ACTIVE
+                fl.fs[NACT] += 1
+        return True
+    if target >= effective:
+        return False
+    excess = effective - target
+    for g in range(fl.fs[NCREATED] - 1, -1, -1):
+        if excess == 0:
+            break
+        if fl.gstate[g] == STARTING:
+            fl.gstate[g] = CANCELLED
+            fl.fs[NSTARTING] -= 1
+            fl.fs[NLIVE] -= 1
+            excess -= 1
+    for g in range(fl.fs[NCREATED] - 1, -1, -1):
+        if excess == 0:
+            break
+        if fl.gstate[g] == ACTIVE:
+            fl.gstate[g] = DRAINING
+            fl.fs[NACT] -= 1
+            fl.fs[NDRAINING] += 1
+            excess -= 1
+    return True
+
+
+@njit(cache=True, _nrt=False)
+def mark_ready_nb(fl, now):
+    """Workers whose startup has elapsed become active. Returns True if any did."""
+    if fl.fs[NSTARTING] == 0:
+        return False
+    changed = False
+    for g in range(fl.fs[NCREATED]):
+        if fl.gstate[g] == STARTING and fl.ready_at[g] <= now:
+            fl.gstate[g] = ACTIVE
+            fl.fs[NSTARTING] -= 1
+            fl.fs[NACT] += 1
+            changed = True
+    return changed
+
+
+@njit(cache=True, _nrt=False)
+def retire_drained_nb(fl, busy, n_run, n_wait, dp):
+    """Draining workers with no work left are retired (tombstoned). Returns True if any were."""
+    if fl.fs[NDRAINING] == 0:
+        return False
+    changed = False
+    for g in range(fl.fs[NCREATED]):
+        if fl.gstate[g] != DRAINING or busy[g]:
+            continue
+        empty = True
+        for k in range(g * dp, (g + 1) * dp):
+            if n_run[k] + n_wait[k] > 0:
+                empty = False
+                break
+        if empty:
+            fl.gstate[g] = RETIRED
+            fl.fs[NDRAINING] -= 1
+            fl.fs[NLIVE] -= 1
+            changed = True
+    return changed
+
+
+@njit(cache=True, _nrt=False)
+def next_fleet_event_nb(fl):
+    """Earliest pending startup completion, scheduled scaling step or planner tick (inf if none)."""
+    t = np.inf
+    if fl.fs[NSTARTING] > 0:
+        for g in range(fl.fs[NCREATED]):
+            if fl.gstate[g] == STARTING and fl.ready_at[g] < t:
+                t = fl.ready_at[g]
+    pos = fl.fs[SCHEDPOS]
+    if pos < fl.sched_t.shape[0] and fl.sched_t[pos] < t:
+        t = fl.sched_t[pos]
+    if fl.planner_ms > 0.0 and fl.ff[NEXTPLAN] < t:
+        t = fl.ff[NEXTPLAN]
+    return t
+
+
+@njit(cache=True, _nrt=False)
+def sample_nb(fl, pool, n_run, n_wait, dp, t):
+    """Record one telemetry row per live worker at time ``t``; False if the buffers are full."""
+    n = fl.fs[TELN]
+    if n + fl.fs[NLIVE] > fl.tel_t.shape[0]:
+        return False
+    for g in range(fl.fs[NCREATED]):
+        st = fl.gstate[g]
+        if st != ACTIVE and st != DRAINING and st != STARTING:
+            continue
+        run = 0
+        wait = 0
+        kv = 0
+        cached = 0
+        for k in range(g * dp, (g + 1) * dp):
+            run += n_run[k]
+            wait += n_wait[k]
+            kv += pool.meta[k, NACTIVE]
+            cached += pool.meta[k, NINACTIVE]
+        fl.tel_t[n] = t
+        fl.tel_w[n] = g
+        fl.tel_run[n] = run
+        fl.tel_wait[n] = wait
+        fl.tel_kv[n] = kv
+        fl.tel_cached[n] = cached
+        fl.tel_passes[n] = fl.passes[g]
+        n += 1
+    fl.fs[TELN] = n
+    return True
