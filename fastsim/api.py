@@ -77,10 +77,10 @@ def _common(
         raise NotSupportedError("planner_config (planner-in-the-loop replay) is not supported yet by fastsim")
     if benchmark_granularity != 8:
         raise InputError("benchmark_granularity only applies with planner_config, which fastsim does not support yet")
-    if prefill_engine_args is not None or decode_engine_args is not None:
-        raise NotSupportedError(
-            "disaggregated replay (prefill_engine_args / decode_engine_args) is not supported yet by fastsim"
-        )
+    disagg = prefill_engine_args is not None or decode_engine_args is not None
+    if disagg and (prefill_engine_args is None or decode_engine_args is None):
+        missing = "decode_engine_args" if decode_engine_args is None else "prefill_engine_args"
+        raise InputError(f"disaggregated replay needs both prefill_engine_args and decode_engine_args ({missing} is missing)")
     from fastsim.router_config import RouterConfig
 
     router = RouterConfig.coerce(router_config, source="router_config")
@@ -89,7 +89,7 @@ def _common(
     if model_name is not None:
         raise NotSupportedError("model_name (router policy profiles) is not supported yet by fastsim")
     workers = _positive_int(num_workers, "trace replay requires num_workers >= 1")
-    if num_prefill_workers != 1 or num_decode_workers != 1:
+    if not disagg and (num_prefill_workers != 1 or num_decode_workers != 1):
         raise InputError(
             "num_prefill_workers and num_decode_workers are only used for disagg replay; "
             "use num_workers for aggregated replay"
@@ -106,6 +106,18 @@ def _common(
     )
     max_sim = _opt_nonneg(max_sim_time_ms, "max_sim_time_ms")
     engine = EngineArgs.coerce(extra_engine_args, source="extra_engine_args")
+    if disagg:
+        pools = dict(
+            prefill=EngineArgs.coerce(prefill_engine_args, source="prefill_engine_args"),
+            decode=EngineArgs.coerce(decode_engine_args, source="decode_engine_args"),
+            num_prefill_workers=_positive_int(num_prefill_workers, "num_prefill_workers must be at least 1"),
+            num_decode_workers=_positive_int(num_decode_workers, "num_decode_workers must be at least 1"),
+        )
+        return dict(
+            engine=pools["prefill"], num_workers=workers, router_mode=router_mode,
+            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim, sla=sla,
+            arrival_speedup_ratio=float(ratio), router_config=router, disagg=pools,
+        )
     if engine.worker_type != "aggregated":
         raise InputError(
             f"extra_engine_args: trace replay only supports aggregated workers, got worker_type "
@@ -114,8 +126,23 @@ def _common(
     return dict(
         engine=engine, num_workers=workers, router_mode=router_mode,
         replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim, sla=sla,
-        arrival_speedup_ratio=float(ratio), router_config=router,
+        arrival_speedup_ratio=float(ratio), router_config=router, disagg=None,
     )
+
+
+def _run_disagg(workload, opts, report_jsonl_path, seed):
+    from fastsim.sim_disagg import simulate_disagg  # lazy: numba loads only when a simulation runs
+
+    d = opts["disagg"]
+    report = simulate_disagg(
+        workload, d["prefill"], d["decode"], num_prefill_workers=d["num_prefill_workers"],
+        num_decode_workers=d["num_decode_workers"], router_mode=opts["router_mode"],
+        router_config=opts["router_config"], replay_concurrency=opts["replay_concurrency"],
+        max_sim_time_ms=opts["max_sim_time_ms"], sla=opts["sla"], seed=seed,
+    )
+    if report_jsonl_path is not None:
+        report.to_jsonl(os.fspath(report_jsonl_path))
+    return report
 
 
 def _cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms):
@@ -249,6 +276,8 @@ def run_trace_replay(
         arrival_speedup_ratio=opts["arrival_speedup_ratio"],
         concurrency_mode=opts["replay_concurrency"] is not None,
     )
+    if opts["disagg"] is not None:
+        return _run_disagg(workload, opts, report_jsonl_path, seed)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
@@ -329,6 +358,8 @@ def run_synthetic_trace_replay(
         shared_prefix_ratio=shared_prefix_ratio, num_prefix_groups=num_prefix_groups,
         block_size=opts["engine"].block_size,
     )
+    if opts["disagg"] is not None:
+        return _run_disagg(workload, opts, report_jsonl_path, seed)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],

@@ -5,8 +5,8 @@ Same flag names, defaults, mutual-exclusion rules and output: the report JSON is
 then the AIPerf-style table is printed, then ``Saved full report to: PATH``. Flags for features
 fastsim does not model yet are rejected with an error naming the flag (exit status 2), never
 ignored. Any :class:`~fastsim.errors.FastsimError` prints its message on stderr, without a
-traceback, and exits with status 2. Subcommands are argparse subparsers (room for ``sweep`` and
-``plot``).
+traceback, and exits with status 2. Subcommands are argparse subparsers: ``replay``, ``sweep``
+(:mod:`fastsim.sweep`) and ``plot`` (:mod:`fastsim.plots`).
 
 Deviation: Dynamo reads ``--router-policy-config``'s default from ``$DYN_ROUTER_POLICY_CONFIG``;
 fastsim has no router policies and does not read that variable.
@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_replay_arguments(replay)
     replay.set_defaults(func=_cmd_replay)
+    _add_sweep_parser(sub)
+    _add_plot_parser(sub)
     return parser
 
 
@@ -187,8 +189,6 @@ def _check_unsupported(args) -> None:
         raise UsageError(f"{flag} is not supported yet by fastsim ({what})")
 
     for dest, what in (
-        ("prefill_engine_args", "disaggregated replay"),
-        ("decode_engine_args", "disaggregated replay"),
         ("router_policy_config", "router policy configuration"),
         ("model_name", "router policy profiles"),
         ("planner_config", "planner-in-the-loop replay"),
@@ -208,10 +208,11 @@ def _check_unsupported(args) -> None:
         nope("--trace-shared-prefix-ratio", "applied_compute_agentic traces")
     if args.trace_num_prefix_groups != 0:
         nope("--trace-num-prefix-groups", "applied_compute_agentic traces")
-    if args.num_prefill_workers != 1 or args.num_decode_workers != 1:
+    disagg = args.prefill_engine_args is not None or args.decode_engine_args is not None
+    if not disagg and (args.num_prefill_workers != 1 or args.num_decode_workers != 1):
         raise UsageError(
             "--num-prefill-workers and --num-decode-workers are only used for disaggregated replay "
-            "(not supported yet by fastsim); use --num-workers for aggregated replay"
+            "(with --prefill-engine-args and --decode-engine-args); use --num-workers for aggregated replay"
         )
 
 
@@ -228,6 +229,10 @@ def _cmd_replay(args) -> int:
     )
     common = dict(
         extra_engine_args=engine,
+        prefill_engine_args=args.prefill_engine_args,
+        decode_engine_args=args.decode_engine_args,
+        num_prefill_workers=args.num_prefill_workers,
+        num_decode_workers=args.num_decode_workers,
         num_workers=args.num_workers,
         replay_concurrency=args.replay_concurrency,
         replay_mode=args.replay_mode,
@@ -280,6 +285,91 @@ def _cmd_replay(args) -> int:
         except OSError as exc:
             raise FastsimError(f"--report-workers: cannot write {args.report_workers}: {exc.strerror or exc}") from None
         sys.stdout.write(f"Saved worker telemetry to: {args.report_workers}\n")
+    return 0
+
+
+def _add_sweep_parser(sub) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run a parameter sweep (many replays) from a spec file",
+        description="Run every configuration of a sweep spec (base + grid/zip + repeats; see "
+                    "fastsim.sweep) and write one row per configuration. Finished rows are "
+                    "checkpointed in OUT.partial.jsonl: rerunning the same command resumes.",
+    )
+    p.add_argument("spec", help="sweep spec file (.yaml/.yml, .toml or .json)")
+    p.add_argument("--executor", choices=("local", "dask", "serial"), default="local",
+                   help="local: process pool (default); dask: dask.distributed (fastsim[dask]); "
+                        "serial: in this process")
+    p.add_argument("--scheduler-address", help="dask scheduler address (default: start a LocalCluster)")
+    p.add_argument("--workers", type=int, help="worker processes (default: the number of CPUs)")
+    p.add_argument("--out", help="results file: .parquet (needs pyarrow) or .csv (required unless --dry-run)")
+    p.add_argument("--force", action="store_true",
+                   help="discard results or a checkpoint of a different spec at --out and recompute")
+    p.add_argument("--keep-requests", action="store_true",
+                   help="also keep every configuration's per-request table, as the parquet dataset OUT.requests/")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dry-run", action="store_true", help="list the configurations and exit")
+    p.set_defaults(func=_cmd_sweep)
+
+
+def _cmd_sweep(args) -> int:
+    import time
+
+    from fastsim.sweep import load_spec, sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if args.scheduler_address is not None and args.executor != "dask":
+        raise UsageError("--scheduler-address only applies to --executor dask")
+    spec = load_spec(args.spec)
+    if args.dry_run:
+        sys.stdout.write(spec.table().to_string(index=False) + "\n")
+        sys.stdout.write(f"{spec.n_configs} configurations ({spec.mode} replay)\n")
+        return 0
+    if args.out is None:
+        raise UsageError("--out is required: the results file (.parquet or .csv)")
+    t0 = time.perf_counter()
+    try:
+        res = sweep(spec, executor=args.executor, workers=args.workers, checkpoint=args.out,
+                    progress=not args.no_progress, keep_requests=args.keep_requests,
+                    scheduler_address=args.scheduler_address, force=args.force)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"fastsim sweep: finished rows are kept in {args.out}.partial.jsonl; "
+                         "rerun the same command to resume\n")
+        raise
+    df = res[0] if args.keep_requests else res
+    errors = df[df["status"] != "ok"]
+    for _, row in errors.head(5).iterrows():
+        sys.stderr.write(f"fastsim sweep: config {row['config_id']}: {row['error']}\n")
+    if len(errors) > 5:
+        sys.stderr.write(f"fastsim sweep: ... and {len(errors) - 5} more error rows\n")
+    sys.stdout.write(f"{len(df)} configurations: {len(df) - len(errors)} ok, {len(errors)} errors "
+                     f"({time.perf_counter() - t0:.1f} s)\n")
+    sys.stdout.write(f"Saved results to: {args.out}\n")
+    return 0
+
+
+def _add_plot_parser(sub) -> None:
+    p = sub.add_parser(
+        "plot",
+        help="plot latency CDFs, a sweep's throughput/latency frontier or worker timelines",
+        description="Write PNG plots for per-request JSONL files (--report-jsonl; several are "
+                    "overlaid), sweep results (.parquet/.csv) or telemetry tables.",
+    )
+    p.add_argument("files", nargs="+", metavar="REPORT_OR_SWEEP_FILE")
+    p.add_argument("--out", required=True, help="directory for the PNG files (created if needed)")
+    p.add_argument("--x", default="p99_ttft_ms", help="sweep frontier: latency metric (default p99_ttft_ms)")
+    p.add_argument("--y", default="output_throughput_tok_s",
+                   help="sweep frontier: throughput metric (default output_throughput_tok_s)")
+    p.add_argument("--total", action="store_true", help="sweep frontier: total throughput, not per GPU")
+    p.set_defaults(func=_cmd_plot)
+
+
+def _cmd_plot(args) -> int:
+    from fastsim.plots import plot_files
+
+    for path in plot_files(args.files, args.out, x=args.x, y=args.y, per_gpu=not args.total):
+        sys.stdout.write(f"Saved plot: {path}\n")
     return 0
 
 

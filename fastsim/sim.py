@@ -12,7 +12,7 @@ from fastsim.errors import DeadEndError, FastsimError, InputError
 _BIG_BUDGET = 1 << 62
 
 
-def _engine_params(engine):
+def _engine_params(engine, stage=0):
     from fastsim.kernels.scheduler import Params
 
     budget = engine.max_num_batched_tokens
@@ -28,6 +28,7 @@ def _engine_params(engine):
         max_model_len=int(engine.max_model_len or 0),
         speedup=float(engine.speedup_ratio),
         decode_speedup=float(engine.decode_speedup_ratio),
+        stage=int(stage),
     )
 
 
@@ -385,10 +386,10 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         state=np.zeros(8, dtype=np.int64),
     )
     gaps = Gaps(
-        itl=np.array([0.0, 0.0, np.inf, -np.inf]),
+        itl=np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]),
         itl_n=np.zeros(1, dtype=np.int64),
         itl_hist=np.zeros(DD_NBINS, dtype=np.int64),
-        otpu=np.array([0.0, 0.0, np.inf, -np.inf]),
+        otpu=np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]),
         otpu_n=np.zeros(1, dtype=np.int64),
         otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
     )
@@ -425,6 +426,8 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         acc=np.zeros(8, dtype=np.int64),
         emit=np.zeros(emit_cap, dtype=np.int32),
         emit_n=np.zeros(1, dtype=np.int64),
+        act=np.zeros(emit_cap, dtype=np.int32),
+        act_n=np.zeros(1, dtype=np.int64),
     )
     return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)
 
@@ -538,11 +541,13 @@ def _gap_columns(gaps):
         "itl_sumsq": float(gaps.itl[1]),
         "itl_min": float(gaps.itl[2]),
         "itl_max": float(gaps.itl[3]),
+        "itl_shift": float(gaps.itl[4]),
         "itl_hist": gaps.itl_hist,
         "otpu_count": int(gaps.otpu_n[0]),
         "otpu_sum": float(gaps.otpu[0]),
         "otpu_sumsq": float(gaps.otpu[1]),
         "otpu_min": float(gaps.otpu[2]),
         "otpu_max": float(gaps.otpu[3]),
+        "otpu_shift": float(gaps.otpu[4]),
         "otpu_hist": gaps.otpu_hist,
     }

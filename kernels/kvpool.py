@@ -265,3 +265,37 @@ def match_prefix_nb(pool, rank, keys, n):
         if slot_ref[sbase + s] > 0:
             active += 1
     return matched, active
+
+
+@njit(cache=True, _nrt=False)
+def rekey_nb(pool, rank, old, new):
+    """Give the active block ``old`` the identity ``new`` (registering a transferred block).
+
+    If ``new`` is already present, the reference moves onto that block and ``old`` is freed.
+    """
+    table = pool.table
+    slot_key = pool.slot_key
+    slot_ref = pool.slot_ref
+    tmask = pool.tmask
+    tbase = rank * (tmask + 1)
+    sbase = rank * pool.cap
+    s_new = _find(table, slot_key, tbase, sbase, tmask, new)
+    if s_new >= 0:
+        if slot_ref[sbase + s_new] == 0:
+            _lru_unlink(pool.lru_prev, pool.lru_next, pool.meta, rank, sbase, s_new)
+            pool.meta[rank, NINACTIVE] -= 1
+            pool.meta[rank, NACTIVE] += 1
+        slot_ref[sbase + s_new] += 1
+        s_old = _find(table, slot_key, tbase, sbase, tmask, old)
+        slot_ref[sbase + s_old] -= 1
+        if slot_ref[sbase + s_old] == 0:
+            pool.meta[rank, NACTIVE] -= 1
+            _table_delete(table, slot_key, tbase, sbase, tmask, old)
+            slot_key[sbase + s_old] = 0
+            pool.free_stack[sbase + pool.meta[rank, NFREE]] = s_old
+            pool.meta[rank, NFREE] += 1
+        return
+    s_old = _find(table, slot_key, tbase, sbase, tmask, old)
+    _table_delete(table, slot_key, tbase, sbase, tmask, old)
+    slot_key[sbase + s_old] = new
+    _table_insert(table, tbase, tmask, new, s_old)

@@ -101,7 +101,7 @@ RR, NCHEAP, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE, PASSID = 0, 1, 2, 3, 4, 5,
 class Gaps(NamedTuple):
     """Pooled inter-token gap statistics: ITL and 1000 / gap (output-token throughput per user)."""
 
-    itl: np.ndarray  # float64[4]: sum, sum of squares, min, max
+    itl: np.ndarray  # float64[6]: sum, sum of squares (both about the shift), min, max, shift, shift set
     itl_n: np.ndarray  # int64[1]
     itl_hist: np.ndarray  # int64[DD_NBINS]
     otpu: np.ndarray
@@ -267,8 +267,14 @@ def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
                 rt.ftail[g] = r
         else:
             gap = t - last[r]
-            itl[0] += gap
-            itl[1] += gap * gap
+            # sums are taken about the first gap: sum of squares minus squared mean then keeps
+            # full precision when the spread is small next to the mean
+            if itl[5] == 0.0:
+                itl[4] = gap
+                itl[5] = 1.0
+            d = gap - itl[4]
+            itl[0] += d
+            itl[1] += d * d
             if gap < itl[2]:
                 itl[2] = gap
             if gap > itl[3]:
@@ -277,8 +283,12 @@ def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
             dd_insert_nb(itl_hist, gap)
             if gap > 0.0:
                 v = 1000.0 / gap
-                otpu[0] += v
-                otpu[1] += v * v
+                if otpu[5] == 0.0:
+                    otpu[4] = v
+                    otpu[5] = 1.0
+                dv = v - otpu[4]
+                otpu[0] += dv
+                otpu[1] += dv * dv
                 if v < otpu[2]:
                     otpu[2] = v
                 if v > otpu[3]:

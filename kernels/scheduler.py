@@ -32,12 +32,15 @@ from fastsim.kernels.kvpool import (
 )
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 
-# request status codes
-NOT_ARRIVED, WAITING, RUNNING, PREEMPTED, FINISHING, COMPLETED, REJECTED = 0, 1, 2, 3, 4, 5, 6
+# request status codes (HANDED: a disaggregated request whose KV was transferred to this decode
+# worker, waiting to be activated; FAILED: its prompt can never fit the decode worker's KV)
+NOT_ARRIVED, WAITING, RUNNING, PREEMPTED, FINISHING, COMPLETED, REJECTED, HANDED, FAILED = range(9)
 # schedule_request outcomes
 SCHEDULED, BLOCKED, SELF_PREEMPTED = 0, 1, 2
-# terminal kinds on the pending list
-TERM_COMPLETED, TERM_REJECTED = 1, 2
+# terminal kinds on the pending list (HANDOFF: a prefill copy finished; its KV stays held)
+TERM_COMPLETED, TERM_REJECTED, TERM_HANDOFF = 1, 2, 3
+# worker stages
+AGGREGATED, PREFILL, DECODE = 0, 1, 2
 
 
 class Params(NamedTuple):
@@ -53,6 +56,7 @@ class Params(NamedTuple):
     max_model_len: int  # 0 = unset
     speedup: float
     decode_speedup: float
+    stage: int  # AGGREGATED, PREFILL (decode steps take 0 ms) or DECODE (prefill takes 0 ms)
 
 
 class Reqs(NamedTuple):
@@ -105,6 +109,8 @@ class PassAcc(NamedTuple):
     acc: np.ndarray  # int64[8]
     emit: np.ndarray  # int32[...] rows that emitted a token in this group pass
     emit_n: np.ndarray  # int64[1]
+    act: np.ndarray  # int32[...] rows activated (handed off, admitted) in this group pass
+    act_n: np.ndarray  # int64[1]
 
 
 BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT = 0, 1, 2, 3, 4, 5, 6
@@ -318,10 +324,11 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
 @njit(cache=True, _nrt=False)
 def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, kbuf):
     """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
-    if kind == TERM_COMPLETED:
+    if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
         _unlink(rq, rk.run_head, rk.run_tail, k, r)
         rk.n_run[k] -= 1
-        free_blocks_nb(p, pool, rq, k, r, kbuf)
+        if kind == TERM_COMPLETED:
+            free_blocks_nb(p, pool, rq, k, r, kbuf)
     rq.status[r] = FINISHING
     rq.term_kind[r] = kind
     rq.tnext[r] = -1
@@ -388,6 +395,20 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         u = rk.wait_head[k]
         if u < 0:
             break
+        if rq.status[u] == HANDED:
+            # Activation of a transferred prompt: its blocks were reserved at the handoff; it takes
+            # no token budget and no prefill time, only a seat, and decodes in this pass.
+            _unlink(rq, rk.wait_head, rk.wait_tail, k, u)
+            rk.n_wait[k] -= 1
+            _push_back(rq, rk.run_head, rk.run_tail, k, u)
+            rk.n_run[k] += 1
+            rq.status[u] = RUNNING
+            rq.computed[u] = rq.isl[u]
+            rq.first_admit[u] = now
+            pa.act[pa.act_n[0]] = u
+            pa.act_n[0] += 1
+            acc[PROGRESS] = 1
+            continue
         length = rq.isl[u] + rq.generated[u]
         fresh = rq.status[u] == WAITING
         if (p.max_model_len > 0 and rq.isl[u] >= p.max_model_len) or (
@@ -422,7 +443,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     # Duration: prefill of this pass's prompt tokens.
     prefill_ms = 0.0
     bc = acc[BCOUNT]
-    if bc > 0:
+    if bc > 0 and p.stage != DECODE:
         t = bc * (acc[BISL] // bc - acc[BPREFIX] // bc)
         prefill_ms = modeled_ms_nb(prefill_time_nb(perf, t), p.speedup)
     # Emission: requests whose computed tokens reach their known length.
@@ -436,7 +457,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         length = isl[cur] + gen[cur]
         if comp[cur] >= length:
             if gen[cur] >= osl[cur] or (mml > 0 and length >= mml):
-                _finish(p, pool, rq, rk, k, cur, TERM_COMPLETED, pend_head, pend_tail, g, pa.kbuf)
+                kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
+                _finish(p, pool, rq, rk, k, cur, kind, pend_head, pend_tail, g, pa.kbuf)
                 acc[PROGRESS] = 1
             else:
                 n_ready += 1
@@ -451,7 +473,10 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             float(p.cap * p.block_size),
         )
         decode_ms = modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+        if p.stage == PREFILL:
+            decode_ms = 0.0  # a prefill worker's extra steps take no time (cluster doc C5)
         acc[PROGRESS] = 1
+        done_kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
         cur = rk.run_head[k]
         while cur >= 0:
             nxt = qnext[cur]
@@ -460,6 +485,6 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
                 emit[emit_n[0]] = cur
                 emit_n[0] += 1
                 if gen[cur] >= osl[cur] or (mml > 0 and isl[cur] + gen[cur] >= mml):
-                    _finish(p, pool, rq, rk, k, cur, TERM_COMPLETED, pend_head, pend_tail, g, pa.kbuf)
+                    _finish(p, pool, rq, rk, k, cur, done_kind, pend_head, pend_tail, g, pa.kbuf)
             cur = nxt
     return (now + prefill_ms) + decode_ms

@@ -19,8 +19,9 @@ REF = Path(__file__).parent / "data" / "reference"
 WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 
 # Deterministic cases fastsim reproduces: one worker (engine core) and round-robin clusters
-# (with attention DP in V07 and the profiler-directory timing model in V11).
-CASES = ["V01", "V08", "V12", "V13", "V14", "V15", "V16", "V02", "V03", "V04", "V07", "V09", "V11"]
+# (attention DP in V07, Poisson arrivals in V10, the profiler-directory timing model in V11)
+# and disaggregated prefill/decode (V06).
+CASES = ["V01", "V08", "V12", "V13", "V14", "V15", "V16", "V02", "V03", "V04", "V06", "V07", "V09", "V10", "V11"]
 
 
 def _args(case):

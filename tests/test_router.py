@@ -105,7 +105,7 @@ def _queue_order(keys):
     from fastsim.sim import _router_state
     from fastsim.kernels.scheduler import Params
 
-    params = Params(16, 64, 8, 64, True, True, True, 0, 1.0, 1.0)
+    params = Params(16, 64, 8, 64, True, True, True, 0, 1.0, 1.0, 0)
     rt = _router_state("kv_router", None, params, len(keys), 2, 2, 1024, 0)
     for r, k in enumerate(keys):
         queue_push_nb(rt, r, float(k))

@@ -410,3 +410,12 @@ def test_synthetic_shared_prefix_hash_ids():
 def test_synthetic_validation(args, kw, pattern):
     with pytest.raises(InputError, match=pattern):
         synthetic(*args, **kw)
+
+
+def test_synthetic_poisson_uses_dynamo_stdrng():
+    # Dynamo 1.4.2 (--request-rate 1 --arrival-seed 42): sessions 1 and 2 arrive at these times
+    a = synthetic(8, 2, 3, request_rate=1.0, arrival_seed=42).session_arrival_ms
+    assert a.tolist() == [0.0, 747.7246176406965, 1530.1953951913883]
+    assert synthetic(8, 2, 3, request_rate=1.0, arrival_seed=2**64 - 1).session_arrival_ms[1] == 63.10066945957124
+    with pytest.raises(InputError, match="arrival_seed must be at most"):
+        synthetic(8, 2, 3, request_rate=1.0, arrival_seed=2**64)

@@ -1,0 +1,464 @@
+"""The disaggregated runtime (Dynamo 1.4.2's offline ``disagg.rs``), in compiled code.
+
+Separate prefill and decode pools, semantics as measured on 1.4.2 (cluster doc C5, C5b, C6, C8-C10):
+
+* a request is routed to a prefill worker (round robin in arrival order, or the prefill router:
+  ``pls * max(0, (PF + isl) / bs - credit * overlap)``, no active-block term); the prefill copy runs
+  the request's FULL output length there, its decode steps taking 0 ms but a budget token, a seat
+  and KV growth; none of its tokens is visible;
+* the handoff comes at the end of the pass that emits its last token (``source_held_ms``); the prefill
+  KV stays held. A prompt that can never fit the decode KV fails there; one at or over the decode
+  ``max_model_len`` is rejected there;
+* a decode worker is chosen (round robin in handoff order, or the decode router: its active prompt
+  blocks plus the candidate's, no dedup, no overlap); at that worker's next scheduling point (now if
+  idle, else its current pass end) the prompt's blocks are reserved if they fit (blocks already
+  registered there are shared; reserved ones are registered only at activation);
+* after the transfer (``isl * kv_bytes_per_token / (bandwidth * 1e9) * 1000`` ms, unquantised) the
+  request is activated at the decode worker's first scheduling point: a seat, no token budget, no
+  prefill time; its first decode token is its first token (TTFT);
+* the prefill copy's KV is freed at the prefill worker's first scheduling point at or after the
+  activation (``source_released_ms``).
+
+Groups ``0 .. P-1`` are the prefill workers, ``P .. P+D-1`` the decode workers (``dp_size`` 1). The
+two pools have their own engine arguments, KV pools, request state and routers.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from fastsim.kernels.blocks import unique_key_nb
+from fastsim.kernels.kvpool import NACTIVE, match_prefix_nb, rekey_nb, use_nb
+from fastsim.kernels.loop import (
+    DEAD_END,
+    NCHEAP,
+    NDONE,
+    NARRIVED,
+    NHEAP,
+    OK,
+    SIM_CAP,
+    STATIC,
+    _activate_session,
+    _arr_pop,
+    _fill_prompt_keys,
+    _grp_pop,
+    _grp_push,
+    _next_arrival,
+    _on_terminal,
+    _stamp_tokens,
+)
+from fastsim.kernels.router import (
+    KV_ROUTER,
+    choose_target_nb,
+    commit_route_nb,
+    release_blocks_nb,
+    release_prefill_nb,
+    score_targets_nb,
+)
+from fastsim.kernels.scheduler import (
+    COMPLETED,
+    FAILED,
+    HANDED,
+    REJECTED,
+    TERM_HANDOFF,
+    TERM_REJECTED,
+    block_key_nb,
+    enqueue_waiting_nb,
+    free_blocks_nb,
+    rank_pass_nb,
+)
+
+NXHEAP, RRPRE, RRDEC = 0, 1, 2
+
+
+class Disagg(NamedTuple):
+    """Handoff state of a disaggregated run."""
+
+    n_pre: int
+    n_dec: int
+    all_active: np.ndarray  # int8[max(P, D)]: every worker is an eligible router target
+    kv_bytes: float  # kv_bytes_per_token (<= 0: no transfer time)
+    bandwidth: float  # GB/s (<= 0: no transfer time)
+    pre_idx: np.ndarray  # int32[n]
+    dec_idx: np.ndarray  # int32[n]
+    handoff: np.ndarray  # float64[n]: source_held_ms
+    reserved: np.ndarray  # float64[n]
+    activated: np.ndarray  # float64[n]
+    released: np.ndarray  # float64[n]
+    route_overlap: np.ndarray  # int64[n]: prefill router overlap (tokens), -1 = none
+    res_matched: np.ndarray  # int64[n]: blocks shared with registered ones at reservation
+    res_next: np.ndarray  # int32[n]
+    res_head: np.ndarray  # int32[D]
+    res_tail: np.ndarray  # int32[D]
+    rel_next: np.ndarray  # int32[n]
+    rel_head: np.ndarray  # int32[P]
+    rel_tail: np.ndarray  # int32[P]
+    xheap: np.ndarray  # int64[n]: transfers in flight, by completion time
+    xready: np.ndarray  # float64[n]
+    st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, -]
+
+
+# ----------------------------------------------------------------------------- small lists / heap
+@njit(cache=True, _nrt=False)
+def _push(head, tail, nxt, k, r):
+    nxt[r] = -1
+    if tail[k] >= 0:
+        nxt[tail[k]] = r
+    else:
+        head[k] = r
+    tail[k] = r
+
+
+@njit(cache=True, _nrt=False)
+def _x_less(dg, a, b):
+    if dg.xready[a] != dg.xready[b]:
+        return dg.xready[a] < dg.xready[b]
+    return a < b
+
+
+@njit(cache=True, _nrt=False)
+def _x_push(dg, r):
+    h = dg.xheap
+    i = dg.st[NXHEAP]
+    dg.st[NXHEAP] += 1
+    h[i] = r
+    while i > 0:
+        par = (i - 1) >> 1
+        if _x_less(dg, h[i], h[par]):
+            h[i], h[par] = h[par], h[i]
+            i = par
+        else:
+            break
+
+
+@njit(cache=True, _nrt=False)
+def _x_pop(dg):
+    h = dg.xheap
+    top = h[0]
+    n = dg.st[NXHEAP] - 1
+    dg.st[NXHEAP] = n
+    h[0] = h[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _x_less(dg, h[c + 1], h[c]):
+            c += 1
+        if _x_less(dg, h[c], h[i]):
+            h[i], h[c] = h[c], h[i]
+            i = c
+        else:
+            break
+    return top
+
+
+# ----------------------------------------------------------------------------- lifecycle steps
+@njit(cache=True, _nrt=False)
+def _final(rq_d, ss, cl, r, status, t):
+    rq_d.status[r] = status
+    rq_d.terminal[r] = t
+    cl.state[NDONE] += 1
+    _on_terminal(ss, cl, r, t)
+
+
+@njit(cache=True, _nrt=False)
+def _score_decode(rt_d, n_dec, nfull):
+    """Decode router cost (derived config: no overlap credit, no dedup, no prefill load):
+    the worker's active prompt blocks plus the candidate's full blocks."""
+    for k in range(n_dec):
+        rt_d.overlap[k] = 0
+        rt_d.cost[k] = float(rt_d.active[k] + nfull)
+
+
+@njit(cache=True, _nrt=False)
+def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, dg, pa, r):
+    k = 0
+    if rt_p.mode == KV_ROUTER:
+        bs = pp.block_size
+        nfull = _fill_prompt_keys(rq_p, r, bs, pa.kbuf)
+        score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, rq_p.isl[r], bs, dg.n_pre, dg.all_active, 1)
+        k = choose_target_nb(rt_p, dg.n_pre)
+        commit_route_nb(rt_p, pa.kbuf, nfull, rq_p.isl[r], bs, r, k)
+        dg.route_overlap[r] = rt_p.overlap[k] * bs
+    else:
+        k = dg.st[RRPRE] % dg.n_pre
+        dg.st[RRPRE] = k + 1
+    dg.pre_idx[r] = k
+    enqueue_waiting_nb(rq_p, rk_p, k, r)
+    cl.stalled[k] = False
+
+
+@njit(cache=True, _nrt=False)
+def _release_source(pp, pool_p, rq_p, dg, pa, k, t):
+    """Scheduling point of prefill worker ``k``: free the KV of copies activated downstream."""
+    r = dg.rel_head[k]
+    changed = r >= 0
+    while r >= 0:
+        nxt = dg.rel_next[r]
+        free_blocks_nb(pp, pool_p, rq_p, k, r, pa.kbuf)
+        dg.released[r] = t
+        r = nxt
+    dg.rel_head[k] = -1
+    dg.rel_tail[k] = -1
+    return changed
+
+
+@njit(cache=True, _nrt=False)
+def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, r, t):
+    """The prefill copy emitted its last token at ``t``: choose a decode worker and queue the
+    reservation there (or fail / reject the request as Dynamo does)."""
+    k_pre = dg.pre_idx[r]
+    dg.handoff[r] = t
+    if rt_p.mode == KV_ROUTER:
+        release_prefill_nb(rt_p, r, k_pre)
+    isl = rq_d.isl[r]
+    bs = pd.block_size
+    if (isl + bs - 1) // bs > pd.cap:
+        free_blocks_nb(pp, pool_p, rq_p, k_pre, r, pa.kbuf)
+        dg.released[r] = t
+        _final(rq_d, ss, cl, r, FAILED, t)
+        return
+    k = 0
+    if rt_d.mode == KV_ROUTER:
+        nfull = _fill_prompt_keys(rq_d, r, bs, pa.kbuf)
+        _score_decode(rt_d, dg.n_dec, nfull)
+        k = choose_target_nb(rt_d, dg.n_dec)
+        commit_route_nb(rt_d, pa.kbuf, nfull, isl, bs, r, k)
+    else:
+        k = dg.st[RRDEC] % dg.n_dec
+        dg.st[RRDEC] = k + 1
+    dg.dec_idx[r] = k
+    if pd.max_model_len > 0 and isl >= pd.max_model_len:
+        free_blocks_nb(pp, pool_p, rq_p, k_pre, r, pa.kbuf)
+        dg.released[r] = t
+        if rt_d.mode == KV_ROUTER:
+            release_blocks_nb(rt_d, pa.kbuf, _fill_prompt_keys(rq_d, r, bs, pa.kbuf), k)
+        _final(rq_d, ss, cl, r, REJECTED, t)
+        return
+    _push(dg.res_head, dg.res_tail, dg.res_next, k, r)
+    cl.stalled[dg.n_pre + k] = False
+
+
+@njit(cache=True, _nrt=False)
+def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
+    """Scheduling point of decode worker ``k``: reserve KV for queued handoffs, in order, while
+    they fit (blocks already registered here are shared and discounted, as in admission)."""
+    bs = pd.block_size
+    changed = False
+    while dg.res_head[k] >= 0:
+        r = dg.res_head[k]
+        isl = rq_d.isl[r]
+        nb = (isl + bs - 1) // bs
+        nfull = _fill_prompt_keys(rq_d, r, bs, pa.kbuf)
+        matched, active = match_prefix_nb(pool_d, k, pa.kbuf, nfull)
+        if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
+            break
+        # unshared blocks stay private (unregistered) until activation
+        for j in range(matched, nb):
+            pa.kbuf[j] = unique_key_nb(r, j)
+        use_nb(pool_d, k, pa.kbuf, nb)
+        rq_d.alloc[r] = isl
+        dg.res_matched[r] = matched
+        dg.reserved[r] = t
+        dg.res_head[k] = dg.res_next[r]
+        if dg.res_head[k] < 0:
+            dg.res_tail[k] = -1
+        changed = True
+        delay = 0.0
+        if dg.kv_bytes > 0.0 and dg.bandwidth > 0.0:
+            delay = isl * dg.kv_bytes / (dg.bandwidth * 1e9) * 1000.0
+        if delay > 0.0:
+            dg.xready[r] = t + delay
+            _x_push(dg, r)
+        else:
+            _arrive_decode(rq_d, rk_d, cl, dg, k, r)
+    return changed
+
+
+@njit(cache=True, _nrt=False)
+def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
+    """The transfer finished: the request waits for activation on decode worker ``k``."""
+    enqueue_waiting_nb(rq_d, rk_d, k, r)
+    rq_d.status[r] = HANDED
+    cl.stalled[dg.n_pre + k] = False
+
+
+@njit(cache=True, _nrt=False)
+def _activate(pd, pool_d, rq_d, dg, pa, k, t):
+    """Activated copies register their private blocks and release their prefill source."""
+    bs = pd.block_size
+    for i in range(pa.act_n[0]):
+        r = pa.act[i]
+        dg.activated[r] = t
+        for j in range(dg.res_matched[r], rq_d.isl[r] // bs):
+            rekey_nb(pool_d, k, unique_key_nb(r, j), block_key_nb(rq_d, r, j))
+        _push(dg.rel_head, dg.rel_tail, dg.rel_next, dg.pre_idx[r], r)
+    pa.act_n[0] = 0
+
+
+@njit(cache=True, _nrt=False)
+def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, g, t):
+    """Visible effects of group ``g``'s pass ending at ``t``, then its scheduling-point work."""
+    r = cl.pend_head[g]
+    while r >= 0:
+        if g < dg.n_pre:
+            nxt = rq_p.tnext[r]
+            if rq_p.term_kind[r] == TERM_HANDOFF:
+                rq_p.status[r] = COMPLETED
+                _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, r, t)
+            else:  # rejected on the prefill worker
+                if rt_p.mode == KV_ROUTER:
+                    release_prefill_nb(rt_p, r, dg.pre_idx[r])
+                rq_p.status[r] = REJECTED
+                _final(rq_d, ss, cl, r, REJECTED, t)
+        else:
+            nxt = rq_d.tnext[r]
+            k = g - dg.n_pre
+            if rt_d.mode == KV_ROUTER:
+                release_blocks_nb(rt_d, pa.kbuf, _fill_prompt_keys(rq_d, r, pd.block_size, pa.kbuf), k)
+            _final(rq_d, ss, cl, r, COMPLETED if rq_d.term_kind[r] != TERM_REJECTED else REJECTED, t)
+        r = nxt
+    cl.pend_head[g] = -1
+    cl.pend_tail[g] = -1
+    if g < dg.n_pre:
+        _release_source(pp, pool_p, rq_p, dg, pa, g, t)
+    else:
+        _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
+
+
+@njit(cache=True, _nrt=False)
+def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
+           rt_d, rt_none, dg, pa, g, now):
+    """One pass of worker ``g`` (prefill or decode) if it has work; True if anything changed."""
+    pre = g < dg.n_pre
+    k = g if pre else g - dg.n_pre
+    rk = rk_p if pre else rk_d
+    if rk.n_run[k] + rk.n_wait[k] == 0:
+        return False
+    cl.state[7] += 1
+    pa.emit_n[0] = 0
+    pa.act_n[0] = 0
+    pa.acc[5] = 0
+    # one call site: the two pools' states have the same types (keeps the compiled code small)
+    p = pp if pre else pd
+    perf = perf_p if pre else perf_d
+    pool = pool_p if pre else pool_d
+    rq = rq_p if pre else rq_d
+    end = rank_pass_nb(p, perf, pool, rq, rk, k, now, cl.state[7], pa, cl.pend_head, cl.pend_tail, g)
+    if end < now:
+        end = now
+    progress = pa.acc[5] != 0
+    if not pre:
+        _stamp_tokens(rq_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end)
+        _activate(pd, pool_d, rq_d, dg, pa, k, now)
+    if end > now:
+        cl.busy[g] = True
+        cl.pass_end[g] = end
+        _grp_push(cl, g)
+        return True
+    if progress:
+        _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, g, now)
+        return True
+    cl.stalled[g] = True
+    return False
+
+
+@njit(cache=True, _nrt=False)
+def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
+           rt_d, rt_none, dg, pa, now):
+    n_groups = dg.n_pre + dg.n_dec
+    while True:
+        changed = False
+        # 1. pass completions (and their scheduling-point work)
+        while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
+            g = _grp_pop(cl)
+            cl.busy[g] = False
+            _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, g,
+                      cl.pass_end[g])
+            changed = True
+        # 2. KV transfers that finished
+        while dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now:
+            r = _x_pop(dg)
+            _arrive_decode(rq_d, rk_d, cl, dg, dg.dec_idx[r], r)
+            changed = True
+        # 3. arrivals go to a prefill worker
+        while True:
+            r = _next_arrival(ss, cl)
+            if r < 0 or ss.ready_at[r] > now:
+                break
+            if cl.state[NHEAP] > 0 and ss.heap[0] == r:
+                _arr_pop(ss, cl)
+            else:
+                cl.state[STATIC] += 1
+            rq_p.arrival[r] = ss.ready_at[r]
+            rq_d.arrival[r] = ss.ready_at[r]
+            cl.state[NARRIVED] += 1
+            _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, dg, pa, r)
+            changed = True
+        # 4. idle workers act at once on releases and reservations
+        for g in range(n_groups):
+            if cl.busy[g]:
+                continue
+            if g < dg.n_pre:
+                if _release_source(pp, pool_p, rq_p, dg, pa, g, now):
+                    cl.stalled[g] = False
+                    changed = True
+            elif _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, now):
+                changed = True
+        # 5. ready workers, lowest id first
+        for g in range(n_groups):
+            if not cl.busy[g] and not cl.stalled[g]:
+                if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
+                          gaps, rt_p, rt_d, rt_none, dg, pa, g, now):
+                    changed = True
+        if not changed:
+            return
+
+
+@njit(cache=True, _nrt=False)
+def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps,
+                  rt_p, rt_d, rt_none, dg, pa, out):
+    """Run a disaggregated simulation. ``out`` receives [prefill_ws, decode_ws, now, -]."""
+    n_rows = rq_d.isl.shape[0]
+    if cl.concurrency > 0:
+        n_sess = ss.ptr.shape[0] - 1
+        first = min(cl.concurrency, n_sess)
+        for s in range(first):
+            _activate_session(ss, cl, s, 0.0)
+        cl.state[4] = first
+    else:
+        for i in range(ss.order.shape[0]):
+            s = ss.order[i]
+            ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
+    now = 0.0
+    ws_p = 0.0
+    ws_d = 0.0
+    status = OK
+    _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p, rt_d,
+           rt_none, dg, pa, now)
+    while cl.state[NDONE] < n_rows:
+        t = np.inf
+        if cl.state[NCHEAP] > 0:
+            t = cl.pass_end[cl.cheap[0]]
+        if dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] < t:
+            t = dg.xready[dg.xheap[0]]
+        r = _next_arrival(ss, cl)
+        if r >= 0 and ss.ready_at[r] < t:
+            t = ss.ready_at[r]
+        if t == np.inf:
+            status = DEAD_END
+            break
+        if cl.max_sim_time >= 0.0 and t > cl.max_sim_time:
+            status = SIM_CAP
+            break
+        ws_p += dg.n_pre * (t - now) / 1000.0
+        ws_d += dg.n_dec * (t - now) / 1000.0
+        now = t
+        _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
+               rt_d, rt_none, dg, pa, now)
+    out[0] = ws_p
+    out[1] = ws_d
+    out[2] = now
+    return status
