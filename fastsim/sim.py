@@ -139,6 +139,7 @@ def _requests(workload, key_ptr, keys):
         first_reused=i64(),
         tnext=np.full(n, -1, dtype=np.int32),
         term_kind=np.zeros(n, dtype=np.int8),
+        dup=np.full(n, -1, dtype=np.int32),
     )
 
 

@@ -88,6 +88,7 @@ class Reqs(NamedTuple):
     first_reused: np.ndarray  # int64
     tnext: np.ndarray  # int32: pending-terminal list link
     term_kind: np.ndarray  # int8
+    dup: np.ndarray  # int32: prompt block recomputed into a private duplicate (-1 none)
 
 
 class Ranks(NamedTuple):
@@ -170,9 +171,14 @@ def enqueue_waiting_nb(rq, rk, k, r):
 # ----------------------------------------------------------------------------- blocks
 @njit(cache=True, inline="always", _nrt=False)
 def block_key_nb(rq, r, j):
-    """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique."""
+    """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique.
+
+    A fully cached aligned prompt recomputes its last block; when that block is held by another
+    running request, Dynamo computes it into a new block of its own (the decode KV then counts
+    both), so that block gets a private identity.
+    """
     base = rq.key_ptr[r]
-    if j < rq.key_ptr[r + 1] - base:
+    if j < rq.key_ptr[r + 1] - base and j != rq.dup[r]:
         return rq.keys[base + j]
     return unique_key_nb(r, j)
 
@@ -194,28 +200,37 @@ def free_blocks_nb(p, pool, rq, k, r, kbuf):
     """Release every allocated block of ``r`` on rank ``k``, tail first (Dynamo's Deref order).
 
     A block counts as full (cacheable) only if its tokens were all computed: the block holding a
-    request's not-yet-computed last token is freed like a partial one (matches V08 and V14).
+    request's not-yet-computed last token is freed like a partial one (matches V08 and V14). A
+    private duplicate block is not cached either (its contents are registered elsewhere).
     """
     bs = p.block_size
     nb = _ceil_div(rq.alloc[r], bs)
     for i in range(nb):
         kbuf[i] = block_key_nb(rq, r, nb - 1 - i)
-    n_full = rq.alloc[r] // bs if p.caching else 0
-    # positions i < nb - n_full hold the partial tail blocks; release_many caches positions < limit,
-    # so release the partial ones first as uncacheable, then the full ones as cacheable.
-    n_partial = nb - n_full
-    if n_partial > 0:
-        release_many_nb(pool, k, kbuf, n_partial, 0)
-    if n_full > 0:
-        release_many_nb(pool, k, kbuf[n_partial:], n_full, n_full)
+    n_partial = nb - (rq.alloc[r] // bs if p.caching else 0)
+    q = nb - 1 - rq.dup[r] if rq.dup[r] >= 0 and rq.dup[r] < nb else nb
+    # positions [0, n_partial) are partial tail blocks; q is the private duplicate, if any
+    i = 0
+    while i < nb:
+        if i < n_partial or i == q:
+            release_many_nb(pool, k, kbuf[i:], 1, 0)
+            i += 1
+        else:
+            j = i
+            while j < nb and j != q:
+                j += 1
+            release_many_nb(pool, k, kbuf[i:], j - i, j - i)
+            i = j
     rq.alloc[r] = 0
+    rq.dup[r] = -1
 
 
 @njit(cache=True, _nrt=False)
 def _cached_tokens(p, pool, rq, k, r, kbuf):
-    """Prefix-cache hit of a request about to be admitted: (cached_tokens, active_cached_blocks)."""
+    """Prefix-cache hit of a request about to be admitted:
+    (cached_tokens, active_cached_blocks, active_matched_blocks)."""
     if not p.caching:
-        return 0, 0
+        return 0, 0, 0
     length = rq.isl[r] + rq.generated[r]
     n = _fill_keys(rq, r, 0, length // p.block_size, kbuf)
     matched, active = match_prefix_nb(pool, k, kbuf, n)
@@ -227,7 +242,7 @@ def _cached_tokens(p, pool, rq, k, r, kbuf):
             cached = cap
     elif cached > length:
         cached = length
-    return cached, min(active, cached // p.block_size)
+    return cached, min(active, cached // p.block_size), active
 
 
 @njit(cache=True, inline="always", _nrt=False)
@@ -419,7 +434,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g, pa.kbuf)
             acc[PROGRESS] = 1
             continue
-        cached, active_cached = _cached_tokens(p, pool, rq, k, u, pa.kbuf)
+        cached, active_cached, active = _cached_tokens(p, pool, rq, k, u, pa.kbuf)
+        rq.dup[u] = cached // p.block_size if active > cached // p.block_size else -1
         needed = _ceil_div(length, p.block_size) - active_cached
         if needed > p.cap - pool.meta[k, NACTIVE]:
             break  # head-of-line blocking: wait, never preempt for a waiting request
