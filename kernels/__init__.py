@@ -3,8 +3,14 @@
 Kernels are compiled with ``cache=True``. Numba keys a cached kernel on its own source file only, so
 a kernel that calls into another file would keep running stale machine code after that file
 changes. To rule that out, the cache lives in a directory named after a hash of every kernel
-source file (and the numba version): any change to any kernel starts a fresh cache. A user who sets
-``NUMBA_CACHE_DIR`` keeps full control.
+source file, the numba version and the optimisation level: any change to any kernel starts a fresh
+cache. Setting ``NUMBA_CACHE_DIR`` overrides it.
+
+The kernels are compiled at LLVM ``-O1`` unless ``NUMBA_OPT`` says otherwise: on this code it
+compiles about a third faster than numba's default ``-O3`` and the event loop runs faster too
+(20k requests x 128 tokens on one worker: 115 ms against 227 ms). Both settings are made through
+numba's environment variables (read again with ``reload_config``), as numba reloads its
+configuration from the environment.
 
 Loop kernels are compiled with ``_nrt=False``: they never allocate, and without numba's reference
 counting, reading arrays out of the state NamedTuples costs nothing (with it, atomic
@@ -16,19 +22,20 @@ import os
 from pathlib import Path
 
 
-def _configure_cache():
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return
+def _configure():
     import numba
     from numba.core import config
 
-    here = Path(__file__).resolve().parent
-    h = hashlib.sha256(numba.__version__.encode())
-    for src in sorted(here.glob("*.py")):
-        h.update(src.name.encode())
-        h.update(src.read_bytes())
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    config.CACHE_DIR = str(base / "fastsim" / f"numba-{h.hexdigest()[:16]}")
+    os.environ.setdefault("NUMBA_OPT", "1")
+    if not os.environ.get("NUMBA_CACHE_DIR"):
+        here = Path(__file__).resolve().parent
+        h = hashlib.sha256(f"{numba.__version__} opt{os.environ['NUMBA_OPT']}".encode())
+        for src in sorted(here.glob("*.py")):
+            h.update(src.name.encode())
+            h.update(src.read_bytes())
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        os.environ["NUMBA_CACHE_DIR"] = str(base / "fastsim" / f"numba-{h.hexdigest()[:16]}")
+    config.reload_config()
 
 
-_configure_cache()
+_configure()

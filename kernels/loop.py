@@ -59,7 +59,7 @@ from fastsim.kernels.scheduler import (
     enqueue_waiting_nb,
     rank_pass_nb,
 )
-from fastsim.kernels.stats import dd_insert_nb
+from fastsim.kernels.stats import dd_index_nb
 
 OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK = 0, 1, 2, 3, 4, 5
 
@@ -253,6 +253,11 @@ def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
     otpu_hist = gaps.otpu_hist
     n_gap = 0
     n_pos = 0
+    # Requests that emitted together last time share their gap: bin each distinct gap once.
+    prev_gap = -1.0
+    prev_i = 0
+    prev_v = 0.0
+    prev_j = 0
     for i in range(n):
         r = rows[i]
         m = gen[r]  # already counts this token
@@ -280,9 +285,16 @@ def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
             if gap > itl[3]:
                 itl[3] = gap
             n_gap += 1
-            dd_insert_nb(itl_hist, gap)
+            if gap != prev_gap:
+                prev_gap = gap
+                prev_i = dd_index_nb(gap)
+                if gap > 0.0:
+                    prev_v = 1000.0 / gap
+                    prev_j = dd_index_nb(prev_v)
+            if prev_i >= 0:
+                itl_hist[prev_i] += 1
             if gap > 0.0:
-                v = 1000.0 / gap
+                v = prev_v
                 if otpu[5] == 0.0:
                     otpu[4] = v
                     otpu[5] = 1.0
@@ -294,7 +306,8 @@ def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
                 if v > otpu[3]:
                     otpu[3] = v
                 n_pos += 1
-                dd_insert_nb(otpu_hist, v)
+                if prev_j >= 0:
+                    otpu_hist[prev_j] += 1
             if m == 2:
                 second[r] = t
         last[r] = t
@@ -354,7 +367,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     cl.stalled[k // cl.dp] = False
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     """Run one pass on every rank of group ``g`` that has work. Returns True if anything changed."""
     dp = cl.dp

@@ -354,7 +354,7 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, kbuf):
     pend_tail[g] = r
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tail, g):
     """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
 
@@ -462,23 +462,30 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     if bc > 0 and p.stage != DECODE:
         t = bc * (acc[BISL] // bc - acc[BPREFIX] // bc)
         prefill_ms = modeled_ms_nb(prefill_time_nb(perf, t), p.speedup)
-    # Emission: requests whose computed tokens reach their known length.
+    # Emission: every request whose computed tokens reach its known length emits one token. One
+    # walk emits; completions are finished afterwards, once the decode time has been read off
+    # the pool (it counts their blocks: they are freed at the end of the pass).
     n_ready = 0
     total_len = 0
     osl = rq.osl
     mml = p.max_model_len
+    first_emit = emit_n[0]
     cur = rk.run_head[k]
     while cur >= 0:
         nxt = qnext[cur]
         length = isl[cur] + gen[cur]
         if comp[cur] >= length:
             if gen[cur] >= osl[cur] or (mml > 0 and length >= mml):
+                # nothing left to generate (e.g. zero output tokens): ends without a token
                 kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
                 _finish(p, pool, rq, rk, k, cur, kind, pend_head, pend_tail, g, pa.kbuf)
                 acc[PROGRESS] = 1
             else:
                 n_ready += 1
                 total_len += length
+                gen[cur] += 1
+                emit[emit_n[0]] = cur
+                emit_n[0] += 1
         cur = nxt
     decode_ms = 0.0
     if n_ready > 0:
@@ -493,14 +500,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             decode_ms = 0.0  # a prefill worker's extra steps take no time (cluster doc C5)
         acc[PROGRESS] = 1
         done_kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
-        cur = rk.run_head[k]
-        while cur >= 0:
-            nxt = qnext[cur]
-            if comp[cur] >= isl[cur] + gen[cur]:
-                gen[cur] += 1
-                emit[emit_n[0]] = cur
-                emit_n[0] += 1
-                if gen[cur] >= osl[cur] or (mml > 0 and isl[cur] + gen[cur] >= mml):
-                    _finish(p, pool, rq, rk, k, cur, done_kind, pend_head, pend_tail, g, pa.kbuf)
-            cur = nxt
+        for i in range(first_emit, emit_n[0]):
+            cur = emit[i]
+            if gen[cur] >= osl[cur] or (mml > 0 and isl[cur] + gen[cur] >= mml):
+                _finish(p, pool, rq, rk, k, cur, done_kind, pend_head, pend_tail, g, pa.kbuf)
     return (now + prefill_ms) + decode_ms
