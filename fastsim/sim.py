@@ -384,6 +384,9 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         pend_tail=np.full(g_cap, -1, dtype=np.int32),
         wctr=np.zeros(g_cap, dtype=np.int64),
         cheap=np.zeros(g_cap, dtype=np.int64),
+        dirty=np.zeros(g_cap, dtype=np.bool_),
+        dlist=np.zeros(g_cap + 1, dtype=np.int64),
+        dwork=np.zeros(g_cap, dtype=np.int64),
         state=np.zeros(8, dtype=np.int64),
     )
     gaps = Gaps(

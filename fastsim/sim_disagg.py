@@ -110,7 +110,8 @@ def simulate_disagg(
         max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
         busy=np.zeros(G, np.bool_), stalled=np.zeros(G, np.bool_), pass_end=np.zeros(G),
         pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
-        wctr=np.zeros(G, np.int64), cheap=np.zeros(G, np.int64), state=np.zeros(8, np.int64),
+        wctr=np.zeros(G, np.int64), cheap=np.zeros(G, np.int64), dirty=np.zeros(G, np.bool_),
+        dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), state=np.zeros(8, np.int64),
     )
     gaps = Gaps(np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64),
                 np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64))

@@ -92,6 +92,9 @@ class Cluster(NamedTuple):
     pend_tail: np.ndarray  # int32[G]
     wctr: np.ndarray  # int64[G]: round robin over a worker's DP ranks
     cheap: np.ndarray  # int64[G]: completion heap of group ids
+    dirty: np.ndarray  # bool[G]: the group may have become drivable since the last drive phase
+    dlist: np.ndarray  # int64[G + 1]: dirty group ids; dlist[G] holds their count
+    dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
     state: np.ndarray  # int64[8]: [rr, n_cheap, n_heap, static_pos, next_session, n_arrived, n_done, pass_id]
 
 
@@ -110,6 +113,16 @@ class Gaps(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- heaps
+@njit(cache=True, inline="always", _nrt=False)
+def _mark(cl, g):
+    """Group ``g`` may be drivable now (it became idle or was given work)."""
+    if not cl.dirty[g]:
+        cl.dirty[g] = True
+        n = cl.dlist.shape[0] - 1
+        cl.dlist[cl.dlist[n]] = g
+        cl.dlist[n] += 1
+
+
 @njit(cache=True, inline="always", _nrt=False)
 def _arr_less(ss, a, b):
     ta = ss.ready_at[a]
@@ -241,23 +254,57 @@ def _on_terminal(ss, cl, r, t):
 
 # ----------------------------------------------------------------------------- effects
 @njit(cache=True, _nrt=False)
+def _pool_gaps(gaps, gap, c):
+    """Add ``c`` inter-token gaps of value ``gap`` to the pooled ITL and 1000/gap statistics."""
+    itl = gaps.itl
+    if itl[5] == 0.0:
+        # sums are taken about the first gap: sum of squares minus squared mean then keeps
+        # full precision when the spread is small next to the mean
+        itl[4] = gap
+        itl[5] = 1.0
+    d = gap - itl[4]
+    itl[0] += c * d
+    itl[1] += c * (d * d)
+    if gap < itl[2]:
+        itl[2] = gap
+    if gap > itl[3]:
+        itl[3] = gap
+    gaps.itl_n[0] += c
+    i = dd_index_nb(gap)
+    if i >= 0:
+        gaps.itl_hist[i] += c
+    if gap > 0.0:
+        v = 1000.0 / gap
+        otpu = gaps.otpu
+        if otpu[5] == 0.0:
+            otpu[4] = v
+            otpu[5] = 1.0
+        dv = v - otpu[4]
+        otpu[0] += c * dv
+        otpu[1] += c * (dv * dv)
+        if v < otpu[2]:
+            otpu[2] = v
+        if v > otpu[3]:
+            otpu[3] = v
+        gaps.otpu_n[0] += c
+        j = dd_index_nb(v)
+        if j >= 0:
+            gaps.otpu_hist[j] += c
+
+
+@njit(cache=True, _nrt=False)
 def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
-    """Stamp one token at time ``t`` on each of ``rows[:n]`` and pool the inter-token gaps."""
+    """Stamp one token at time ``t`` on each of ``rows[:n]`` and pool the inter-token gaps.
+
+    Requests that emitted together last time share their gap: runs of equal gaps are pooled at
+    once (counts and sums scaled by the run length).
+    """
     gen = rq.generated
     first = rq.first_token
     second = rq.second_token
     last = rq.last_token
-    itl = gaps.itl
-    itl_hist = gaps.itl_hist
-    otpu = gaps.otpu
-    otpu_hist = gaps.otpu_hist
-    n_gap = 0
-    n_pos = 0
-    # Requests that emitted together last time share their gap: bin each distinct gap once.
-    prev_gap = -1.0
-    prev_i = 0
-    prev_v = 0.0
-    prev_j = 0
+    run_gap = 0.0
+    run_n = 0
     for i in range(n):
         r = rows[i]
         m = gen[r]  # already counts this token
@@ -272,47 +319,16 @@ def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
                 rt.ftail[g] = r
         else:
             gap = t - last[r]
-            # sums are taken about the first gap: sum of squares minus squared mean then keeps
-            # full precision when the spread is small next to the mean
-            if itl[5] == 0.0:
-                itl[4] = gap
-                itl[5] = 1.0
-            d = gap - itl[4]
-            itl[0] += d
-            itl[1] += d * d
-            if gap < itl[2]:
-                itl[2] = gap
-            if gap > itl[3]:
-                itl[3] = gap
-            n_gap += 1
-            if gap != prev_gap:
-                prev_gap = gap
-                prev_i = dd_index_nb(gap)
-                if gap > 0.0:
-                    prev_v = 1000.0 / gap
-                    prev_j = dd_index_nb(prev_v)
-            if prev_i >= 0:
-                itl_hist[prev_i] += 1
-            if gap > 0.0:
-                v = prev_v
-                if otpu[5] == 0.0:
-                    otpu[4] = v
-                    otpu[5] = 1.0
-                dv = v - otpu[4]
-                otpu[0] += dv
-                otpu[1] += dv * dv
-                if v < otpu[2]:
-                    otpu[2] = v
-                if v > otpu[3]:
-                    otpu[3] = v
-                n_pos += 1
-                if prev_j >= 0:
-                    otpu_hist[prev_j] += 1
+            if run_n > 0 and gap != run_gap:
+                _pool_gaps(gaps, run_gap, run_n)
+                run_n = 0
+            run_gap = gap
+            run_n += 1
             if m == 2:
                 second[r] = t
         last[r] = t
-    gaps.itl_n[0] += n_gap
-    gaps.otpu_n[0] += n_pos
+    if run_n > 0:
+        _pool_gaps(gaps, run_gap, run_n)
 
 
 @njit(cache=True, _nrt=False)
@@ -365,6 +381,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     commit_route_nb(rt, pa.kbuf, nfull, rq.isl[r], bs, r, k)
     enqueue_waiting_nb(rq, rk, k, r)
     cl.stalled[k // cl.dp] = False
+    _mark(cl, k // cl.dp)
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -402,6 +419,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         return True
     if progress:
         _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now)
+        _mark(cl, g)  # idle again at the same time: it may run another pass
         return True
     cl.stalled[g] = True  # nothing can change here until new work is routed to this group
     return False
@@ -438,6 +456,7 @@ def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     cl.wctr[w] += 1
     enqueue_waiting_nb(rq, rk, k, r)
     cl.stalled[w] = False
+    _mark(cl, w)
 
 
 @njit(cache=True, _nrt=False)
@@ -449,6 +468,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
             g = _grp_pop(cl)
             cl.busy[g] = False
+            _mark(cl, g)
             _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, cl.pass_end[g])
             changed = True
         # 2. workers that finished starting
@@ -471,12 +491,25 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             cl.state[NARRIVED] += 1
             _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
             changed = True
-        # 4. ready groups, lowest id first
-        for g in range(fl.fs[NCREATED]):
-            st = fl.gstate[g]
-            if (st == ACTIVE or st == DRAINING) and not cl.busy[g] and not cl.stalled[g]:
-                if _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
-                    changed = True
+        # 4. ready groups, lowest id first (only groups marked since the last drive can be)
+        gcap = cl.dirty.shape[0]
+        nd = cl.dlist[gcap]
+        if nd > 0:
+            for i in range(nd):
+                x = cl.dlist[i]
+                cl.dirty[x] = False
+                j = i - 1  # insertion sort into dwork: the list is short
+                while j >= 0 and cl.dwork[j] > x:
+                    cl.dwork[j + 1] = cl.dwork[j]
+                    j -= 1
+                cl.dwork[j + 1] = x
+            cl.dlist[gcap] = 0
+            for i in range(nd):
+                g = cl.dwork[i]
+                st = fl.gstate[g]
+                if (st == ACTIVE or st == DRAINING) and not cl.busy[g] and not cl.stalled[g]:
+                    if _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
+                        changed = True
         # 5. retire drained workers
         if retire_drained_nb(fl, cl.busy, rk.n_run, rk.n_wait, cl.dp):
             changed = True

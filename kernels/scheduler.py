@@ -383,7 +383,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     acc[PREEMPTED_ANY] = 0
     # Phase A: running requests, in running order.
     cur = rk.run_head[k]
-    while cur >= 0 and acc[BUDGET] > 0:
+    budget = acc[BUDGET]  # a register copy for the fast path; acc[BUDGET] is synced around calls
+    while cur >= 0 and budget > 0:
         length = isl[cur] + gen[cur]
         c = comp[cur]
         if c >= isl[cur] and length - c == 1 and (length + bs - 1) // bs <= (alloc[cur] + bs - 1) // bs:
@@ -394,17 +395,20 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             stok[cur] = 1
             sprompt[cur] = 0
             sprefix[cur] = isl[cur]
-            acc[BUDGET] -= 1
+            budget -= 1
             acc[PROGRESS] = 1
             cur = qnext[cur]
             continue
+        acc[BUDGET] = budget
         res = _schedule(p, pool, rq, rk, k, cur, 0, pass_id, pa)
+        budget = acc[BUDGET]
         if res == SCHEDULED:
             cur = qnext[cur]
         elif res == BLOCKED:
             break
         else:
             cur = acc[SELF_NEXT]
+    acc[BUDGET] = budget
     # Phase B: waiting requests, FIFO, only if nothing was preempted.
     while acc[PREEMPTED_ANY] == 0 and rk.n_run[k] < p.max_seqs:
         u = rk.wait_head[k]
