@@ -157,10 +157,24 @@ def _load_kernels():
     if _KERNELS_LOADED:
         return
     _KERNELS_LOADED = True
+    import os
+    import sys
+    from pathlib import Path
+
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
 
-    simulate(synthetic(16, 2, 1, arrival_interval_ms=1.0), EngineArgs(block_size=16))
+    cache = Path(os.environ.get("NUMBA_CACHE_DIR", ""))
+    if not cache.is_dir() or not any(cache.rglob("*loop*.nbi")):
+        sys.stderr.write("fastsim: compiling the simulation kernels for this machine "
+                         "(first run only, about 30 s; later runs load them from the cache)\n")
+        sys.stderr.flush()
+    w = synthetic(16, 2, 1, arrival_interval_ms=1.0)
+    # a one-row trace too, so that the block-identity kernel of trace replays is loaded as well
+    w.hash_ptr = np.array([0, 1], dtype=np.int64)
+    w.hash_ids = np.array([1], dtype=np.int64)
+    w.trace_block_size = 16
+    simulate(w, EngineArgs(block_size=16))
 
 
 def simulate(
@@ -179,6 +193,7 @@ def simulate(
     planner_interval_ms: float | None = None,
     max_workers: int | None = None,
     telemetry_interval_ms: float | None = None,
+    debug: bool | None = None,
 ):
     """Simulate ``workload`` on a cluster of aggregated workers; returns a :class:`Report`.
 
@@ -191,6 +206,8 @@ def simulate(
       ``planner_interval_ms`` of virtual time with a :class:`PlannerState`; the compiled loop
       returns to Python only at those ticks. ``max_workers`` bounds how many workers it may create.
     * ``telemetry_interval_ms``: per-worker samples (``Report.workers``).
+    * ``debug`` (default: the ``FASTSIM_DEBUG`` environment variable): check the invariants of
+      :mod:`fastsim.invariants` on the final state (uncapped runs).
     """
     from fastsim.kernels.loop import DEAD_END, PLANNER_TICK, TABLE_FULL, TELEMETRY_FULL, run_loop_nb
     from fastsim.report import build_report
@@ -262,6 +279,14 @@ def simulate(
             "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
             "chunked prefill disabled, or a request whose KV footprint can never fit)"
         )
+    if debug is None:
+        import os
+
+        debug = os.environ.get("FASTSIM_DEBUG", "") not in ("", "0")
+    if debug and max_sim_time_ms is None:
+        from fastsim.invariants import check
+
+        check(st, engine)
     report = build_report(
         _request_columns(st.rq, workload, dp, single_path),
         _gap_columns(st.gaps),

@@ -143,3 +143,28 @@ def test_static_schedule_matches_plain_run():
     for k in ("duration_ms", "mean_ttft_ms", "p99_itl_ms", "mean_e2e_latency_ms"):
         assert a.summary[k] == b.summary[k]
     assert json.dumps(a.summary["completed_requests"]) == json.dumps(b.summary["completed_requests"])
+
+
+def test_invariants_hold_in_debug_mode():
+    # preemption pressure, chunked prefill, scaling up and down, kv routing
+    from fastsim.workload import load_mooncake
+    from pathlib import Path
+
+    trace = Path(__file__).parent / "data" / "reference" / "inputs" / "mooncake_synth_500.jsonl"
+    w = load_mooncake(trace, trace_block_size=512)
+    simulate(w, EngineArgs(block_size=64, num_gpu_blocks=600, max_num_batched_tokens=2048),
+             num_workers=2, scaling_schedule=[[0, 2], [5000, 4], [15000, 2]], debug=True)
+    simulate(w, EngineArgs(block_size=64, num_gpu_blocks=600), num_workers=3,
+             router_mode="kv_router", debug=True)
+    simulate(synthetic(2048, 512, 60, arrival_interval_ms=20.0),
+             EngineArgs(num_gpu_blocks=512, max_num_seqs=64, preemption_mode="fifo"), debug=True)
+
+
+def test_invariant_checker_catches_a_broken_state():
+    from fastsim.invariants import InvariantError, check
+    from fastsim.sim import _build_state
+
+    st = _build_state(synthetic(16, 2, 2, arrival_interval_ms=1.0), EngineArgs(block_size=16),
+                      1, 1, 1, None, None, True, [], None, None)
+    with pytest.raises(InvariantError, match="did not terminate"):
+        check(st, EngineArgs(block_size=16))
