@@ -17,6 +17,10 @@ def __getattr__(name):
         from fastsim import config
 
         return getattr(config, name)
+    if name == "sweep":
+        import importlib
+
+        return importlib.import_module("fastsim.sweep")  # the module is callable: fastsim.sweep(spec, ...)
     if name in ("Report",):
         from fastsim import report
 

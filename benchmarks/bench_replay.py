@@ -1,0 +1,344 @@
+"""fastsim vs ``python -m dynamo.replay`` (Dynamo 1.4.2), side by side, on a grid of workloads.
+
+Every run is a fresh process through each simulator's command line (the same flags for both), so
+its whole-process time and peak RSS are its own. For each workload and repeat the two simulators
+run back to back, and which one goes first alternates from repeat to repeat; ratios are taken
+within each such pair and the table reports their median (the machine is noisy). Before the grid,
+each simulator does small untimed runs (synthetic, and the bundled trace when the grid replays
+traces), so fastsim's numba cache is warm (see ``bench_compile.py`` for the cold start).
+
+    python benchmarks/bench_replay.py --grid core --repeats 3
+    python benchmarks/bench_replay.py --grid cluster,trace --mooncake /path/conversation_trace.jsonl
+    python benchmarks/bench_replay.py --quick --no-dynamo          # smoke run, < 30 s
+
+Dynamo is taken from ``--dynamo-python`` (default ``$DYNAMO_PYTHON``, else /opt/dynvenv/bin/python
+when it exists) and skipped, with a note, when it is absent or cannot import ``dynamo.replay``.
+The fastsim under test is whatever ``import fastsim`` finds for this Python (its path is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+from _proc import machine_summary, run_child
+
+REPO = Path(__file__).resolve().parent.parent
+BUNDLED_TRACE = REPO / "examples" / "mooncake_trace_1000.jsonl"
+DEFAULT_DYNAMO_PYTHON = "/opt/dynvenv/bin/python"
+LOAD_PER_WORKER_RPS = 25.0  # synthetic load: one request every 40 ms per worker
+SIMULATORS = ("fastsim", "dynamo")
+EXACT_FIELDS = ("completed_requests", "total_output_tokens")
+CLOSE_FIELDS = ("duration_ms", "mean_ttft_ms", "mean_itl_ms")
+REL_TOL = 1e-9
+# Report fields that measure the simulator rather than the simulated system: never compared.
+TIMING_FIELDS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One grid point: the replay flags both CLIs take, and how many requests they simulate."""
+
+    name: str
+    flags: tuple
+    requests: int
+    workers: int
+    deterministic: bool = True  # same inputs -> same numbers; False would skip the metric check
+
+
+def synthetic(requests: int, workers: int, isl: int = 1024, osl: int = 128) -> Workload:
+    """Fixed-interval synthetic load, scaled so every worker sees LOAD_PER_WORKER_RPS."""
+    interval_ms = 1000.0 / (LOAD_PER_WORKER_RPS * workers)
+    flags = ("--input-tokens", str(isl), "--output-tokens", str(osl), "--request-count",
+             str(requests), "--arrival-interval-ms", repr(interval_ms), "--num-workers",
+             str(workers), "--router-mode", "round_robin")
+    return Workload(f"synthetic {isl}/{osl} {interval_ms:g} ms", flags, requests, workers)
+
+
+def trace(path: Path, workers: int) -> Workload:
+    """A Mooncake JSONL trace replayed on ``workers`` round-robin workers (block size 64)."""
+    path = path.resolve()
+    with open(path, "rb") as f:
+        requests = sum(1 for line in f if line.strip())
+    flags = (str(path), "--num-workers", str(workers), "--extra-engine-args", '{"block_size":64}')
+    return Workload(f"trace {path.name}", flags, requests, workers)
+
+
+def kv_router(requests: int, workers: int) -> Workload:
+    """Synthetic load routed by kv_router (ties are random in Dynamo: metrics not compared)."""
+    wl = synthetic(requests, workers)
+    return Workload(wl.name + " kv_router", wl.flags[:-1] + ("kv_router",), requests, workers,
+                    deterministic=False)
+
+
+def disagg(requests: int, prefill: int, decode: int) -> Workload:
+    """Disaggregated prefill/decode (V06's shape: one request every 10 ms on 2P + 4D)."""
+    interval_ms = 1000.0 / (LOAD_PER_WORKER_RPS * decode)
+    flags = ("--input-tokens", "1024", "--output-tokens", "128", "--request-count", str(requests),
+             "--arrival-interval-ms", repr(interval_ms), "--num-prefill-workers", str(prefill),
+             "--num-decode-workers", str(decode), "--prefill-engine-args",
+             '{"worker_type":"prefill","block_size":64}', "--decode-engine-args",
+             '{"worker_type":"decode","block_size":64}', "--router-mode", "round_robin")
+    return Workload(f"disagg {prefill}P+{decode}D {interval_ms:g} ms", flags, requests, prefill + decode)
+
+
+def build_grid(name: str, quick: bool, mooncake: Optional[Path]) -> list:
+    """The workloads of one grid; ``quick`` shrinks them to a smoke run."""
+    if name == "core":  # single-worker cost per request as the run grows
+        return [synthetic(n, 1) for n in ((200, 1000) if quick else (1000, 10_000, 100_000))]
+    if name == "cluster":  # cost of more workers at a fixed number of requests
+        n, workers = (2000, (4, 16)) if quick else (100_000, (4, 16, 64))
+        return [synthetic(n, w) for w in workers]
+    if name == "trace":
+        grid = [trace(BUNDLED_TRACE, 2)]
+        if mooncake is not None and not quick:
+            grid.append(trace(mooncake, 2))
+        return grid
+    if name == "kv":  # KV-aware routing at the cluster sizes of the cluster grid
+        n, workers = (2000, (4,)) if quick else (100_000, (4, 16, 64))
+        return [kv_router(n, w) for w in workers]
+    if name == "disagg":
+        return [disagg(n, 2, 4) for n in ((1000,) if quick else (1000, 10_000, 100_000))]
+    if name == "scale":  # long: every request count against every worker count
+        if quick:
+            return [synthetic(1000, w) for w in (1, 16)]
+        return [synthetic(n, w) for n in (1000, 10_000, 100_000, 1_000_000)
+                for w in (1, 4, 16, 64, 256)]
+    raise SystemExit(f"unknown grid {name!r} (core, cluster, trace, kv, disagg, scale)")
+
+
+def command(sim: str, python: str, wl: Workload, report: str) -> list:
+    module = "fastsim" if sim == "fastsim" else "dynamo.replay"
+    cmd = [python, "-m", module] + (["replay"] if sim == "fastsim" else [])
+    return cmd + list(wl.flags) + ["--report-json", report]
+
+
+def run_once(sim: str, python: str, wl: Workload, env: dict, timeout_s: float) -> dict:
+    """One measured run in its own process; returns the CSV row (report fields included)."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-{sim}-") as tmp:
+        report_path = os.path.join(tmp, "report.json")
+        res = run_child(command(sim, python, wl, report_path), env=env, cwd=tmp, timeout_s=timeout_s)
+        report = None
+        if res.returncode == 0 and os.path.exists(report_path):
+            with open(report_path) as f:
+                report = json.load(f)
+    row = {"workload": wl.name, "requests": wl.requests, "workers": wl.workers, "simulator": sim,
+           "returncode": res.returncode, "process_s": res.process_s, "cpu_s": res.cpu_s,
+           "peak_rss_mb": res.peak_rss_mb, "report": report}
+    if report is None:
+        last = (res.stderr_tail.strip().splitlines() or ["no report written"])[-1]
+        print(f"  {sim} FAILED (rc {res.returncode}): {'timeout' if res.timed_out else last}",
+              file=sys.stderr)
+        return row
+    wall = report.get("wall_time_ms", math.nan)
+    row["wall_time_ms"] = wall
+    row["sim_requests_per_s"] = wl.requests / (wall / 1000.0) if wall and wall > 0 else math.nan
+    for key in EXACT_FIELDS + CLOSE_FIELDS:
+        row[key] = report.get(key)
+    return row
+
+
+def _rel(a, b) -> float:
+    if a == b:
+        return 0.0
+    return abs(a - b) / max(abs(a), abs(b))
+
+
+def compare(fast: dict, dyn: dict) -> tuple:
+    """(verdict, max relative difference, worst field) between two report dicts.
+
+    The verdict checks the contract: EXACT_FIELDS equal, CLOSE_FIELDS within REL_TOL relative. The
+    maximum relative difference is over every numeric field both reports have (except simulator
+    timings), for information.
+    """
+    bad = [k for k in EXACT_FIELDS if fast.get(k) != dyn.get(k)]
+    bad += [k for k in CLOSE_FIELDS
+            if not (isinstance(fast.get(k), (int, float)) and isinstance(dyn.get(k), (int, float))
+                    and _rel(fast[k], dyn[k]) <= REL_TOL)]
+    worst, worst_field = 0.0, ""
+    for k in sorted(set(fast) & set(dyn)):
+        a, b = fast[k], dyn[k]
+        if k in TIMING_FIELDS or isinstance(a, bool) or not isinstance(a, (int, float)) \
+                or not isinstance(b, (int, float)):
+            continue
+        d = math.inf if math.isnan(a) != math.isnan(b) else (0.0 if math.isnan(a) else _rel(a, b))
+        if d > worst:
+            worst, worst_field = d, k
+    return ("yes" if not bad else "NO: " + ",".join(bad)), worst, worst_field
+
+
+def dynamo_available(python: Optional[str]) -> Optional[str]:
+    """``python`` when it exists and imports dynamo.replay, else None (with a note on stderr)."""
+    if not python:
+        return None
+    if not os.path.exists(python):
+        print(f"Dynamo skipped: {python} not found", file=sys.stderr)
+        return None
+    probe = subprocess.run([python, "-c", "import dynamo.replay"], capture_output=True, text=True,
+                           env=dict(os.environ, DYN_LOG="error"))
+    if probe.returncode != 0:
+        print(f"Dynamo skipped: {python} cannot import dynamo.replay", file=sys.stderr)
+        return None
+    return python
+
+
+def _median(values) -> float:
+    values = [v for v in values if isinstance(v, (int, float)) and not math.isnan(v)]
+    return statistics.median(values) if values else math.nan
+
+
+def _fmt(x, digits=3) -> str:
+    if not isinstance(x, (int, float)) or math.isnan(x):
+        return "–"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def summarize(rows: list, workloads: list, have_dynamo: bool) -> list:
+    """One summary dict per workload: medians per simulator, medians of within-pair ratios."""
+    out = []
+    for wl in workloads:
+        mine = [r for r in rows if r["workload"] == wl.name and r["requests"] == wl.requests
+                and r["workers"] == wl.workers]
+        s = {"workload": wl.name, "requests": wl.requests, "workers": wl.workers}
+        for sim in SIMULATORS:  # failed runs count as failures, not as times
+            runs = [r for r in mine if r["simulator"] == sim and r["report"] is not None]
+            for key in ("wall_time_ms", "process_s", "peak_rss_mb", "sim_requests_per_s"):
+                s[f"{sim}_{key}"] = _median(r.get(key, math.nan) for r in runs)
+            s[f"{sim}_failed"] = sum(1 for r in mine if r["simulator"] == sim and r["report"] is None)
+        pairs = {}
+        for r in (r for r in mine if r["report"] is not None):
+            pairs.setdefault(r["repeat"], {})[r["simulator"]] = r
+        for key in ("wall_time_ms", "process_s", "peak_rss_mb"):
+            s[f"ratio_{key}"] = _median(p["dynamo"].get(key, math.nan) / p["fastsim"][key]
+                                        for p in pairs.values()
+                                        if len(p) == 2 and p["fastsim"].get(key))
+        verdicts = [r["same_metrics"] for r in mine if r["simulator"] == "fastsim"]
+        if not have_dynamo:
+            s["same_metrics"] = "n/a"
+        else:
+            s["same_metrics"] = next((v for v in verdicts if v != "yes"), "yes" if verdicts else "n/a")
+        out.append(s)
+    return out
+
+
+def markdown(summary: list, have_dynamo: bool) -> str:
+    """The results table (medians over repeats; ratios are Dynamo / fastsim within a pair)."""
+    head = ["workload", "requests", "workers", "fastsim wall_time_ms", "Dynamo wall_time_ms",
+            "wall ratio D/f", "fastsim process s", "Dynamo process s", "process ratio D/f",
+            "fastsim RSS MB", "Dynamo RSS MB", "RSS ratio D/f", "fastsim req/s simulated",
+            "Dynamo req/s simulated", "same_metrics"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summary:
+        def cell(sim, key, digits=3):
+            return "FAIL" if s[f"{sim}_failed"] and math.isnan(s[f"{sim}_{key}"]) \
+                else _fmt(s[f"{sim}_{key}"], digits)
+        cells = [s["workload"], f"{s['requests']:,}", str(s["workers"]),
+                 cell("fastsim", "wall_time_ms"), cell("dynamo", "wall_time_ms"),
+                 _fmt(s["ratio_wall_time_ms"]), cell("fastsim", "process_s"),
+                 cell("dynamo", "process_s"), _fmt(s["ratio_process_s"]),
+                 cell("fastsim", "peak_rss_mb"), cell("dynamo", "peak_rss_mb"),
+                 _fmt(s["ratio_peak_rss_mb"]), cell("fastsim", "sim_requests_per_s"),
+                 cell("dynamo", "sim_requests_per_s"), s["same_metrics"]]
+        if not have_dynamo:
+            cells = [c if i < 4 or i in (6, 9, 12) else "–" for i, c in enumerate(cells)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+CSV_FIELDS = ("workload", "requests", "workers", "simulator", "repeat", "order", "returncode",
+              "wall_time_ms", "process_s", "cpu_s", "peak_rss_mb", "sim_requests_per_s") \
+    + EXACT_FIELDS + CLOSE_FIELDS + ("same_metrics", "max_rel_diff", "worst_field")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--grid", default="core",
+                   help="comma-separated grids: core, cluster, trace, kv, disagg, scale (long, opt-in)")
+    p.add_argument("--repeats", type=int, default=3, help="measured pairs per workload (default 3)")
+    p.add_argument("--quick", action="store_true", help="smoke run: small sizes, 1 repeat")
+    p.add_argument("--mooncake", type=Path, help="Mooncake conversation trace for the trace grid")
+    p.add_argument("--dynamo-python", default=os.environ.get("DYNAMO_PYTHON") or DEFAULT_DYNAMO_PYTHON,
+                   help="Python of a Dynamo 1.4.2 venv (default $DYNAMO_PYTHON or %(default)s)")
+    p.add_argument("--no-dynamo", action="store_true", help="run fastsim only")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per run before it is killed")
+    p.add_argument("--out", type=Path, default=Path("results/bench_replay.csv"), help="per-run CSV")
+    p.add_argument("--md", type=Path, default=Path("results/bench_replay.md"), help="markdown table")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    repeats = 1 if args.quick else max(1, args.repeats)
+    dyn_python = None if args.no_dynamo else dynamo_available(args.dynamo_python)
+    sims = [s for s in SIMULATORS if s == "fastsim" or dyn_python]
+    pythons = {"fastsim": sys.executable, "dynamo": dyn_python}
+    envs = {"fastsim": dict(os.environ), "dynamo": dict(os.environ, DYN_LOG="error")}
+    workloads = [wl for g in args.grid.split(",") if g.strip()
+                 for wl in build_grid(g.strip(), args.quick, args.mooncake)]
+
+    import fastsim  # only to say which one is measured
+    started = datetime.now()
+    header = (f"Measured {started:%Y-%m-%d %H:%M} on {machine_summary()}; fastsim "
+              f"{fastsim.__version__} from {Path(fastsim.__file__).parent}; Dynamo: "
+              f"{dyn_python or 'not run'}; grid {args.grid}, {repeats} repeat(s), medians.")
+    print(header, file=sys.stderr)
+
+    # Untimed warm-up: fills fastsim's numba cache (the trace path has kernels of its own that a
+    # synthetic run never compiles) and brings both simulators' files into the page cache.
+    warmups = [synthetic(16, 1)] + ([trace(BUNDLED_TRACE, 2)]
+                                    if any(w.name.startswith("trace") for w in workloads) else [])
+    for sim in sims:
+        for wl in warmups:
+            run_once(sim, pythons[sim], wl, envs[sim], args.timeout)
+
+    rows = []
+    for wl in workloads:
+        for rep in range(repeats):
+            order = sims if rep % 2 == 0 else sims[::-1]
+            pair = {}
+            for pos, sim in enumerate(order):
+                row = run_once(sim, pythons[sim], wl, envs[sim], args.timeout)
+                row.update(repeat=rep, order=pos)
+                pair[sim] = row
+                rows.append(row)
+            fast, dyn = pair["fastsim"].get("report"), pair.get("dynamo", {}).get("report")
+            if fast is not None and dyn is not None:
+                verdict, worst, field = compare(fast, dyn) if wl.deterministic else ("n/a", math.nan, "")
+            else:
+                verdict, worst, field = ("n/a" if "dynamo" not in pair else "NO: run failed"), math.nan, ""
+            for row in pair.values():
+                row.update(same_metrics=verdict, max_rel_diff=worst, worst_field=field)
+            msg = "  ".join(f"{s} {pair[s].get('wall_time_ms', math.nan):.1f} ms sim / "
+                            f"{pair[s]['process_s']:.2f} s proc" for s in sims)
+            print(f"{wl.name} n={wl.requests} w={wl.workers} #{rep}: {msg}  same={verdict}",
+                  file=sys.stderr)
+
+    for path in (args.out, args.md):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    table = markdown(summarize(rows, workloads, bool(dyn_python)), bool(dyn_python))
+    args.md.write_text(header + "\n\n" + table + "\n")
+    print(header + "\n\n" + table)
+    failed = sum(1 for r in rows if r["report"] is None)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
