@@ -32,12 +32,13 @@ def _engine_params(engine, stage=0):
     )
 
 
-def _block_keys(workload, block_size):
+def _block_keys(workload, block_size, caching=True):
     """CSR of content keys of every full prompt block (empty rows for unique synthetic prompts)."""
     from fastsim.kernels.blocks import content_block_keys_nb
 
     n = workload.isl.shape[0]
-    if workload.hash_ptr is None:
+    if workload.hash_ptr is None or not caching:
+        # unique prompts, or prefix caching off: Dynamo gives every block a random id (never shared)
         return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint64)
     ptr = np.empty(n + 1, dtype=np.int64)
     keys = content_block_keys_nb(
@@ -139,7 +140,8 @@ def _requests(workload, key_ptr, keys):
         first_reused=i64(),
         tnext=np.full(n, -1, dtype=np.int32),
         term_kind=np.zeros(n, dtype=np.int8),
-        dup=np.full(n, -1, dtype=np.int32),
+        dup_lo=np.zeros(n, dtype=np.int32),
+        dup_hi=np.zeros(n, dtype=np.int32),
     )
 
 
@@ -369,7 +371,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     n = int(workload.isl.shape[0])
     n_ranks = g_cap * dp
     bs = params.block_size
-    key_ptr, keys = _block_keys(workload, bs)
+    key_ptr, keys = _block_keys(workload, bs, params.caching)
     rq = _requests(workload, key_ptr, keys)
     pool = make_pool(n_ranks, params.cap)
     rk = Ranks(

@@ -80,7 +80,7 @@ def simulate_disagg(
     pd = _engine_params(decode_engine, DECODE)
     n = int(workload.isl.shape[0])
     bs = pp.block_size
-    key_ptr, keys = _block_keys(workload, bs)
+    key_ptr, keys = _block_keys(workload, bs, pp.caching and pd.caching)
     rq_p = _requests(workload, key_ptr, keys)
     rq_d = _requests(workload, key_ptr, keys)
     rq_d = rq_d._replace(isl=rq_p.isl)

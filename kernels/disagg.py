@@ -298,7 +298,7 @@ def _activate(pd, pool_d, rq_d, dg, pa, k, t):
     pa.act_n[0] = 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, g, t):
     """Visible effects of group ``g``'s pass ending at ``t``, then its scheduling-point work."""
     r = cl.pend_head[g]
@@ -328,7 +328,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, 
         _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
            rt_d, rt_none, dg, pa, g, now):
     """One pass of worker ``g`` (prefill or decode) if it has work; True if anything changed."""
@@ -398,21 +398,29 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, dg, pa, r)
             changed = True
         # 4. idle workers act at once on releases and reservations
+        # (the cheap tests stay here: a call passes the whole state, which is not free)
         for g in range(n_groups):
             if cl.busy[g]:
                 continue
             if g < dg.n_pre:
-                if _release_source(pp, pool_p, rq_p, dg, pa, g, now):
+                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, dg, pa, g, now):
                     cl.stalled[g] = False
                     changed = True
-            elif _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, now):
+            elif dg.res_head[g - dg.n_pre] >= 0 and _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa,
+                                                             g - dg.n_pre, now):
                 changed = True
         # 5. ready workers, lowest id first
         for g in range(n_groups):
-            if not cl.busy[g] and not cl.stalled[g]:
-                if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
-                          gaps, rt_p, rt_d, rt_none, dg, pa, g, now):
-                    changed = True
+            if cl.busy[g] or cl.stalled[g]:
+                continue
+            if g < dg.n_pre:
+                if rk_p.n_run[g] + rk_p.n_wait[g] == 0:
+                    continue
+            elif rk_d.n_run[g - dg.n_pre] + rk_d.n_wait[g - dg.n_pre] == 0:
+                continue
+            if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
+                      gaps, rt_p, rt_d, rt_none, dg, pa, g, now):
+                changed = True
         if not changed:
             return
 

@@ -216,7 +216,7 @@ def _grp_pop(cl):
 
 
 # ----------------------------------------------------------------------------- arrivals
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _next_arrival(ss, cl):
     """Row of the earliest pending arrival (static first turns merged with the heap), or -1."""
     best = -1
@@ -292,7 +292,7 @@ def _pool_gaps(gaps, gap, c):
             gaps.otpu_hist[j] += c
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
     """Stamp one token at time ``t`` on each of ``rows[:n]`` and pool the inter-token gaps.
 
@@ -339,7 +339,7 @@ def _fill_prompt_keys(rq, r, bs, kbuf):
     return nfull
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
     """Apply the visible effects of group ``g``'s pass ending at ``t``: router load releases,
     terminals (session follow-ups, closed-loop backfill), then router-queue releases."""
@@ -370,7 +370,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
             _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     """Route request ``r`` to the cheapest target now and submit it there."""
     bs = p.block_size
@@ -425,7 +425,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     return False
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     """Send an arriving request to a target: round robin, or kv_router (maybe via its queue)."""
     if rt.mode == KV_ROUTER:

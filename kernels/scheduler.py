@@ -25,6 +25,7 @@ from numba import njit
 from fastsim.kernels.blocks import unique_key_nb
 from fastsim.kernels.kvpool import (
     NACTIVE,
+    lookup_nb,
     can_use_nb,
     match_prefix_nb,
     release_many_nb,
@@ -88,7 +89,8 @@ class Reqs(NamedTuple):
     first_reused: np.ndarray  # int64
     tnext: np.ndarray  # int32: pending-terminal list link
     term_kind: np.ndarray  # int8
-    dup: np.ndarray  # int32: prompt block recomputed into a private duplicate (-1 none)
+    dup_lo: np.ndarray  # int32: prompt blocks [dup_lo, dup_hi) are private duplicates
+    dup_hi: np.ndarray  # int32
 
 
 class Ranks(NamedTuple):
@@ -114,7 +116,7 @@ class PassAcc(NamedTuple):
     act_n: np.ndarray  # int64[1]
 
 
-BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT = 0, 1, 2, 3, 4, 5, 6
+BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 # ----------------------------------------------------------------------------- queues
@@ -173,12 +175,13 @@ def enqueue_waiting_nb(rq, rk, k, r):
 def block_key_nb(rq, r, j):
     """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique.
 
-    A fully cached aligned prompt recomputes its last block; when that block is held by another
-    running request, Dynamo computes it into a new block of its own (the decode KV then counts
-    both), so that block gets a private identity.
+    Dynamo allocates every block outside a request's cached prefix as a new physical block; when
+    an equal block is already registered, the new one stays a private duplicate (cache hits keep
+    going to the registered copy; released, the duplicate still takes a cache slot). Such blocks
+    get a private identity: prompt blocks ``[dup_lo, dup_hi)``.
     """
     base = rq.key_ptr[r]
-    if j < rq.key_ptr[r + 1] - base and j != rq.dup[r]:
+    if j < rq.key_ptr[r + 1] - base and not (rq.dup_lo[r] <= j < rq.dup_hi[r]):
         return rq.keys[base + j]
     return unique_key_nb(r, j)
 
@@ -200,29 +203,22 @@ def free_blocks_nb(p, pool, rq, k, r, kbuf):
     """Release every allocated block of ``r`` on rank ``k``, tail first (Dynamo's Deref order).
 
     A block counts as full (cacheable) only if its tokens were all computed: the block holding a
-    request's not-yet-computed last token is freed like a partial one (matches V08 and V14). A
-    private duplicate block is not cached either (its contents are registered elsewhere).
+    request's not-yet-computed last token is freed like a partial one (matches V08 and V14).
     """
     bs = p.block_size
     nb = _ceil_div(rq.alloc[r], bs)
     for i in range(nb):
         kbuf[i] = block_key_nb(rq, r, nb - 1 - i)
-    n_partial = nb - (rq.alloc[r] // bs if p.caching else 0)
-    q = nb - 1 - rq.dup[r] if rq.dup[r] >= 0 and rq.dup[r] < nb else nb
-    # positions [0, n_partial) are partial tail blocks; q is the private duplicate, if any
-    i = 0
-    while i < nb:
-        if i < n_partial or i == q:
-            release_many_nb(pool, k, kbuf[i:], 1, 0)
-            i += 1
-        else:
-            j = i
-            while j < nb and j != q:
-                j += 1
-            release_many_nb(pool, k, kbuf[i:], j - i, j - i)
-            i = j
+    n_full = rq.alloc[r] // bs if p.caching else 0
+    # positions i < nb - n_full hold the partial tail block: freed, not cached
+    n_partial = nb - n_full
+    if n_partial > 0:
+        release_many_nb(pool, k, kbuf, n_partial, 0)
+    if n_full > 0:
+        release_many_nb(pool, k, kbuf[n_partial:], n_full, n_full)
     rq.alloc[r] = 0
-    rq.dup[r] = -1
+    rq.dup_lo[r] = 0
+    rq.dup_hi[r] = 0
 
 
 @njit(cache=True, _nrt=False)
@@ -278,6 +274,23 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
 
 
 @njit(cache=True, _nrt=False)
+def _mark_duplicates(pool, rq, k, r, j0, j1):
+    """Blocks ``j0 .. j1-1`` (outside the cached prefix) that are already registered on rank ``k``
+    become private duplicates (kept as one contiguous range per request)."""
+    nfull = rq.key_ptr[r + 1] - rq.key_ptr[r]
+    for j in range(j0, min(j1, nfull)):
+        if rq.dup_lo[r] <= j < rq.dup_hi[r]:
+            continue
+        if lookup_nb(pool, k, rq.keys[rq.key_ptr[r] + j]) < 0:
+            continue
+        if rq.dup_hi[r] == rq.dup_lo[r]:
+            rq.dup_lo[r] = j
+            rq.dup_hi[r] = j + 1
+        elif rq.dup_hi[r] == j:
+            rq.dup_hi[r] = j + 1
+
+
+@njit(cache=True, _nrt=False)
 def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
     """Dynamo's ``schedule_request`` for ``r`` (``cached`` > 0 only for a request from waiting)."""
     acc = pa.acc
@@ -303,6 +316,8 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         if j1 <= j0:  # the target stays inside the last allocated block
             rq.alloc[r] = target
             break
+        if p.caching:
+            _mark_duplicates(pool, rq, k, r, max(j0, cached // bs), j1)
         n = _fill_keys(rq, r, j0, j1, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n):
             use_nb(pool, k, pa.kbuf, n)
@@ -312,6 +327,8 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         if victim < 0:
             actual = ecb
             break
+        if victim != r and not p.lifo and rq.status[r] == RUNNING:
+            acc[AHEAD] += 1  # Dynamo's loop is index based: the list shifts under it
         _preempt(p, pool, rq, rk, k, victim, pass_id, pa)
         if victim == r:
             return SELF_PREEMPTED
@@ -400,6 +417,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             cur = qnext[cur]
             continue
         acc[BUDGET] = budget
+        acc[AHEAD] = 0
         res = _schedule(p, pool, rq, rk, k, cur, 0, pass_id, pa)
         budget = acc[BUDGET]
         if res == SCHEDULED:
@@ -408,6 +426,12 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             break
         else:
             cur = acc[SELF_NEXT]
+        # each victim removed ahead of the current request skips one request, as Dynamo's
+        # index-based loop does (fifo preemption)
+        for _ in range(acc[AHEAD]):
+            if cur < 0:
+                break
+            cur = qnext[cur]
     acc[BUDGET] = budget
     # Phase B: waiting requests, FIFO, only if nothing was preempted.
     while acc[PREEMPTED_ANY] == 0 and rk.n_run[k] < p.max_seqs:
@@ -439,7 +463,6 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             acc[PROGRESS] = 1
             continue
         cached, active_cached, active = _cached_tokens(p, pool, rq, k, u, pa.kbuf)
-        rq.dup[u] = cached // p.block_size if active > cached // p.block_size else -1
         needed = _ceil_div(length, p.block_size) - active_cached
         if needed > p.cap - pool.meta[k, NACTIVE]:
             break  # head-of-line blocking: wait, never preempt for a waiting request
