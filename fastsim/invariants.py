@@ -62,7 +62,7 @@ def check(st, engine) -> None:
     if (total != cap).any():
         bad.append(f"KV pool accounting broken on ranks {np.flatnonzero(total != cap)[:5].tolist()}")
     tsize = pool.tmask + 1
-    entries = (pool.table.reshape(-1, tsize) >= 0).sum(axis=1)
+    entries = (pool.table.reshape(-1, tsize) != 0).sum(axis=1)
     if (entries != meta[:, NACTIVE] + meta[:, NINACTIVE]).any():
         bad.append("KV hash table entries differ from the active + inactive block counts")
     if (meta[:, NACTIVE] != 0).any():

@@ -28,25 +28,26 @@ class KvPool(NamedTuple):
     slot_ref: np.ndarray  # int32[R * cap]
     lru_prev: np.ndarray  # int32[R * cap]
     lru_next: np.ndarray  # int32[R * cap]
-    table: np.ndarray  # int32[R * tsize], local slot or -1
-    free_stack: np.ndarray  # int32[R * cap]
-    # per rank: [n_free, n_active, n_inactive, lru_head, lru_tail, n_evicted]
-    meta: np.ndarray  # int64[R, 6]
+    table: np.ndarray  # int32[R * tsize]: local slot + 1, 0 = empty
+    free_stack: np.ndarray  # int32[R * cap]: released slots
+    # per rank: [n_free, n_active, n_inactive, lru_head, lru_tail, n_evicted, n_stack, next_new]
+    meta: np.ndarray  # int64[R, 8]
 
 
-NFREE, NACTIVE, NINACTIVE, HEAD, TAIL, NEVICT = 0, 1, 2, 3, 4, 5
+NFREE, NACTIVE, NINACTIVE, HEAD, TAIL, NEVICT, NSTACK, NEXTNEW = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 def make_pool(n_ranks, cap):
-    """Allocate empty pools for ``n_ranks`` ranks of ``cap`` blocks each."""
+    """Allocate empty pools for ``n_ranks`` ranks of ``cap`` blocks each.
+
+    Every big array starts as zeros (slots, the table and the LRU links store index + 1, 0 meaning
+    none), so the operating system maps their pages only when a rank first touches them: a large
+    cluster whose workers use little of their KV costs little memory and set-up time.
+    """
     tsize = 1
     while tsize < 2 * cap:
         tsize *= 2
-    free_stack = np.empty(n_ranks * cap, dtype=np.int32)
-    local = np.arange(cap - 1, -1, -1, dtype=np.int32)  # pop order 0, 1, 2, ...
-    for k in range(n_ranks):
-        free_stack[k * cap:(k + 1) * cap] = local
-    meta = np.zeros((n_ranks, 6), dtype=np.int64)
+    meta = np.zeros((n_ranks, 8), dtype=np.int64)
     meta[:, NFREE] = cap
     meta[:, HEAD] = -1
     meta[:, TAIL] = -1
@@ -55,10 +56,10 @@ def make_pool(n_ranks, cap):
         tmask=tsize - 1,
         slot_key=np.zeros(n_ranks * cap, dtype=np.uint64),
         slot_ref=np.zeros(n_ranks * cap, dtype=np.int32),
-        lru_prev=np.full(n_ranks * cap, -1, dtype=np.int32),
-        lru_next=np.full(n_ranks * cap, -1, dtype=np.int32),
-        table=np.full(n_ranks * tsize, -1, dtype=np.int32),
-        free_stack=free_stack,
+        lru_prev=np.zeros(n_ranks * cap, dtype=np.int32),
+        lru_next=np.zeros(n_ranks * cap, dtype=np.int32),
+        table=np.zeros(n_ranks * tsize, dtype=np.int32),
+        free_stack=np.zeros(n_ranks * cap, dtype=np.int32),
         meta=meta,
     )
 
@@ -75,7 +76,7 @@ def _home(key, tmask):
 def _find(table, slot_key, tbase, sbase, tmask, key):
     i = _home(key, tmask)
     while True:
-        s = table[tbase + i]
+        s = table[tbase + i] - 1
         if s < 0:
             return -1
         if slot_key[sbase + s] == key:
@@ -86,57 +87,76 @@ def _find(table, slot_key, tbase, sbase, tmask, key):
 @njit(cache=True, _nrt=False)
 def _table_insert(table, tbase, tmask, key, s):
     i = _home(key, tmask)
-    while table[tbase + i] >= 0:
+    while table[tbase + i] != 0:
         i = (i + 1) & tmask
-    table[tbase + i] = s
+    table[tbase + i] = s + 1
 
 
 @njit(cache=True, _nrt=False)
 def _table_delete(table, slot_key, tbase, sbase, tmask, key):
     # Linear probing with backward-shift deletion: no tombstones, probes stay short.
     i = _home(key, tmask)
-    while slot_key[sbase + table[tbase + i]] != key:
+    while slot_key[sbase + table[tbase + i] - 1] != key:
         i = (i + 1) & tmask
     j = i
     while True:
         j = (j + 1) & tmask
-        s = table[tbase + j]
-        if s < 0:
+        e = table[tbase + j]
+        if e == 0:
             break
-        h = _home(slot_key[sbase + s], tmask)
+        h = _home(slot_key[sbase + e - 1], tmask)
         # move entry j into hole i if its home is not in (i, j] cyclically
         if (j > i and (h <= i or h > j)) or (j < i and (h <= i and h > j)):
-            table[tbase + i] = s
+            table[tbase + i] = e
             i = j
-    table[tbase + i] = -1
+    table[tbase + i] = 0
 
 
 @njit(cache=True, _nrt=False)
 def _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s):
-    p = lru_prev[sbase + s]
-    n = lru_next[sbase + s]
+    p = lru_prev[sbase + s] - 1
+    n = lru_next[sbase + s] - 1
     if p >= 0:
-        lru_next[sbase + p] = n
+        lru_next[sbase + p] = n + 1
     else:
         meta[rank, HEAD] = n
     if n >= 0:
-        lru_prev[sbase + n] = p
+        lru_prev[sbase + n] = p + 1
     else:
         meta[rank, TAIL] = p
-    lru_prev[sbase + s] = -1
-    lru_next[sbase + s] = -1
+    lru_prev[sbase + s] = 0
+    lru_next[sbase + s] = 0
 
 
 @njit(cache=True, _nrt=False)
 def _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s):
     t = meta[rank, TAIL]
-    lru_prev[sbase + s] = t
-    lru_next[sbase + s] = -1
+    lru_prev[sbase + s] = t + 1
+    lru_next[sbase + s] = 0
     if t >= 0:
-        lru_next[sbase + t] = s
+        lru_next[sbase + t] = s + 1
     else:
         meta[rank, HEAD] = s
     meta[rank, TAIL] = s
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _take_free(free_stack, meta, rank, sbase):
+    """A free slot: the last released one, else the next never-used one (caller checked NFREE)."""
+    meta[rank, NFREE] -= 1
+    if meta[rank, NSTACK] > 0:
+        meta[rank, NSTACK] -= 1
+        return free_stack[sbase + meta[rank, NSTACK]]
+    s = meta[rank, NEXTNEW]
+    meta[rank, NEXTNEW] += 1
+    return np.int32(s)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _give_free(free_stack, meta, rank, sbase, s):
+    free_stack[sbase + meta[rank, NSTACK]] = s
+    meta[rank, NSTACK] += 1
+    meta[rank, NFREE] += 1
 
 
 @njit(cache=True, _nrt=False)
@@ -189,8 +209,7 @@ def use_nb(pool, rank, keys, n):
             slot_ref[sbase + s] += 1
             continue
         if meta[rank, NFREE] > 0:
-            meta[rank, NFREE] -= 1
-            s = free_stack[sbase + meta[rank, NFREE]]
+            s = _take_free(free_stack, meta, rank, sbase)
         else:
             s = np.int32(meta[rank, HEAD])  # evict the oldest inactive block
             _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s)
@@ -230,8 +249,7 @@ def release_many_nb(pool, rank, keys, n, n_cacheable):
         else:
             _table_delete(table, slot_key, tbase, sbase, tmask, key)
             slot_key[sbase + s] = 0
-            free_stack[sbase + meta[rank, NFREE]] = s
-            meta[rank, NFREE] += 1
+            _give_free(free_stack, meta, rank, sbase, s)
 
 
 @njit(cache=True)
@@ -292,8 +310,7 @@ def rekey_nb(pool, rank, old, new):
             pool.meta[rank, NACTIVE] -= 1
             _table_delete(table, slot_key, tbase, sbase, tmask, old)
             slot_key[sbase + s_old] = 0
-            pool.free_stack[sbase + pool.meta[rank, NFREE]] = s_old
-            pool.meta[rank, NFREE] += 1
+            _give_free(pool.free_stack, pool.meta, rank, sbase, s_old)
         return
     s_old = _find(table, slot_key, tbase, sbase, tmask, old)
     _table_delete(table, slot_key, tbase, sbase, tmask, old)
