@@ -25,9 +25,11 @@ from fastsim.kernels.fleet import (
     DRAINING,
     NACT,
     NCREATED,
+    NDRAINING,
     NEXTPLAN,
     NEXTTEL,
     NLIVE,
+    NSTARTING,
     SCHEDPOS,
     STARTED,
     TARGET,
@@ -459,7 +461,7 @@ def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     _mark(cl, w)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     """Process everything due at ``now`` until nothing changes (the tick phases, in order)."""
     while True:
@@ -472,7 +474,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, cl.pass_end[g])
             changed = True
         # 2. workers that finished starting
-        if mark_ready_nb(fl, now):
+        if fl.fs[NSTARTING] > 0 and mark_ready_nb(fl, now):
             changed = True
             if rt.mode == KV_ROUTER:
                 n_targets = rk.n_run.shape[0]
@@ -511,7 +513,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
                     if _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
                         changed = True
         # 5. retire drained workers
-        if retire_drained_nb(fl, cl.busy, rk.n_run, rk.n_wait, cl.dp):
+        if fl.fs[NDRAINING] > 0 and retire_drained_nb(fl, cl.busy, rk.n_run, rk.n_wait, cl.dp):
             changed = True
         # 6. scaling decisions last: they see a settled timestamp
         while fl.fs[SCHEDPOS] < fl.sched_t.shape[0] and fl.sched_t[fl.fs[SCHEDPOS]] <= now:
@@ -534,6 +536,9 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
     n_rows = rq.isl.shape[0]
     ws = out[0]
     now = out[1]
+    status = OK
+    drain_now = False
+    last = False
     if fl.fs[STARTED] == 0:
         fl.fs[STARTED] = 1
         if cl.concurrency > 0:
@@ -546,14 +551,30 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
             for i in range(ss.order.shape[0]):
                 s = ss.order[i]
                 ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
-        _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
+        drain_now = True
     elif fl.fs[TARGET] >= 0:
         apply_target_nb(fl, now, fl.fs[TARGET])
         fl.fs[TARGET] = -1
-        _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
-    status = OK
-    while cl.state[NDONE] < n_rows:
-        t = next_fleet_event_nb(fl)
+        drain_now = True
+    while True:
+        if drain_now:
+            # the one call site of the drain (it is inlined: a call would copy the whole state)
+            _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
+            drain_now = False
+            if last:
+                break
+            if rt.state[1] != 0:
+                status = TABLE_FULL
+                break
+            if fl.planner_ms > 0.0 and fl.ff[NEXTPLAN] <= now:
+                fl.ff[NEXTPLAN] = now + fl.planner_ms
+                status = PLANNER_TICK
+                break
+        if cl.state[NDONE] >= n_rows:
+            break
+        t = np.inf
+        if fl.fs[NSTARTING] > 0 or fl.fs[SCHEDPOS] < fl.sched_t.shape[0] or fl.planner_ms > 0.0:
+            t = next_fleet_event_nb(fl)
         if cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] < t:
             t = cl.pass_end[cl.cheap[0]]
         r = _next_arrival(ss, cl)
@@ -572,21 +593,16 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
             break
         if cl.max_sim_time >= 0.0 and t > cl.max_sim_time:
             status = SIM_CAP
-            if cl.single_path:
-                # Dynamo's single-worker runtime still processes the first event beyond the cap.
-                now = t
-                _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
-            break
+            if not cl.single_path:
+                break
+            # Dynamo's single-worker runtime still processes the first event beyond the cap.
+            now = t
+            drain_now = True
+            last = True
+            continue
         ws += fl.fs[NLIVE] * (t - now) / 1000.0
         now = t
-        _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
-        if rt.state[1] != 0:
-            status = TABLE_FULL
-            break
-        if fl.planner_ms > 0.0 and fl.ff[NEXTPLAN] <= now:
-            fl.ff[NEXTPLAN] = now + fl.planner_ms
-            status = PLANNER_TICK
-            break
+        drain_now = True
     out[0] = ws
     out[1] = now
     return status
