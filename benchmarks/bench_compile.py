@@ -67,11 +67,11 @@ def bare_start(python: str) -> float:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=2, help="cold+warm pairs, each in a fresh cache")
-    p.add_argument("--dynamo-python", default=os.environ.get("DYNAMO_PYTHON") or "/opt/dynvenv/bin/python")
+    p.add_argument("--dynamo-python", default=os.environ.get("DYNAMO_PYTHON"))
     p.add_argument("--no-dynamo", action="store_true")
     p.add_argument("--md", type=Path, help="also write the table here")
     args = p.parse_args(argv)
-    dyn = None if args.no_dynamo or not os.path.exists(args.dynamo_python) else args.dynamo_python
+    dyn = None if args.no_dynamo or not args.dynamo_python or not os.path.exists(args.dynamo_python) else args.dynamo_python
 
     trace_flags = (str(TRACE), "--num-workers", "2")
     rows = {k: [] for k in ("bare", "import", "import_kernels", "cold", "warm", "trace_first",

@@ -11,7 +11,7 @@ traces), so fastsim's numba cache is warm (see ``bench_compile.py`` for the cold
     python benchmarks/bench_replay.py --grid cluster,trace --mooncake /path/conversation_trace.jsonl
     python benchmarks/bench_replay.py --quick --no-dynamo          # smoke run, < 30 s
 
-Dynamo is taken from ``--dynamo-python`` (default ``$DYNAMO_PYTHON``, else /opt/dynvenv/bin/python
+Dynamo is taken from ``--dynamo-python`` (default ``$DYNAMO_PYTHON``: a Python with ai-dynamo==1.4.2
 when it exists) and skipped, with a note, when it is absent or cannot import ``dynamo.replay``.
 The fastsim under test is whatever ``import fastsim`` finds for this Python (its path is printed).
 """
@@ -36,7 +36,7 @@ from _proc import machine_summary, run_child
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED_TRACE = REPO / "examples" / "mooncake_trace_1000.jsonl"
-DEFAULT_DYNAMO_PYTHON = "/opt/dynvenv/bin/python"
+DEFAULT_DYNAMO_PYTHON = None  # set $DYNAMO_PYTHON or --dynamo-python: a Python with ai-dynamo==1.4.2
 LOAD_PER_WORKER_RPS = 25.0  # synthetic load: one request every 40 ms per worker
 SIMULATORS = ("fastsim", "dynamo")
 EXACT_FIELDS = ("completed_requests", "total_output_tokens")

@@ -21,7 +21,7 @@ from pathlib import Path
 import fastsim
 from fastsim.sweep import TIMING_COLUMNS, load_spec, sweep
 
-DYNAMO_PYTHON = "/opt/dynvenv/bin/python"
+DYNAMO_PYTHON = os.environ.get("DYNAMO_PYTHON")  # a Python with ai-dynamo==1.4.2
 SPEC = {
     "name": "bench-200",
     "base": {"input_tokens": 1024, "output_tokens": 128, "request_count": 10_000,
@@ -71,7 +71,7 @@ def main():
         "fastsim_mean_run_wall_s": round(float(df["run_wall_s"].mean()), 4),
         "fastsim_mean_sim_wall_ms": round(float(df["wall_time_ms"].mean()), 2),
     }
-    if args.dynamo_sample and Path(DYNAMO_PYTHON).exists():
+    if args.dynamo_sample and DYNAMO_PYTHON and Path(DYNAMO_PYTHON).exists():
         step = max(n // args.dynamo_sample, 1)
         sample = spec.configs[step // 2::step][:args.dynamo_sample]
         times, core_ms, worst = [], [], 0.0

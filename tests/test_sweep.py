@@ -320,7 +320,7 @@ def test_cli_sweep_writes_results(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- SLA goodput vs Dynamo 1.4.2
 
-# DYN_LOG=error /opt/dynvenv/bin/python -m dynamo.replay --input-tokens 1024 --output-tokens 128
+# DYN_LOG=error python -m dynamo.replay  (ai-dynamo==1.4.2) --input-tokens 1024 --output-tokens 128
 #   --request-count 200 --arrival-interval-ms 40 <SLA flags> --report-json x.json   (Dynamo 1.4.2)
 DYNAMO_GOODPUT = [
     (["--sla-ttft-ms", "60"], (56, 6.003926658307868, 768.5026122634071)),
