@@ -52,6 +52,11 @@ def _block_keys(workload, block_size, caching=True):
     return ptr, keys
 
 
+def _arrival_ties(workload):
+    """Each row's position in (session, turn) order: arrivals at one time go in that order."""
+    return (workload.session_ptr[workload.session] + workload.turn).astype(np.int64)
+
+
 def _initial_table_size(workload, block_size, n_ranks):
     """Slots of the router's (rank, block) table: twice a generous bound on live entries."""
     n = workload.isl.shape[0]
@@ -396,6 +401,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         rows=workload.session_rows.astype(np.int64),
         first_arrival=workload.session_arrival_ms.astype(np.float64),
         order=order,
+        tie=_arrival_ties(workload),
         ready_at=np.full(n, np.nan),
         heap=np.zeros(max(n, 1), dtype=np.int64),
     )
@@ -411,6 +417,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         pend_tail=np.full(g_cap, -1, dtype=np.int32),
         wctr=np.zeros(g_cap, dtype=np.int64),
         cheap=np.zeros(g_cap, dtype=np.int64),
+        gid=np.arange(g_cap, dtype=np.int64),
         dirty=np.zeros(g_cap, dtype=np.bool_),
         dlist=np.zeros(g_cap + 1, dtype=np.int64),
         dwork=np.zeros(g_cap, dtype=np.int64),

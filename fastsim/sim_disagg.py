@@ -8,6 +8,7 @@ import numpy as np
 
 from fastsim.errors import DeadEndError, InputError, NotSupportedError
 from fastsim.sim import (
+    _arrival_ties,
     _block_keys,
     _engine_params,
     _gap_columns,
@@ -102,6 +103,7 @@ def simulate_disagg(
         delay=workload.delay_ms.astype(np.float64), ptr=workload.session_ptr.astype(np.int64),
         rows=workload.session_rows.astype(np.int64),
         first_arrival=workload.session_arrival_ms.astype(np.float64), order=order,
+        tie=_arrival_ties(workload),
         ready_at=np.full(n, np.nan), heap=np.zeros(max(n, 1), dtype=np.int64),
     )
     G = P + D
@@ -110,7 +112,7 @@ def simulate_disagg(
         max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
         busy=np.zeros(G, np.bool_), stalled=np.zeros(G, np.bool_), pass_end=np.zeros(G),
         pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
-        wctr=np.zeros(G, np.int64), cheap=np.zeros(G, np.int64), dirty=np.zeros(G, np.bool_),
+        wctr=np.zeros(G, np.int64), cheap=np.zeros(G, np.int64), gid=np.arange(G, dtype=np.int64), dirty=np.zeros(G, np.bool_),
         dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), state=np.zeros(8, np.int64),
     )
     gaps = Gaps(np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64),
@@ -144,7 +146,7 @@ def simulate_disagg(
         res_head=np.full(D, -1, np.int32), res_tail=np.full(D, -1, np.int32),
         rel_next=np.full(n, -1, np.int32), rel_head=np.full(P, -1, np.int32),
         rel_tail=np.full(P, -1, np.int32), xheap=np.zeros(max(n, 1), np.int64),
-        xready=np.full(n, np.nan), st=np.zeros(4, np.int64),
+        xready=np.full(n, np.nan), xtie=np.arange(n, dtype=np.int64), st=np.zeros(4, np.int64),
     )
     out = np.zeros(4)
     status = run_disagg_nb(pp, pd, load_perf_model(prefill_engine.planner_profile_data),

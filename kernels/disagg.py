@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from fastsim.kernels.blocks import unique_key_nb
+from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.kvpool import NACTIVE, match_prefix_nb, rekey_nb, use_nb
 from fastsim.kernels.loop import (
     DEAD_END,
@@ -40,10 +41,7 @@ from fastsim.kernels.loop import (
     SIM_CAP,
     STATIC,
     _activate_session,
-    _arr_pop,
     _fill_prompt_keys,
-    _grp_pop,
-    _grp_push,
     _next_arrival,
     _on_terminal,
     _stamp_tokens,
@@ -96,6 +94,7 @@ class Disagg(NamedTuple):
     rel_tail: np.ndarray  # int32[P]
     xheap: np.ndarray  # int64[n]: transfers in flight, by completion time
     xready: np.ndarray  # float64[n]
+    xtie: np.ndarray  # int64[n]: 0 .. n-1 (equal completion times: lowest row first)
     st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, -]
 
 
@@ -108,50 +107,6 @@ def _push(head, tail, nxt, k, r):
     else:
         head[k] = r
     tail[k] = r
-
-
-@njit(cache=True, _nrt=False)
-def _x_less(dg, a, b):
-    if dg.xready[a] != dg.xready[b]:
-        return dg.xready[a] < dg.xready[b]
-    return a < b
-
-
-@njit(cache=True, _nrt=False)
-def _x_push(dg, r):
-    h = dg.xheap
-    i = dg.st[NXHEAP]
-    dg.st[NXHEAP] += 1
-    h[i] = r
-    while i > 0:
-        par = (i - 1) >> 1
-        if _x_less(dg, h[i], h[par]):
-            h[i], h[par] = h[par], h[i]
-            i = par
-        else:
-            break
-
-
-@njit(cache=True, _nrt=False)
-def _x_pop(dg):
-    h = dg.xheap
-    top = h[0]
-    n = dg.st[NXHEAP] - 1
-    dg.st[NXHEAP] = n
-    h[0] = h[n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and _x_less(dg, h[c + 1], h[c]):
-            c += 1
-        if _x_less(dg, h[c], h[i]):
-            h[i], h[c] = h[c], h[i]
-            i = c
-        else:
-            break
-    return top
 
 
 # ----------------------------------------------------------------------------- lifecycle steps
@@ -271,7 +226,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
             delay = isl * dg.kv_bytes / (dg.bandwidth * 1e9) * 1000.0
         if delay > 0.0:
             dg.xready[r] = t + delay
-            _x_push(dg, r)
+            heap_push_nb(dg.xheap, dg.st, NXHEAP, dg.xready, dg.xtie, r)
         else:
             _arrive_decode(rq_d, rk_d, cl, dg, k, r)
     return changed
@@ -356,7 +311,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
-        _grp_push(cl, g)
+        heap_push_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid, g)
         return True
     if progress:
         _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, g, now)
@@ -373,14 +328,14 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         changed = False
         # 1. pass completions (and their scheduling-point work)
         while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
-            g = _grp_pop(cl)
+            g = heap_pop_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid)
             cl.busy[g] = False
             _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, g,
                       cl.pass_end[g])
             changed = True
         # 2. KV transfers that finished
         while dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now:
-            r = _x_pop(dg)
+            r = heap_pop_nb(dg.xheap, dg.st, NXHEAP, dg.xready, dg.xtie)
             _arrive_decode(rq_d, rk_d, cl, dg, dg.dec_idx[r], r)
             changed = True
         # 3. arrivals go to a prefill worker
@@ -389,7 +344,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             if r < 0 or ss.ready_at[r] > now:
                 break
             if cl.state[NHEAP] > 0 and ss.heap[0] == r:
-                _arr_pop(ss, cl)
+                heap_pop_nb(ss.heap, cl.state, NHEAP, ss.ready_at, ss.tie)
             else:
                 cl.state[STATIC] += 1
             rq_p.arrival[r] = ss.ready_at[r]

@@ -40,6 +40,7 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
     sample_nb,
 )
+from fastsim.kernels.heap import heap_less_nb, heap_pop_nb, heap_push_nb
 from fastsim.kernels.router import (
     FCFS,
     KV_ROUTER,
@@ -76,6 +77,7 @@ class Sessions(NamedTuple):
     rows: np.ndarray  # int64[n]: rows of each session in turn order
     first_arrival: np.ndarray  # float64[S]
     order: np.ndarray  # int64[S]: first turns sorted by arrival (trace mode)
+    tie: np.ndarray  # int64[n]: (session, turn) order of each row, the arrival tie-break
     ready_at: np.ndarray  # float64[n] (scratch)
     heap: np.ndarray  # int64[n] (scratch): later turns / closed-loop dispatches
 
@@ -94,6 +96,7 @@ class Cluster(NamedTuple):
     pend_tail: np.ndarray  # int32[G]
     wctr: np.ndarray  # int64[G]: round robin over a worker's DP ranks
     cheap: np.ndarray  # int64[G]: completion heap of group ids
+    gid: np.ndarray  # int64[G]: 0 .. G-1, the completion tie-break (lowest worker id first)
     dirty: np.ndarray  # bool[G]: the group may have become drivable since the last drive phase
     dlist: np.ndarray  # int64[G + 1]: dirty group ids; dlist[G] holds their count
     dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
@@ -125,98 +128,6 @@ def _mark(cl, g):
         cl.dlist[n] += 1
 
 
-@njit(cache=True, inline="always", _nrt=False)
-def _arr_less(ss, a, b):
-    ta = ss.ready_at[a]
-    tb = ss.ready_at[b]
-    if ta != tb:
-        return ta < tb
-    if ss.session[a] != ss.session[b]:
-        return ss.session[a] < ss.session[b]
-    return ss.turn[a] < ss.turn[b]
-
-
-@njit(cache=True, _nrt=False)
-def _arr_push(ss, cl, r):
-    h = ss.heap
-    i = cl.state[NHEAP]
-    cl.state[NHEAP] += 1
-    h[i] = r
-    while i > 0:
-        par = (i - 1) >> 1
-        if _arr_less(ss, h[i], h[par]):
-            h[i], h[par] = h[par], h[i]
-            i = par
-        else:
-            break
-
-
-@njit(cache=True, _nrt=False)
-def _arr_pop(ss, cl):
-    h = ss.heap
-    top = h[0]
-    n = cl.state[NHEAP] - 1
-    cl.state[NHEAP] = n
-    h[0] = h[n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and _arr_less(ss, h[c + 1], h[c]):
-            c += 1
-        if _arr_less(ss, h[c], h[i]):
-            h[i], h[c] = h[c], h[i]
-            i = c
-        else:
-            break
-    return top
-
-
-@njit(cache=True, inline="always", _nrt=False)
-def _grp_less(cl, a, b):
-    if cl.pass_end[a] != cl.pass_end[b]:
-        return cl.pass_end[a] < cl.pass_end[b]
-    return a < b
-
-
-@njit(cache=True, _nrt=False)
-def _grp_push(cl, g):
-    h = cl.cheap
-    i = cl.state[NCHEAP]
-    cl.state[NCHEAP] += 1
-    h[i] = g
-    while i > 0:
-        par = (i - 1) >> 1
-        if _grp_less(cl, h[i], h[par]):
-            h[i], h[par] = h[par], h[i]
-            i = par
-        else:
-            break
-
-
-@njit(cache=True, _nrt=False)
-def _grp_pop(cl):
-    h = cl.cheap
-    top = h[0]
-    n = cl.state[NCHEAP] - 1
-    cl.state[NCHEAP] = n
-    h[0] = h[n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and _grp_less(cl, h[c + 1], h[c]):
-            c += 1
-        if _grp_less(cl, h[c], h[i]):
-            h[i], h[c] = h[c], h[i]
-            i = c
-        else:
-            break
-    return top
-
-
 # ----------------------------------------------------------------------------- arrivals
 @njit(cache=True, _nrt=False, inline="always")
 def _next_arrival(ss, cl):
@@ -227,7 +138,7 @@ def _next_arrival(ss, cl):
         best = ss.rows[ss.ptr[ss.order[pos]]]
     if cl.state[NHEAP] > 0:
         top = ss.heap[0]
-        if best < 0 or _arr_less(ss, top, best):
+        if best < 0 or heap_less_nb(ss.ready_at, ss.tie, top, best):
             return top
     return best
 
@@ -236,7 +147,7 @@ def _next_arrival(ss, cl):
 def _activate_session(ss, cl, s, t):
     r = ss.rows[ss.ptr[s]]
     ss.ready_at[r] = t
-    _arr_push(ss, cl, r)
+    heap_push_nb(ss.heap, cl.state, NHEAP, ss.ready_at, ss.tie, r)
 
 
 @njit(cache=True, _nrt=False)
@@ -247,7 +158,7 @@ def _on_terminal(ss, cl, r, t):
     if ss.ptr[s] + nxt < ss.ptr[s + 1]:
         nr = ss.rows[ss.ptr[s] + nxt]
         ss.ready_at[nr] = t + ss.delay[nr]
-        _arr_push(ss, cl, nr)
+        heap_push_nb(ss.heap, cl.state, NHEAP, ss.ready_at, ss.tie, nr)
     elif cl.concurrency > 0:
         if cl.state[NEXTSESS] < ss.ptr.shape[0] - 1:
             _activate_session(ss, cl, cl.state[NEXTSESS], t)
@@ -417,7 +328,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
-        _grp_push(cl, g)
+        heap_push_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid, g)
         return True
     if progress:
         _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now)
@@ -468,7 +379,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         changed = False
         # 1. pass completions
         while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
-            g = _grp_pop(cl)
+            g = heap_pop_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid)
             cl.busy[g] = False
             _mark(cl, g)
             _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, cl.pass_end[g])
@@ -486,7 +397,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             if r < 0 or ss.ready_at[r] > now:
                 break
             if cl.state[NHEAP] > 0 and ss.heap[0] == r:
-                _arr_pop(ss, cl)
+                heap_pop_nb(ss.heap, cl.state, NHEAP, ss.ready_at, ss.tie)
             else:
                 cl.state[STATIC] += 1
             rq.arrival[r] = ss.ready_at[r]

@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from fastsim.kernels.blocks import mix64_nb
+from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.kvpool import match_prefix_nb
 
 ROUND_ROBIN, KV_ROUTER = 0, 1
@@ -269,49 +270,15 @@ def all_busy_nb(rt, n_targets):
 
 # ----------------------------------------------------------------------------- router queue
 @njit(cache=True, _nrt=False)
-def _q_less(rt, a, b):
-    if rt.qkey[a] != rt.qkey[b]:
-        return rt.qkey[a] < rt.qkey[b]
-    return rt.qseq[a] < rt.qseq[b]
-
-
-@njit(cache=True, _nrt=False)
 def queue_push_nb(rt, r, key):
     """Queue request ``r`` with priority ``key`` (lower leaves first; enqueue order breaks ties)."""
-    h = rt.queue
     rt.qkey[r] = key
     rt.qseq[r] = rt.state[QSEQ]
     rt.state[QSEQ] += 1
-    i = rt.state[NQUEUE]
-    rt.state[NQUEUE] += 1
-    h[i] = r
-    while i > 0:
-        par = (i - 1) >> 1
-        if _q_less(rt, h[i], h[par]):
-            h[i], h[par] = h[par], h[i]
-            i = par
-        else:
-            break
+    heap_push_nb(rt.queue, rt.state, NQUEUE, rt.qkey, rt.qseq, r)
 
 
 @njit(cache=True, _nrt=False)
 def queue_pop_nb(rt):
     """Remove and return the queue's first request."""
-    h = rt.queue
-    top = h[0]
-    n = rt.state[NQUEUE] - 1
-    rt.state[NQUEUE] = n
-    h[0] = h[n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and _q_less(rt, h[c + 1], h[c]):
-            c += 1
-        if _q_less(rt, h[c], h[i]):
-            h[i], h[c] = h[c], h[i]
-            i = c
-        else:
-            break
-    return top
+    return heap_pop_nb(rt.queue, rt.state, NQUEUE, rt.qkey, rt.qseq)
