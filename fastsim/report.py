@@ -235,7 +235,9 @@ def build_report(req, gaps, meta):
     completed = int(np.count_nonzero(comp))
     total_in = int(isl[comp].sum())
     total_out = int(out_len[comp].sum())
-    reused = int(np.asarray(req["reused_tokens"], dtype=np.int64)[comp].sum())
+    # disaggregated runs: the ratio takes the max reuse over both sides' admissions, while the
+    # per-request field reports the prefill side (cluster doc C6)
+    reused = int(np.asarray(req.get("ratio_reused_tokens", req["reused_tokens"]), dtype=np.int64)[comp].sum())
     first_reused = int(np.asarray(req["first_reused_tokens"], dtype=np.int64)[comp].sum())
     duration_ms = float(np.max(term[comp])) if completed else 0.0
     duration_s = max(duration_ms / 1000.0, 1e-9)

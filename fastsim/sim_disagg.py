@@ -146,7 +146,9 @@ def simulate_disagg(
         res_head=np.full(D, -1, np.int32), res_tail=np.full(D, -1, np.int32),
         rel_next=np.full(n, -1, np.int32), rel_head=np.full(P, -1, np.int32),
         rel_tail=np.full(P, -1, np.int32), xheap=np.zeros(max(n, 1), np.int64),
-        xready=np.full(n, np.nan), xtie=np.arange(n, dtype=np.int64), st=np.zeros(4, np.int64),
+        xready=np.full(n, np.nan), xtie=np.arange(n, dtype=np.int64),
+        arr_next=np.full(n, -1, np.int32), arr_head=np.full(D, -1, np.int32), arr_tail=np.full(D, -1, np.int32),
+        st=np.zeros(4, np.int64),
     )
     out = np.zeros(4)
     status = run_disagg_nb(pp, pd, load_perf_model(prefill_engine.planner_profile_data),
@@ -174,7 +176,8 @@ def simulate_disagg(
         "input_length": rq_p.isl,
         "requested_output_length": rq_p.osl,
         "output_length": rq_d.generated.copy(),
-        "reused_tokens": np.maximum(rq_p.reused, rq_d.reused),
+        "reused_tokens": rq_p.reused,
+        "ratio_reused_tokens": np.maximum(rq_p.reused, rq_d.reused),
         "first_reused_tokens": rq_p.first_reused,
         "worker_idx": dg.dec_idx.astype(np.int64),
         "preemptions": (rq_p.npreempt + rq_d.npreempt).astype(np.int64),
@@ -183,9 +186,9 @@ def simulate_disagg(
         "source_held_ms": dg.handoff,
         "destination_reserved_ms": dg.reserved,
         "destination_activated_ms": dg.activated,
-        "decode_admit_ms": dg.activated,
+        "decode_admit_ms": rq_d.first_admit,
         "source_released_ms": dg.released,
-        "decode_reused_input_tokens": np.where(np.isnan(dg.reserved), -1, rq_d.reused).astype(np.int64),
+        "decode_reused_input_tokens": np.where(np.isnan(rq_d.first_admit), -1, rq_d.reused).astype(np.int64),
         "prefill_route_overlap_tokens": dg.route_overlap,
         "decode_route_overlap_tokens": np.where((dg.dec_idx >= 0) & (router_mode == "kv_router"), 0, -1).astype(np.int64),
     }

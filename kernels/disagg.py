@@ -30,7 +30,7 @@ from numba import njit
 
 from fastsim.kernels.blocks import unique_key_nb
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.kvpool import NACTIVE, match_prefix_nb, rekey_nb, use_nb
+from fastsim.kernels.kvpool import NACTIVE, lookup_nb, match_prefix_nb, rekey_nb, use_nb
 from fastsim.kernels.loop import (
     DEAD_END,
     NCHEAP,
@@ -95,6 +95,9 @@ class Disagg(NamedTuple):
     xheap: np.ndarray  # int64[n]: transfers in flight, by completion time
     xready: np.ndarray  # float64[n]
     xtie: np.ndarray  # int64[n]: 0 .. n-1 (equal completion times: lowest row first)
+    arr_next: np.ndarray  # int32[n]: transferred, awaiting activation at a scheduling point
+    arr_head: np.ndarray  # int32[D]
+    arr_tail: np.ndarray  # int32[D]
     st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, -]
 
 
@@ -172,7 +175,6 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, r, t)
     bs = pd.block_size
     if (isl + bs - 1) // bs > pd.cap:
         free_blocks_nb(pp, pool_p, rq_p, k_pre, r, pa.kbuf)
-        dg.released[r] = t
         _final(rq_d, ss, cl, r, FAILED, t)
         return
     k = 0
@@ -185,13 +187,6 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, r, t)
         k = dg.st[RRDEC] % dg.n_dec
         dg.st[RRDEC] = k + 1
     dg.dec_idx[r] = k
-    if pd.max_model_len > 0 and isl >= pd.max_model_len:
-        free_blocks_nb(pp, pool_p, rq_p, k_pre, r, pa.kbuf)
-        dg.released[r] = t
-        if rt_d.mode == KV_ROUTER:
-            release_blocks_nb(rt_d, pa.kbuf, _fill_prompt_keys(rq_d, r, bs, pa.kbuf), k)
-        _final(rq_d, ss, cl, r, REJECTED, t)
-        return
     _push(dg.res_head, dg.res_tail, dg.res_next, k, r)
     cl.stalled[dg.n_pre + k] = False
 
@@ -234,23 +229,43 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
 
 @njit(cache=True, _nrt=False)
 def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
-    """The transfer finished: the request waits for activation on decode worker ``k``."""
-    enqueue_waiting_nb(rq_d, rk_d, k, r)
-    rq_d.status[r] = HANDED
+    """The transfer finished: the request awaits activation at decode worker ``k``'s next
+    scheduling point (now if it is idle)."""
+    rq_d.rank[r] = k
+    _push(dg.arr_head, dg.arr_tail, dg.arr_next, k, r)
     cl.stalled[dg.n_pre + k] = False
 
 
 @njit(cache=True, _nrt=False)
-def _activate(pd, pool_d, rq_d, dg, pa, k, t):
-    """Activated copies register their private blocks and release their prefill source."""
-    bs = pd.block_size
-    for i in range(pa.act_n[0]):
-        r = pa.act[i]
+def _activate(pd, pool_d, rq_d, rk_d, dg, k, t):
+    """Scheduling point of decode worker ``k``: transferred requests are activated (their blocks
+    are registered, their prefill source is released) and wait for a seat (HANDED)."""
+    r = dg.arr_head[k]
+    changed = r >= 0
+    while r >= 0:
+        nxt = dg.arr_next[r]
         dg.activated[r] = t
-        for j in range(dg.res_matched[r], rq_d.isl[r] // bs):
-            rekey_nb(pool_d, k, unique_key_nb(r, j), block_key_nb(rq_d, r, j))
+        base = rq_d.key_ptr[r]
+        # only content-keyed (shareable) blocks are registered; unique ones keep their identity
+        for j in range(dg.res_matched[r], rq_d.key_ptr[r + 1] - base):
+            key = rq_d.keys[base + j]
+            if lookup_nb(pool_d, k, key) >= 0:
+                # an equal block was registered meanwhile: this one stays a private duplicate
+                if rq_d.dup_hi[r] == rq_d.dup_lo[r]:
+                    rq_d.dup_lo[r] = j
+                    rq_d.dup_hi[r] = j + 1
+                    continue
+                if rq_d.dup_hi[r] == j:
+                    rq_d.dup_hi[r] = j + 1
+                    continue
+            rekey_nb(pool_d, k, unique_key_nb(r, j), key)
         _push(dg.rel_head, dg.rel_tail, dg.rel_next, dg.pre_idx[r], r)
-    pa.act_n[0] = 0
+        enqueue_waiting_nb(rq_d, rk_d, k, r)
+        rq_d.status[r] = HANDED
+        r = nxt
+    dg.arr_head[k] = -1
+    dg.arr_tail[k] = -1
+    return changed
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -281,6 +296,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, 
         _release_source(pp, pool_p, rq_p, dg, pa, g, t)
     else:
         _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
+        _activate(pd, pool_d, rq_d, rk_d, dg, g - dg.n_pre, t)
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -307,7 +323,6 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     progress = pa.acc[5] != 0
     if not pre:
         _stamp_tokens(rq_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end)
-        _activate(pd, pool_d, rq_d, dg, pa, k, now)
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
@@ -352,30 +367,41 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             cl.state[NARRIVED] += 1
             _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, dg, pa, r)
             changed = True
-        # 4. idle workers act at once on releases and reservations
-        # (the cheap tests stay here: a call passes the whole state, which is not free)
-        for g in range(n_groups):
+        # 4. the decode pool: reservations and activations of idle workers, then ready workers.
+        # The cheap tests stay here: a call passes the whole state, which is not free.
+        for g in range(dg.n_pre, n_groups):
             if cl.busy[g]:
                 continue
-            if g < dg.n_pre:
-                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, dg, pa, g, now):
-                    cl.stalled[g] = False
-                    changed = True
-            elif dg.res_head[g - dg.n_pre] >= 0 and _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa,
-                                                             g - dg.n_pre, now):
+            k = g - dg.n_pre
+            if dg.res_head[k] >= 0 and _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
                 changed = True
-        # 5. ready workers, lowest id first
-        for g in range(n_groups):
-            if cl.busy[g] or cl.stalled[g]:
-                continue
-            if g < dg.n_pre:
-                if rk_p.n_run[g] + rk_p.n_wait[g] == 0:
-                    continue
-            elif rk_d.n_run[g - dg.n_pre] + rk_d.n_wait[g - dg.n_pre] == 0:
+            if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, dg, k, now):
+                changed = True
+            if cl.stalled[g] or rk_d.n_run[k] + rk_d.n_wait[k] == 0:
                 continue
             if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
                       gaps, rt_p, rt_d, rt_none, dg, pa, g, now):
                 changed = True
+        # 5. the prefill pool: idle workers release sources; ready workers run, again while
+        # zero-duration passes keep making progress (all their handoffs at this timestamp reach
+        # the decode side together, as in Dynamo)
+        while True:
+            again = False
+            for g in range(dg.n_pre):
+                if cl.busy[g]:
+                    continue
+                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, dg, pa, g, now):
+                    cl.stalled[g] = False
+                    changed = True
+                if cl.stalled[g] or rk_p.n_run[g] + rk_p.n_wait[g] == 0:
+                    continue
+                if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
+                          gaps, rt_p, rt_d, rt_none, dg, pa, g, now):
+                    changed = True
+                    if not cl.busy[g]:
+                        again = True
+            if not again:
+                break
         if not changed:
             return
 

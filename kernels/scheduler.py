@@ -439,10 +439,15 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         if u < 0:
             break
         if rq.status[u] == HANDED:
-            # Activation of a transferred prompt: its blocks were reserved at the handoff; it takes
+            # Admission of a transferred prompt: its blocks were reserved at the handoff; it takes
             # no token budget and no prefill time, only a seat, and decodes in this pass.
             _unlink(rq, rk.wait_head, rk.wait_tail, k, u)
             rk.n_wait[k] -= 1
+            if p.max_model_len > 0 and rq.isl[u] >= p.max_model_len:
+                free_blocks_nb(p, pool, rq, k, u, pa.kbuf)
+                _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g, pa.kbuf)
+                acc[PROGRESS] = 1
+                continue
             _push_back(rq, rk.run_head, rk.run_tail, k, u)
             rk.n_run[k] += 1
             rq.status[u] = RUNNING

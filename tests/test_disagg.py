@@ -1,0 +1,136 @@
+"""Disaggregated prefill/decode against Dynamo 1.4.2 (cluster doc C5, C5b, C6, C8, C9).
+
+``data/disagg/dynamo142.json`` holds Dynamo 1.4.2's per-request records and report figures for
+each scenario below (trace block size 16, engine block size 16, round robin), recorded once with
+``run_trace_replay(..., prefill_engine_args=MockEngineArgs(is_prefill=True, ...),
+decode_engine_args=MockEngineArgs(is_decode=True, ...))``. fastsim must give the same timeline to
+the last bit: prefill admission, handoff (source held), reservation, activation, source release,
+tokens, terminal status and both sides' prefix reuse.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import fastsim
+from fastsim.errors import InputError
+
+DATA = json.loads((Path(__file__).parent / "data" / "disagg" / "dynamo142.json").read_text())
+
+
+def row(ts, isl, osl, hids):
+    return dict(timestamp=ts, input_length=isl, output_length=osl, hash_ids=hids)
+
+
+S = list(range(1, 11))
+BIG = list(range(1000, 1400))
+# name: (rows, prefill engine args, decode engine args, prefill workers, decode workers, extra)
+SCEN = {
+    "single": ([row(0, 64, 3, [1, 2, 3, 4])], {}, {}, 1, 1, {}),
+    "single_delay_131072_10": ([row(0, 64, 3, [1, 2, 3, 4])],
+                               dict(kv_bytes_per_token=131072, kv_transfer_bandwidth=10.0), {}, 1, 1, {}),
+    "single_delay_327680_64": ([row(0, 64, 3, [1, 2, 3, 4])],
+                               dict(kv_bytes_per_token=327680, kv_transfer_bandwidth=64.0), {}, 1, 1, {}),
+    "transfer_args_on_decode_only": ([row(0, 64, 3, [1, 2, 3, 4])], {},
+                                     dict(kv_bytes_per_token=131072, kv_transfer_bandwidth=10.0), 1, 1, {}),
+    "rr_p2_d3": ([row(0, 100, 4, list(range(10, 17))), row(0, 200, 4, list(range(20, 33))),
+                  row(1, 300, 4, list(range(40, 59))), row(2, 50, 4, list(range(60, 64))),
+                  row(3, 400, 4, list(range(70, 95)))], {}, {}, 2, 3, {}),
+    "three_prompts_one_prefill": ([row(0, 160, 3, list(range(10, 20))), row(1, 320, 3, list(range(20, 40))),
+                                   row(2, 480, 3, list(range(40, 70)))], {}, {}, 1, 1, {}),
+    "prefill_seats_1": ([row(0, 160, 3, list(range(10, 20))), row(1, 320, 3, list(range(20, 40))),
+                         row(2, 480, 3, list(range(40, 70)))], dict(max_num_seqs=1), {}, 1, 1, {}),
+    "prefill_budget_800": ([row(0, 160, 3, list(range(10, 20))), row(1, 320, 3, list(range(20, 40))),
+                            row(2, 480, 3, list(range(40, 70)))], dict(max_num_batched_tokens=800), {}, 1, 1, {}),
+    "decode_budget_32": ([row(0, 100, 3, list(range(1, 8)))], {}, dict(max_num_batched_tokens=32), 1, 1, {}),
+    "decode_budget_32_two": ([row(0, 100, 3, list(range(1, 8))), row(0, 100, 3, list(range(11, 18)))], {},
+                             dict(max_num_batched_tokens=32), 1, 1, {}),
+    "decode_seats_1": ([row(0, 100, 3, list(range(1, 8))), row(0, 100, 3, list(range(11, 18)))], {},
+                       dict(max_num_seqs=1), 1, 1, {}),
+    "decode_blocks_8": ([row(0, 100, 3, list(range(1, 8))), row(0, 100, 3, list(range(11, 18)))], {},
+                        dict(num_gpu_blocks=8), 1, 1, {}),
+    "prefill_kv_held_until_release": ([row(0, 160, 3, list(range(10, 20))), row(1, 160, 3, list(range(30, 40)))],
+                                      dict(num_gpu_blocks=20, kv_bytes_per_token=1000000, kv_transfer_bandwidth=8.0),
+                                      {}, 1, 1, {}),
+    "sharing_rr": ([row(0, 240, 3, S + list(range(100, 105))), row(100, 240, 3, S + list(range(200, 205))),
+                    row(200, 250, 3, S + list(range(300, 306))), row(300, 160, 3, S)], {}, {}, 1, 1, {}),
+    "sharing_simultaneous": ([row(0, 240, 4, S + list(range(100, 105))), row(0, 240, 4, S + list(range(200, 205)))],
+                             {}, {}, 1, 1, {}),
+    "sharing_decode_20_blocks": ([row(0, 240, 2, S + list(range(100, 105))), row(100, 240, 2, S + list(range(200, 205))),
+                                  row(100, 240, 2, S + list(range(300, 305)))], {}, dict(num_gpu_blocks=20), 1, 1, {}),
+    "decode_kv_too_small_fails": ([row(0, 16, 3, [1]), row(1, 16 * 200, 3, BIG[:200]), row(2, 32, 3, [2, 3]),
+                                   row(3, 48, 3, [4, 5, 6])], {}, dict(num_gpu_blocks=100), 1, 1, {}),
+    "decode_max_model_len_rejects": ([row(0, 16, 3, [1]), row(1, 200, 3, list(range(10, 23))), row(2, 32, 5, [2, 3])],
+                                     {}, dict(max_model_len=100), 1, 1, {}),
+    "prefill_kv_too_small_rejects": ([row(0, 16, 3, [1]), row(1, 16 * 200, 3, BIG[:200]), row(2, 32, 3, [2, 3])],
+                                     dict(num_gpu_blocks=100), {}, 1, 1, {}),
+    "decode_preemption": ([row(0, 64, 40, [1, 2, 3, 4]), row(1, 64, 40, [5, 6, 7, 8]), row(2, 64, 40, [9, 10, 11, 12])],
+                          {}, dict(num_gpu_blocks=12), 1, 1, {}),
+    "concurrency_1": ([row(0, 64, 5, [1, 2, 3, 4]), row(5, 64, 5, [5, 6, 7, 8]), row(9, 64, 5, [9, 10, 11, 12])],
+                      {}, {}, 1, 2, dict(replay_concurrency=1)),
+    "concurrency_2_p2d2": ([row(0, 64, 5, [1, 2, 3, 4]), row(5, 96, 7, [5, 6, 7, 8, 9, 10]),
+                            row(9, 64, 5, [9, 10, 11, 12]), row(12, 32, 2, [13, 14])], {}, {}, 2, 2,
+                           dict(replay_concurrency=2)),
+    "chunked_prefill_many_steps": ([row(0, 160, 9, list(range(10, 20))), row(1, 2000, 3, list(range(100, 225)))],
+                                   dict(max_num_batched_tokens=256), {}, 1, 1, {}),
+}
+
+
+def _run(name, tmp_path):
+    rows, pe, de, P, D, kw = SCEN[name]
+    trace = tmp_path / f"{name}.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / f"{name}.out.jsonl"
+    rep = fastsim.run_trace_replay(
+        trace, trace_block_size=16, prefill_engine_args=dict(block_size=16, worker_type="prefill", **pe),
+        decode_engine_args=dict(block_size=16, worker_type="decode", **de), num_prefill_workers=P,
+        num_decode_workers=D, report_jsonl_path=out, **kw)
+    return rep, _sorted([json.loads(line) for line in out.read_text().splitlines()])
+
+
+def _sorted(recs):
+    # JSONL order among equal arrivals is random in Dynamo (uuid): compare as sorted multisets
+    def key(r):
+        return tuple(-1.0 if r.get(k) is None else r[k] for k in
+                     ("arrival_time_ms", "input_length", "output_length", "source_held_ms",
+                      "decode_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens"))
+    return sorted(recs, key=key)
+
+
+def _same(a, b):
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+@pytest.mark.parametrize("name", list(SCEN))
+def test_timeline_matches_dynamo(name, tmp_path):
+    want = DATA[name]
+    rep, recs = _run(name, tmp_path)
+    assert len(recs) == len(want["records"])
+    for got, exp in zip(recs, _sorted(want["records"])):
+        diff = {k: (got.get(k), v) for k, v in exp.items() if not _same(got.get(k), v)}
+        assert not diff, f"{name}: {diff}"
+    for k, v in want["report"].items():
+        assert rep.summary[k] == pytest.approx(v, rel=1e-12, abs=1e-12), k
+
+
+def test_transfer_delay_is_unquantised():
+    # cluster doc C5.4: decode admit = pre(64) + 64 * 131072 / (10 * 1e9) * 1000, in f64
+    rec = DATA["single_delay_131072_10"]["records"][0]
+    assert rec["decode_admit_ms"] == rec["source_held_ms"] + 64 * 131072 / (10.0 * 1e9) * 1000
+
+
+@pytest.mark.parametrize("pe, de, msg", [
+    ({"worker_type": "prefill"}, {"worker_type": "decode", "block_size": 32}, "same block_size"),
+    ({"worker_type": "prefill", "dp_size": 2}, {"worker_type": "decode"}, "dp_size 2 is not allowed"),
+    ({"worker_type": "aggregated"}, {"worker_type": "decode"}, "worker_type must be 'prefill'"),
+    ({"worker_type": "prefill", "kv_transfer_bandwidth": 0.0, "kv_bytes_per_token": 8}, {"worker_type": "decode"},
+     "kv_transfer_bandwidth"),
+])
+def test_pool_configuration_errors(pe, de, msg):
+    with pytest.raises(InputError, match=msg):
+        fastsim.run_synthetic_trace_replay(64, 4, 3, arrival_interval_ms=1.0, prefill_engine_args=pe,
+                                           decode_engine_args=de)
