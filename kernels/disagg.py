@@ -136,7 +136,8 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, dg, pa, r):
     if rt_p.mode == KV_ROUTER:
         bs = pp.block_size
         nfull = _fill_prompt_keys(rq_p, r, bs, pa.kbuf)
-        score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, rq_p.isl[r], bs, dg.n_pre, dg.all_active, 1)
+        score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
+                         rq_p.isl[r], bs, dg.n_pre, dg.all_active, 1)
         k = choose_target_nb(rt_p, dg.n_pre)
         commit_route_nb(rt_p, pa.kbuf, nfull, rq_p.isl[r], bs, r, k)
         dg.route_overlap[r] = rt_p.overlap[k] * bs

@@ -289,7 +289,8 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
     nfull = _fill_prompt_keys(rq, r, bs, pa.kbuf)
-    score_targets_nb(rt, pool, pa.kbuf, nfull, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
+    nshare = min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r])  # unique blocks match nowhere
+    score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, rq.isl[r], bs, r, k)
     enqueue_waiting_nb(rq, rk, k, r)
@@ -351,7 +352,9 @@ def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
             else:  # wspt: smallest uncached prompt first
                 bs = p.block_size
                 nfull = _fill_prompt_keys(rq, r, bs, pa.kbuf)
-                score_targets_nb(rt, pool, pa.kbuf, nfull, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
+                nshare = min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r])
+                score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
+                                 fl.gstate, cl.dp)
                 best = 0
                 for k in range(n_targets):
                     if rt.overlap[k] > best:

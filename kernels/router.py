@@ -151,8 +151,9 @@ def _union_prefix(rt, rank, keys, n):
 
 # ----------------------------------------------------------------------------- decisions
 @njit(cache=True, _nrt=False)
-def score_targets_nb(rt, pool, keys, nfull, isl, bs, n_targets, gstate, dp):
-    """Fill ``rt.cost`` and ``rt.overlap`` for a request with full prompt blocks ``keys[:nfull]``.
+def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, dp):
+    """Fill ``rt.cost`` and ``rt.overlap`` for a request with full prompt blocks ``keys[:nfull]``,
+    of which only the first ``nshare`` can be held elsewhere (the rest are unique to it).
 
     Ranks of workers that are not active (starting, draining, retired) get an infinite cost.
     """
@@ -161,7 +162,7 @@ def score_targets_nb(rt, pool, keys, nfull, isl, bs, n_targets, gstate, dp):
             rt.cost[k] = np.inf
             rt.overlap[k] = 0
             continue
-        overlap = match_prefix_nb(pool, k, keys, nfull)[0]
+        overlap = match_prefix_nb(pool, k, keys, nshare)[0] if nshare > 0 else 0
         rt.overlap[k] = overlap
         pf = rt.pf[k] if rt.track_prefill else 0
         load = (pf + isl) / bs - rt.credit * overlap
@@ -170,7 +171,7 @@ def score_targets_nb(rt, pool, keys, nfull, isl, bs, n_targets, gstate, dp):
         c = rt.pls * load
         if rt.track_active:
             if rt.dedup:
-                new = nfull - _union_prefix(rt, k, keys, nfull)
+                new = nfull - (_union_prefix(rt, k, keys, nshare) if nshare > 0 else 0)
             else:
                 new = nfull
             c = c + rt.active[k] + new
