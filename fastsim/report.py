@@ -374,7 +374,7 @@ def format_report_table(report):
 
 
 def _timestamped(directory):
-    return Path(directory) / f"dynamo_replay_report_{datetime.now().strftime('%Y%m%d_%H%M%S')}.json"
+    return Path(directory) / f"fastsim_replay_report_{datetime.now().strftime('%Y%m%d_%H%M%S')}.json"
 
 
 class Report:
@@ -518,7 +518,7 @@ class Report:
     def to_json(self, path=None):
         """Write the summary as Dynamo does (indent 2, sorted keys, trailing newline).
 
-        ``path`` None -> ``./dynamo_replay_report_<timestamp>.json``; an existing directory ->
+        ``path`` None -> ``./fastsim_replay_report_<timestamp>.json``; an existing directory ->
         that file name inside it. Returns the Path written.
         """
         p = _timestamped(Path.cwd()) if path is None else Path(path)

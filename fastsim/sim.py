@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim.errors import DeadEndError, FastsimError, InputError
+from fastsim.errors import DeadEndError, InputError
 
 _BIG_BUDGET = 1 << 62
 

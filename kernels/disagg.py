@@ -61,7 +61,6 @@ from fastsim.kernels.scheduler import (
     REJECTED,
     TERM_HANDOFF,
     TERM_REJECTED,
-    block_key_nb,
     enqueue_waiting_nb,
     free_blocks_nb,
     rank_pass_nb,

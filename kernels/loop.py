@@ -24,7 +24,6 @@ from fastsim.kernels.fleet import (
     ACTIVE,
     DRAINING,
     NACT,
-    NCREATED,
     NDRAINING,
     NEXTPLAN,
     NEXTTEL,

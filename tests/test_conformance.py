@@ -6,7 +6,6 @@ field of Dynamo's report, except its wall-clock fields, to agree within 1e-9 rel
 
 import gzip
 import json
-import math
 import os
 import shlex
 from pathlib import Path

@@ -279,7 +279,7 @@ def test_to_json_like_dynamo(tmp_path):
     assert p == tmp_path / "sub" / "r.json"
     assert p.read_text() == json.dumps(rep.summary, indent=2, sort_keys=True) + "\n"
     q = rep.to_json(tmp_path)
-    assert q.parent == tmp_path and q.name.startswith("dynamo_replay_report_") and q.suffix == ".json"
+    assert q.parent == tmp_path and q.name.startswith("fastsim_replay_report_") and q.suffix == ".json"
     assert json.loads(q.read_text()) == rep.summary
 
 

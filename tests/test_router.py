@@ -99,7 +99,6 @@ def test_simultaneous_identical_prompts_split_by_load(tmp_path):
 
 
 def _queue_order(keys):
-    import numpy as np
 
     from fastsim.kernels.router import queue_pop_nb, queue_push_nb
     from fastsim.sim import _router_state
