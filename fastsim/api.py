@@ -130,7 +130,7 @@ def _common(
     )
 
 
-def _run_disagg(workload, opts, report_jsonl_path, seed):
+def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None):
     from fastsim.sim_disagg import simulate_disagg  # lazy: numba loads only when a simulation runs
 
     d = opts["disagg"]
@@ -139,6 +139,7 @@ def _run_disagg(workload, opts, report_jsonl_path, seed):
         num_decode_workers=d["num_decode_workers"], router_mode=opts["router_mode"],
         router_config=opts["router_config"], replay_concurrency=opts["replay_concurrency"],
         max_sim_time_ms=opts["max_sim_time_ms"], sla=opts["sla"], seed=seed,
+        scaling_schedule=scaling_schedule,
     )
     if report_jsonl_path is not None:
         report.to_jsonl(os.fspath(report_jsonl_path))
@@ -277,7 +278,7 @@ def run_trace_replay(
         concurrency_mode=opts["replay_concurrency"] is not None,
     )
     if opts["disagg"] is not None:
-        return _run_disagg(workload, opts, report_jsonl_path, seed)
+        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
@@ -359,7 +360,7 @@ def run_synthetic_trace_replay(
         block_size=opts["engine"].block_size,
     )
     if opts["disagg"] is not None:
-        return _run_disagg(workload, opts, report_jsonl_path, seed)
+        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],

@@ -28,8 +28,6 @@ def _check_pool(engine, name, worker_type):
         raise InputError(f"{name}: worker_type must be '{worker_type}', got '{engine.worker_type}'")
     if int(engine.dp_size or 1) != 1:
         raise InputError(f"{name}: dp_size {engine.dp_size} is not allowed in a disaggregated pool (only 1)")
-    if engine.startup_time:
-        raise NotSupportedError(f"{name}: startup_time (autoscaling of disaggregated pools) is not supported yet")
 
 
 def simulate_disagg(
@@ -45,8 +43,13 @@ def simulate_disagg(
     max_sim_time_ms: float | None = None,
     sla=(None, None, None),
     seed: int = 0,
+    scaling_schedule=None,
 ):
-    """Simulate ``workload`` on separate prefill and decode pools (see ``kernels/disagg.py``)."""
+    """Simulate ``workload`` on separate prefill and decode pools (see ``kernels/disagg.py``).
+
+    ``scaling_schedule``: ``{"prefill": [[t_ms, workers], ...], "decode": [...]}`` (either key may
+    be left out); each pool's new workers take its engine's ``startup_time`` seconds to start.
+    """
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.loop import DEAD_END, Cluster, Gaps, Sessions
@@ -74,9 +77,11 @@ def simulate_disagg(
     if bw is not None and not bw > 0:
         raise InputError(f"prefill_engine_args: kv_transfer_bandwidth is {bw!r}; it must be > 0 (GB/s)")
 
+    schedules = _pool_schedules(scaling_schedule)
     _load_disagg_kernels()
     t0 = time.perf_counter()
-    P, D = int(num_prefill_workers), int(num_decode_workers)
+    P0, D0 = int(num_prefill_workers), int(num_decode_workers)
+    P, D = _capacity(P0, schedules["prefill"]), _capacity(D0, schedules["decode"])
     pp = _engine_params(prefill_engine, PREFILL)
     pd = _engine_params(decode_engine, DECODE)
     n = int(workload.isl.shape[0])
@@ -136,7 +141,7 @@ def simulate_disagg(
                  np.zeros(1, np.int64), np.zeros(emit_cap, np.int32), np.zeros(1, np.int64))
     kvb = prefill_engine.kv_bytes_per_token
     dg = Disagg(
-        n_pre=P, n_dec=D, all_active=np.full(max(P, D), 2, np.int8),
+        n_pre=P, n_dec=D, dpend=np.zeros(D, np.int64), phold=np.zeros(P, np.int64),
         kv_bytes=float(kvb) if (kvb is not None and bw is not None) else 0.0,
         bandwidth=float(bw) if (kvb is not None and bw is not None) else 0.0,
         pre_idx=np.full(n, -1, np.int32), dec_idx=np.full(n, -1, np.int32),
@@ -151,10 +156,12 @@ def simulate_disagg(
         st=np.zeros(4, np.int64),
     )
     out = np.zeros(4)
+    fl_p = _fleet(P0, P, prefill_engine, schedules["prefill"])
+    fl_d = _fleet(D0, D, decode_engine, schedules["decode"])
     status = run_disagg_nb(pp, pd, load_perf_model(prefill_engine.planner_profile_data),
                            load_perf_model(decode_engine.planner_profile_data),
                            make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, ranks(P), ranks(D),
-                           ss, cl, gaps, rt_p, rt_d, rt_none, dg, pa, out)
+                           ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
         raise DeadEndError(
@@ -194,8 +201,8 @@ def simulate_disagg(
     }
     # a request that failed at the handoff has no decode worker
     req["worker_idx"] = np.where(status_col == 4, -1, req["worker_idx"])
-    return build_report(req, _gap_columns(gaps), {
-        "num_workers": P + D,
+    report = build_report(req, _gap_columns(gaps), {
+        "num_workers": P0 + D0,
         "single_path": False,
         "decode_worker_seconds": float(out[1]),
         "prefill_worker_seconds": float(out[0]),
@@ -204,6 +211,62 @@ def simulate_disagg(
         "wall_time_ms": wall_ms,
         "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
     })
+    import pandas as pd
+
+    from fastsim.sim import _fleet_frame
+
+    report.fleet = pd.concat([_fleet_frame(fl_p).assign(pool="prefill"),
+                              _fleet_frame(fl_d).assign(pool="decode")], ignore_index=True)
+    report.workers = None
+    return report
+
+
+def _pool_schedules(schedule):
+    """``{"prefill": [...], "decode": [...]}`` -> validated lists (missing keys: no scaling)."""
+    from fastsim.sim import _check_schedule
+
+    if schedule is None:
+        return {"prefill": [], "decode": []}
+    if isinstance(schedule, str):
+        import json
+
+        try:
+            schedule = json.loads(schedule)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"scaling schedule: malformed JSON at char {exc.pos}: {exc.msg}") from None
+    if not isinstance(schedule, dict) or set(schedule) - {"prefill", "decode"}:
+        raise InputError('a disaggregated scaling schedule is {"prefill": [[t_ms, workers], ...], '
+                         '"decode": [...]} (either key may be left out)')
+    return {pool: _check_schedule(schedule.get(pool)) for pool in ("prefill", "decode")}
+
+
+def _capacity(n0, schedule):
+    """Worker rows a pool needs: its initial workers plus every scale-up step."""
+    cap, cur = n0, n0
+    for _, target in schedule:
+        cap += max(0, target - cur)
+        cur = target
+    return cap
+
+
+def _fleet(n0, cap, engine, schedule):
+    from fastsim.kernels.fleet import ACTIVE, Fleet
+
+    gstate = np.zeros(cap, dtype=np.int8)
+    gstate[:n0] = ACTIVE
+    fs = np.zeros(10, dtype=np.int64)
+    fs[:3] = n0
+    fs[7] = -1
+    return Fleet(
+        startup_ms=float(engine.startup_time) * 1000.0 if engine.startup_time else 0.0,
+        planner_ms=0.0, tel_ms=0.0, gstate=gstate, ready_at=np.full(cap, np.inf),
+        passes=np.zeros(cap, dtype=np.int64),
+        sched_t=np.array([t for t, _ in schedule], dtype=np.float64),
+        sched_n=np.array([c for _, c in schedule], dtype=np.int64),
+        tel_t=np.zeros(0), tel_w=np.zeros(0, np.int32), tel_run=np.zeros(0, np.int32),
+        tel_wait=np.zeros(0, np.int32), tel_kv=np.zeros(0, np.int32), tel_cached=np.zeros(0, np.int32),
+        tel_passes=np.zeros(0, np.int64), fs=fs, ff=np.zeros(4),
+    )
 
 
 _LOADED = False

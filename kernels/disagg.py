@@ -29,6 +29,22 @@ import numpy as np
 from numba import njit
 
 from fastsim.kernels.blocks import unique_key_nb
+from fastsim.kernels.fleet import (
+    ACTIVE,
+    DRAINING,
+    NACT,
+    NCREATED,
+    NDRAINING,
+    NLIVE,
+    NSTARTING,
+    RETIRED,
+    SCHEDPOS,
+    UNUSED,
+    apply_target_nb,
+    mark_ready_nb,
+    next_fleet_event_nb,
+    nth_active_nb,
+)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.kvpool import NACTIVE, lookup_nb, match_prefix_nb, rekey_nb, use_nb
 from fastsim.kernels.loop import (
@@ -74,7 +90,8 @@ class Disagg(NamedTuple):
 
     n_pre: int
     n_dec: int
-    all_active: np.ndarray  # int8[max(P, D)]: every worker is an eligible router target
+    dpend: np.ndarray  # int64[D]: destinations pending on each decode worker (until activation)
+    phold: np.ndarray  # int64[P]: sources each prefill worker still holds (until release)
     kv_bytes: float  # kv_bytes_per_token (<= 0: no transfer time)
     bandwidth: float  # GB/s (<= 0: no transfer time)
     pre_idx: np.ndarray  # int32[n]
@@ -113,6 +130,21 @@ def _push(head, tail, nxt, k, r):
 
 # ----------------------------------------------------------------------------- lifecycle steps
 @njit(cache=True, _nrt=False)
+def _retire(fl, busy, n_run, n_wait, pending, g0):
+    """Draining workers of a pool with no work and nothing pending are retired (tombstoned)."""
+    changed = False
+    for w in range(fl.fs[NCREATED]):
+        if fl.gstate[w] != DRAINING or busy[g0 + w]:
+            continue
+        if n_run[w] + n_wait[w] == 0 and pending[w] == 0:
+            fl.gstate[w] = RETIRED
+            fl.fs[NDRAINING] -= 1
+            fl.fs[NLIVE] -= 1
+            changed = True
+    return changed
+
+
+@njit(cache=True, _nrt=False)
 def _final(rq_d, ss, cl, r, status, t):
     rq_d.status[r] = status
     rq_d.terminal[r] = t
@@ -121,28 +153,29 @@ def _final(rq_d, ss, cl, r, status, t):
 
 
 @njit(cache=True, _nrt=False)
-def _score_decode(rt_d, n_dec, nfull):
+def _score_decode(rt_d, fl_d, n_dec, nfull):
     """Decode router cost (derived config: no overlap credit, no dedup, no prefill load):
-    the worker's active prompt blocks plus the candidate's full blocks."""
+    the worker's active prompt blocks plus the candidate's full blocks (active workers only)."""
     for k in range(n_dec):
         rt_d.overlap[k] = 0
-        rt_d.cost[k] = float(rt_d.active[k] + nfull)
+        rt_d.cost[k] = float(rt_d.active[k] + nfull) if fl_d.gstate[k] == ACTIVE else np.inf
 
 
 @njit(cache=True, _nrt=False)
-def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, dg, pa, r):
+def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
     k = 0
     if rt_p.mode == KV_ROUTER:
         bs = pp.block_size
         nfull = _fill_prompt_keys(rq_p, r, bs, pa.kbuf)
         score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
-                         rq_p.isl[r], bs, dg.n_pre, dg.all_active, 1)
+                         rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
         k = choose_target_nb(rt_p, dg.n_pre)
         commit_route_nb(rt_p, pa.kbuf, nfull, rq_p.isl[r], bs, r, k)
         dg.route_overlap[r] = rt_p.overlap[k] * bs
-    else:
-        k = dg.st[RRPRE] % dg.n_pre
-        dg.st[RRPRE] = k + 1
+    else:  # round robin over the active prefill workers, in arrival order
+        idx = dg.st[RRPRE] % fl_p.fs[NACT]
+        dg.st[RRPRE] = idx + 1
+        k = nth_active_nb(fl_p, idx)
     dg.pre_idx[r] = k
     enqueue_waiting_nb(rq_p, rk_p, k, r)
     cl.stalled[k] = False
@@ -157,6 +190,7 @@ def _release_source(pp, pool_p, rq_p, dg, pa, k, t):
         nxt = dg.rel_next[r]
         free_blocks_nb(pp, pool_p, rq_p, k, r, pa.kbuf)
         dg.released[r] = t
+        dg.phold[k] -= 1
         r = nxt
     dg.rel_head[k] = -1
     dg.rel_tail[k] = -1
@@ -164,7 +198,7 @@ def _release_source(pp, pool_p, rq_p, dg, pa, k, t):
 
 
 @njit(cache=True, _nrt=False)
-def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, r, t):
+def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa, r, t):
     """The prefill copy emitted its last token at ``t``: choose a decode worker and queue the
     reservation there (or fail / reject the request as Dynamo does)."""
     k_pre = dg.pre_idx[r]
@@ -180,13 +214,16 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, r, t)
     k = 0
     if rt_d.mode == KV_ROUTER:
         nfull = _fill_prompt_keys(rq_d, r, bs, pa.kbuf)
-        _score_decode(rt_d, dg.n_dec, nfull)
+        _score_decode(rt_d, fl_d, dg.n_dec, nfull)
         k = choose_target_nb(rt_d, dg.n_dec)
         commit_route_nb(rt_d, pa.kbuf, nfull, isl, bs, r, k)
-    else:
-        k = dg.st[RRDEC] % dg.n_dec
-        dg.st[RRDEC] = k + 1
+    else:  # round robin over the active decode workers, in handoff order
+        idx = dg.st[RRDEC] % fl_d.fs[NACT]
+        dg.st[RRDEC] = idx + 1
+        k = nth_active_nb(fl_d, idx)
     dg.dec_idx[r] = k
+    dg.dpend[k] += 1  # a pending destination keeps a scaled-down decode worker alive
+    dg.phold[k_pre] += 1
     _push(dg.res_head, dg.res_tail, dg.res_next, k, r)
     cl.stalled[dg.n_pre + k] = False
 
@@ -245,6 +282,7 @@ def _activate(pd, pool_d, rq_d, rk_d, dg, k, t):
     while r >= 0:
         nxt = dg.arr_next[r]
         dg.activated[r] = t
+        dg.dpend[k] -= 1
         base = rq_d.key_ptr[r]
         # only content-keyed (shareable) blocks are registered; unique ones keep their identity
         for j in range(dg.res_matched[r], rq_d.key_ptr[r + 1] - base):
@@ -269,7 +307,7 @@ def _activate(pd, pool_d, rq_d, rk_d, dg, k, t):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, g, t):
+def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa, g, t):
     """Visible effects of group ``g``'s pass ending at ``t``, then its scheduling-point work."""
     r = cl.pend_head[g]
     while r >= 0:
@@ -277,7 +315,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, 
             nxt = rq_p.tnext[r]
             if rq_p.term_kind[r] == TERM_HANDOFF:
                 rq_p.status[r] = COMPLETED
-                _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, r, t)
+                _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa, r, t)
             else:  # rejected on the prefill worker
                 if rt_p.mode == KV_ROUTER:
                     release_prefill_nb(rt_p, r, dg.pre_idx[r])
@@ -301,7 +339,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, 
 
 @njit(cache=True, _nrt=False, inline="always")
 def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
-           rt_d, rt_none, dg, pa, g, now):
+           rt_d, rt_none, fl_d, dg, pa, g, now):
     """One pass of worker ``g`` (prefill or decode) if it has work; True if anything changed."""
     pre = g < dg.n_pre
     k = g if pre else g - dg.n_pre
@@ -329,7 +367,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         heap_push_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid, g)
         return True
     if progress:
-        _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, g, now)
+        _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa, g, now)
         return True
     cl.stalled[g] = True
     return False
@@ -337,7 +375,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
 
 @njit(cache=True, _nrt=False)
 def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
-           rt_d, rt_none, dg, pa, now):
+           rt_d, rt_none, fl_p, fl_d, dg, pa, now):
     n_groups = dg.n_pre + dg.n_dec
     while True:
         changed = False
@@ -345,8 +383,13 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
             g = heap_pop_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid)
             cl.busy[g] = False
-            _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, dg, pa, g,
+            _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa, g,
                       cl.pass_end[g])
+            changed = True
+        # workers that finished starting
+        if fl_p.fs[NSTARTING] > 0 and mark_ready_nb(fl_p, now):
+            changed = True
+        if fl_d.fs[NSTARTING] > 0 and mark_ready_nb(fl_d, now):
             changed = True
         # 2. KV transfers that finished
         while dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now:
@@ -365,14 +408,14 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             rq_p.arrival[r] = ss.ready_at[r]
             rq_d.arrival[r] = ss.ready_at[r]
             cl.state[NARRIVED] += 1
-            _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, dg, pa, r)
+            _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r)
             changed = True
         # 4. the decode pool: reservations and activations of idle workers, then ready workers.
         # The cheap tests stay here: a call passes the whole state, which is not free.
         for g in range(dg.n_pre, n_groups):
-            if cl.busy[g]:
-                continue
             k = g - dg.n_pre
+            if cl.busy[g] or fl_d.gstate[k] == UNUSED:
+                continue
             if dg.res_head[k] >= 0 and _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
                 changed = True
             if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, dg, k, now):
@@ -380,7 +423,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             if cl.stalled[g] or rk_d.n_run[k] + rk_d.n_wait[k] == 0:
                 continue
             if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
-                      gaps, rt_p, rt_d, rt_none, dg, pa, g, now):
+                      gaps, rt_p, rt_d, rt_none, fl_d, dg, pa, g, now):
                 changed = True
         # 5. the prefill pool: idle workers release sources; ready workers run, again while
         # zero-duration passes keep making progress (all their handoffs at this timestamp reach
@@ -388,7 +431,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         while True:
             again = False
             for g in range(dg.n_pre):
-                if cl.busy[g]:
+                if cl.busy[g] or fl_p.gstate[g] == UNUSED:
                     continue
                 if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, dg, pa, g, now):
                     cl.stalled[g] = False
@@ -396,19 +439,31 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                 if cl.stalled[g] or rk_p.n_run[g] + rk_p.n_wait[g] == 0:
                     continue
                 if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
-                          gaps, rt_p, rt_d, rt_none, dg, pa, g, now):
+                          gaps, rt_p, rt_d, rt_none, fl_d, dg, pa, g, now):
                     changed = True
                     if not cl.busy[g]:
                         again = True
             if not again:
                 break
+        # retire drained workers: a decode worker also waits for its pending destinations, a
+        # prefill worker for the sources it still holds
+        if fl_p.fs[NDRAINING] > 0 and _retire(fl_p, cl.busy, rk_p.n_run, rk_p.n_wait, dg.phold, 0):
+            changed = True
+        if fl_d.fs[NDRAINING] > 0 and _retire(fl_d, cl.busy, rk_d.n_run, rk_d.n_wait, dg.dpend, dg.n_pre):
+            changed = True
+        # scaling decisions last
+        for fl in (fl_p, fl_d):
+            while fl.fs[SCHEDPOS] < fl.sched_t.shape[0] and fl.sched_t[fl.fs[SCHEDPOS]] <= now:
+                apply_target_nb(fl, now, fl.sched_n[fl.fs[SCHEDPOS]])
+                fl.fs[SCHEDPOS] += 1
+                changed = True
         if not changed:
             return
 
 
 @njit(cache=True, _nrt=False)
 def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps,
-                  rt_p, rt_d, rt_none, dg, pa, out):
+                  rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out):
     """Run a disaggregated simulation. ``out`` receives [prefill_ws, decode_ws, now, -]."""
     n_rows = rq_d.isl.shape[0]
     if cl.concurrency > 0:
@@ -426,10 +481,10 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
     ws_d = 0.0
     status = OK
     _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p, rt_d,
-           rt_none, dg, pa, now)
+           rt_none, fl_p, fl_d, dg, pa, now)
     while cl.state[NDONE] < n_rows:
-        t = np.inf
-        if cl.state[NCHEAP] > 0:
+        t = min(next_fleet_event_nb(fl_p), next_fleet_event_nb(fl_d))
+        if cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] < t:
             t = cl.pass_end[cl.cheap[0]]
         if dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] < t:
             t = dg.xready[dg.xheap[0]]
@@ -442,11 +497,11 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
         if cl.max_sim_time >= 0.0 and t > cl.max_sim_time:
             status = SIM_CAP
             break
-        ws_p += dg.n_pre * (t - now) / 1000.0
-        ws_d += dg.n_dec * (t - now) / 1000.0
+        ws_p += fl_p.fs[NLIVE] * (t - now) / 1000.0
+        ws_d += fl_d.fs[NLIVE] * (t - now) / 1000.0
         now = t
         _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
-               rt_d, rt_none, dg, pa, now)
+               rt_d, rt_none, fl_p, fl_d, dg, pa, now)
     out[0] = ws_p
     out[1] = ws_d
     out[2] = now

@@ -134,3 +134,58 @@ def test_pool_configuration_errors(pe, de, msg):
     with pytest.raises(InputError, match=msg):
         fastsim.run_synthetic_trace_replay(64, 4, 3, arrival_interval_ms=1.0, prefill_engine_args=pe,
                                            decode_engine_args=de)
+
+
+def _trace(tmp_path, rows):
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+def test_decode_pool_scales_up_with_startup(tmp_path):
+    rows = [row(10 * i, 64, 4, [100 + 4 * i + j for j in range(4)]) for i in range(30)]
+    out = tmp_path / "o.jsonl"
+    rep = fastsim.run_trace_replay(
+        _trace(tmp_path, rows), trace_block_size=16, report_jsonl_path=out,
+        prefill_engine_args=dict(block_size=16, worker_type="prefill"),
+        decode_engine_args=dict(block_size=16, worker_type="decode", startup_time=0.05),
+        scaling_schedule={"decode": [[0, 1], [100, 3]]})
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rep.summary["completed_requests"] == 30
+    early = {r["decode_worker_idx"] for r in recs if r["source_held_ms"] < 150}
+    late = {r["decode_worker_idx"] for r in recs if r["source_held_ms"] >= 150}
+    assert early == {0}  # the new workers are still starting (50 ms) until t = 150
+    assert late == {0, 1, 2}
+    assert list(rep.fleet[rep.fleet.pool == "decode"].state) == ["active"] * 3
+
+
+def test_pending_destination_keeps_a_scaled_down_decode_worker_alive(tmp_path):
+    # A and B hand off at ~17.5 ms to decode workers 0 and 1; their transfers take 64 ms. The
+    # decode pool is scaled down to 1 worker at 20 ms: worker 1 holds B's pending destination, so
+    # it stays alive until B is activated, finishes B, and only then retires.
+    rows = [row(0, 64, 3, [1, 2, 3, 4]), row(0, 64, 3, [5, 6, 7, 8])]
+    out = tmp_path / "o.jsonl"
+    rep = fastsim.run_trace_replay(
+        _trace(tmp_path, rows), trace_block_size=16, report_jsonl_path=out, num_decode_workers=2,
+        prefill_engine_args=dict(block_size=16, worker_type="prefill", kv_bytes_per_token=1_000_000,
+                                 kv_transfer_bandwidth=1.0),
+        decode_engine_args=dict(block_size=16, worker_type="decode"),
+        scaling_schedule={"decode": [[20, 1]]})
+    recs = sorted((json.loads(line) for line in out.read_text().splitlines()),
+                  key=lambda r: r["decode_worker_idx"])
+    assert [r["decode_worker_idx"] for r in recs] == [0, 1]
+    assert all(r["terminal_status"] == "completed" for r in recs)
+    b = recs[1]
+    assert b["destination_activated_ms"] == b["destination_reserved_ms"] + 64.0
+    assert list(rep.fleet[rep.fleet.pool == "decode"].state) == ["active", "retired"]
+    # both decode workers count until the drained one retires at B's completion
+    assert rep.summary["decode_worker_seconds"] == pytest.approx(
+        (2 * b["terminal_time_ms"] + (rep.summary["duration_ms"] - b["terminal_time_ms"])) / 1000, rel=1e-9)
+
+
+def test_disaggregated_schedule_validation(tmp_path):
+    with pytest.raises(InputError, match='"prefill"'):
+        fastsim.run_trace_replay(_trace(tmp_path, [row(0, 16, 2, [1])]), trace_block_size=16,
+                                 prefill_engine_args={"worker_type": "prefill", "block_size": 16},
+                                 decode_engine_args={"worker_type": "decode", "block_size": 16},
+                                 scaling_schedule={"decoders": [[0, 2]]})
