@@ -199,6 +199,26 @@ def _open_text(path: str) -> str:
         raise InputError(f"{path}:{line}: not valid UTF-8 text ({exc.reason})") from None
 
 
+def _serde_float(text: str) -> float:
+    """A JSON decimal as Dynamo's trace reader (serde_json's default, no float_roundtrip) reads it:
+    the digits as one integer rounded to f64, then scaled by an exact power of ten. For 16-17
+    significant digits this can differ from the correctly rounded value by an ulp (935.4179999999999
+    reads as 935.418), and same-timestamp ordering is bitwise, so parity needs the same rule."""
+    t = text.lower()
+    mant, _, exp = t.partition("e")
+    neg = mant.startswith("-")
+    if neg:
+        mant = mant[1:]
+    whole, _, frac = mant.partition(".")
+    digits = (whole + frac).lstrip("0") or "0"
+    e10 = (int(exp) if exp else 0) - len(frac)
+    m = int(digits)
+    if m >= 1 << 64 or abs(e10) > 22:
+        return float(text)  # outside the fast path: serde falls back to a correct parse too
+    v = float(m) * 10.0 ** e10 if e10 >= 0 else float(m) / 10.0 ** (-e10)
+    return -v if neg else v
+
+
 def _reject_constant(name):
     raise ValueError(f"{name} is not valid JSON")
 
@@ -246,7 +266,7 @@ def load_mooncake(
     ratio = _check_ratio(arrival_speedup_ratio)
     path = os.fspath(path)
     text = _open_text(path)
-    raw_decode = json.JSONDecoder(parse_constant=_reject_constant).raw_decode
+    raw_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_serde_float).raw_decode
 
     isl_l, osl_l, sess_l, turn_l, delay_l, line_l, hlists = [], [], [], [], [], [], []
     sess_index: dict = {}

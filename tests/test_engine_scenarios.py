@@ -54,9 +54,6 @@ E4 = dict(block_size=4, num_gpu_blocks=32, max_num_batched_tokens=8, max_num_seq
 # fastsim bugs found by these tests (reported; the tests stay strict xfails until fixed)
 BUG_NO_CACHE_SHARING = ("fastsim bug: with enable_prefix_caching=false, blocks of equal content are still shared "
                         "between requests (Dynamo never shares them)")
-BUG_JSON_FLOAT = ("fastsim bug: Dynamo reads trace numbers as (digits as u64 as f64) / 10^k (serde_json without "
-                  "float_roundtrip); fastsim parses them exactly, so 16-17 digit timestamps differ by 1 ulp")
-
 
 # ============================================================================ Q1 decode step time
 @pytest.mark.parametrize("blocks, ttft, itl, ttst", [
@@ -620,7 +617,6 @@ def test_arrivals_are_normalised_sorted_and_scaled(tmp_path, rows, kw, arrivals,
     assert (col(recs, "arrival_time_ms"), col(recs, "last_token_ms")) == (arrivals, lasts)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_JSON_FLOAT)
 def test_trace_numbers_are_read_as_dynamo_reads_them(tmp_path):
     # probe: Dynamo 1.4.2 turns the JSON text 935.4179999999999 into 935.418 (9354179999999999 -> f64 first),
     # 100.00000000000001 into 100.0, 1234.5678901234567 into 1234.567890123457; 616.0419999999999 is kept
