@@ -464,8 +464,6 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         acc=np.zeros(8, dtype=np.int64),
         emit=np.zeros(emit_cap, dtype=np.int32),
         emit_n=np.zeros(1, dtype=np.int64),
-        act=np.zeros(emit_cap, dtype=np.int32),
-        act_n=np.zeros(1, dtype=np.int64),
     )
     return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)
 

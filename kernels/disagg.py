@@ -348,7 +348,6 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         return False
     cl.state[7] += 1
     pa.emit_n[0] = 0
-    pa.act_n[0] = 0
     pa.acc[5] = 0
     # one call site: the two pools' states have the same types (keeps the compiled code small)
     p = pp if pre else pd

@@ -112,8 +112,6 @@ class PassAcc(NamedTuple):
     acc: np.ndarray  # int64[8]
     emit: np.ndarray  # int32[...] rows that emitted a token in this group pass
     emit_n: np.ndarray  # int64[1]
-    act: np.ndarray  # int32[...] rows activated (handed off, admitted) in this group pass
-    act_n: np.ndarray  # int64[1]
 
 
 BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD = 0, 1, 2, 3, 4, 5, 6, 7
@@ -453,8 +451,6 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             rq.status[u] = RUNNING
             rq.computed[u] = rq.isl[u]
             rq.first_admit[u] = now
-            pa.act[pa.act_n[0]] = u
-            pa.act_n[0] += 1
             acc[PROGRESS] = 1
             continue
         length = rq.isl[u] + rq.generated[u]
