@@ -51,14 +51,12 @@ from fastsim.kernels.loop import (
     DEAD_END,
     NCHEAP,
     NDONE,
-    NARRIVED,
-    NHEAP,
     OK,
     SIM_CAP,
-    STATIC,
     _activate_session,
     _fill_prompt_keys,
     _next_arrival,
+    pop_arrival_nb,
     _on_terminal,
     _stamp_tokens,
 )
@@ -397,16 +395,11 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             changed = True
         # 3. arrivals go to a prefill worker
         while True:
-            r = _next_arrival(ss, cl)
-            if r < 0 or ss.ready_at[r] > now:
+            r = pop_arrival_nb(ss, cl, now)
+            if r < 0:
                 break
-            if cl.state[NHEAP] > 0 and ss.heap[0] == r:
-                heap_pop_nb(ss.heap, cl.state, NHEAP, ss.ready_at, ss.tie)
-            else:
-                cl.state[STATIC] += 1
             rq_p.arrival[r] = ss.ready_at[r]
             rq_d.arrival[r] = ss.ready_at[r]
-            cl.state[NARRIVED] += 1
             _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r)
             changed = True
         # 4. the decode pool: reservations and activations of idle workers, then ready workers.

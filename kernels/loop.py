@@ -142,6 +142,20 @@ def _next_arrival(ss, cl):
     return best
 
 
+@njit(cache=True, _nrt=False, inline="always")
+def pop_arrival_nb(ss, cl, now):
+    """Take the next arrival due at or before ``now`` (in arrival order), or return -1."""
+    r = _next_arrival(ss, cl)
+    if r < 0 or ss.ready_at[r] > now:
+        return -1
+    if cl.state[NHEAP] > 0 and ss.heap[0] == r:
+        heap_pop_nb(ss.heap, cl.state, NHEAP, ss.ready_at, ss.tie)
+    else:
+        cl.state[STATIC] += 1
+    cl.state[NARRIVED] += 1
+    return r
+
+
 @njit(cache=True, _nrt=False)
 def _activate_session(ss, cl, s, t):
     r = ss.rows[ss.ptr[s]]
@@ -395,15 +409,10 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
                     _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
         # 3. arrivals
         while True:
-            r = _next_arrival(ss, cl)
-            if r < 0 or ss.ready_at[r] > now:
+            r = pop_arrival_nb(ss, cl, now)
+            if r < 0:
                 break
-            if cl.state[NHEAP] > 0 and ss.heap[0] == r:
-                heap_pop_nb(ss.heap, cl.state, NHEAP, ss.ready_at, ss.tie)
-            else:
-                cl.state[STATIC] += 1
             rq.arrival[r] = ss.ready_at[r]
-            cl.state[NARRIVED] += 1
             _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
             changed = True
         # 4. ready groups, lowest id first (only groups marked since the last drive can be)
