@@ -96,7 +96,12 @@ def _table_insert(table, tbase, tmask, key, s):
 def _table_delete(table, slot_key, tbase, sbase, tmask, key):
     # Linear probing with backward-shift deletion: no tombstones, probes stay short.
     i = _home(key, tmask)
-    while slot_key[sbase + table[tbase + i] - 1] != key:
+    while True:
+        e = table[tbase + i]
+        if e == 0:
+            return  # not present (cannot happen for a held block; never probe forever)
+        if slot_key[sbase + e - 1] == key:
+            break
         i = (i + 1) & tmask
     j = i
     while True:
