@@ -445,6 +445,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         gstate=gstate,
         ready_at=np.full(g_cap, np.inf),
         passes=np.zeros(g_cap, dtype=np.int64),
+        hold=np.zeros(g_cap, dtype=np.int64),
         sched_t=np.array([t for t, _ in schedule], dtype=np.float64),
         sched_n=np.array([c for _, c in schedule], dtype=np.int64),
         tel_t=np.zeros(tel_cap),

@@ -141,7 +141,7 @@ def simulate_disagg(
                  np.zeros(1, np.int64))
     kvb = prefill_engine.kv_bytes_per_token
     dg = Disagg(
-        n_pre=P, n_dec=D, dpend=np.zeros(D, np.int64), phold=np.zeros(P, np.int64),
+        n_pre=P, n_dec=D,
         kv_bytes=float(kvb) if (kvb is not None and bw is not None) else 0.0,
         bandwidth=float(bw) if (kvb is not None and bw is not None) else 0.0,
         pre_idx=np.full(n, -1, np.int32), dec_idx=np.full(n, -1, np.int32),
@@ -260,7 +260,7 @@ def _fleet(n0, cap, engine, schedule):
     return Fleet(
         startup_ms=float(engine.startup_time) * 1000.0 if engine.startup_time else 0.0,
         planner_ms=0.0, tel_ms=0.0, gstate=gstate, ready_at=np.full(cap, np.inf),
-        passes=np.zeros(cap, dtype=np.int64),
+        passes=np.zeros(cap, dtype=np.int64), hold=np.zeros(cap, dtype=np.int64),
         sched_t=np.array([t for t, _ in schedule], dtype=np.float64),
         sched_n=np.array([c for _, c in schedule], dtype=np.int64),
         tel_t=np.zeros(0), tel_w=np.zeros(0, np.int32), tel_run=np.zeros(0, np.int32),

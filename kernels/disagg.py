@@ -31,19 +31,17 @@ from numba import njit
 from fastsim.kernels.blocks import unique_key_nb
 from fastsim.kernels.fleet import (
     ACTIVE,
-    DRAINING,
     NACT,
-    NCREATED,
     NDRAINING,
     NLIVE,
     NSTARTING,
-    RETIRED,
     SCHEDPOS,
     UNUSED,
     apply_target_nb,
     mark_ready_nb,
     next_fleet_event_nb,
     nth_active_nb,
+    retire_drained_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.kvpool import NACTIVE, lookup_nb, match_prefix_nb, rekey_nb, use_nb
@@ -88,8 +86,6 @@ class Disagg(NamedTuple):
 
     n_pre: int
     n_dec: int
-    dpend: np.ndarray  # int64[D]: destinations pending on each decode worker (until activation)
-    phold: np.ndarray  # int64[P]: sources each prefill worker still holds (until release)
     kv_bytes: float  # kv_bytes_per_token (<= 0: no transfer time)
     bandwidth: float  # GB/s (<= 0: no transfer time)
     pre_idx: np.ndarray  # int32[n]
@@ -128,21 +124,6 @@ def _push(head, tail, nxt, k, r):
 
 # ----------------------------------------------------------------------------- lifecycle steps
 @njit(cache=True, _nrt=False)
-def _retire(fl, busy, n_run, n_wait, pending, g0):
-    """Draining workers of a pool with no work and nothing pending are retired (tombstoned)."""
-    changed = False
-    for w in range(fl.fs[NCREATED]):
-        if fl.gstate[w] != DRAINING or busy[g0 + w]:
-            continue
-        if n_run[w] + n_wait[w] == 0 and pending[w] == 0:
-            fl.gstate[w] = RETIRED
-            fl.fs[NDRAINING] -= 1
-            fl.fs[NLIVE] -= 1
-            changed = True
-    return changed
-
-
-@njit(cache=True, _nrt=False)
 def _final(rq_d, ss, cl, r, status, t):
     rq_d.status[r] = status
     rq_d.terminal[r] = t
@@ -180,7 +161,7 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
 
 
 @njit(cache=True, _nrt=False)
-def _release_source(pp, pool_p, rq_p, dg, pa, k, t):
+def _release_source(pp, pool_p, rq_p, fl_p, dg, pa, k, t):
     """Scheduling point of prefill worker ``k``: free the KV of copies activated downstream."""
     r = dg.rel_head[k]
     changed = r >= 0
@@ -188,7 +169,7 @@ def _release_source(pp, pool_p, rq_p, dg, pa, k, t):
         nxt = dg.rel_next[r]
         free_blocks_nb(pp, pool_p, rq_p, k, r, pa.kbuf)
         dg.released[r] = t
-        dg.phold[k] -= 1
+        fl_p.hold[k] -= 1
         r = nxt
     dg.rel_head[k] = -1
     dg.rel_tail[k] = -1
@@ -196,7 +177,7 @@ def _release_source(pp, pool_p, rq_p, dg, pa, k, t):
 
 
 @njit(cache=True, _nrt=False)
-def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa, r, t):
+def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, r, t):
     """The prefill copy emitted its last token at ``t``: choose a decode worker and queue the
     reservation there (or fail / reject the request as Dynamo does)."""
     k_pre = dg.pre_idx[r]
@@ -220,8 +201,8 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa,
         dg.st[RRDEC] = idx + 1
         k = nth_active_nb(fl_d, idx)
     dg.dec_idx[r] = k
-    dg.dpend[k] += 1  # a pending destination keeps a scaled-down decode worker alive
-    dg.phold[k_pre] += 1
+    fl_d.hold[k] += 1  # a pending destination keeps a scaled-down decode worker alive
+    fl_p.hold[k_pre] += 1  # and the source it will read keeps the prefill worker alive
     _push(dg.res_head, dg.res_tail, dg.res_next, k, r)
     cl.stalled[dg.n_pre + k] = False
 
@@ -272,7 +253,7 @@ def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
 
 
 @njit(cache=True, _nrt=False)
-def _activate(pd, pool_d, rq_d, rk_d, dg, k, t):
+def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
     """Scheduling point of decode worker ``k``: transferred requests are activated (their blocks
     are registered, their prefill source is released) and wait for a seat (HANDED)."""
     r = dg.arr_head[k]
@@ -280,7 +261,7 @@ def _activate(pd, pool_d, rq_d, rk_d, dg, k, t):
     while r >= 0:
         nxt = dg.arr_next[r]
         dg.activated[r] = t
-        dg.dpend[k] -= 1
+        fl_d.hold[k] -= 1
         base = rq_d.key_ptr[r]
         # only content-keyed (shareable) blocks are registered; unique ones keep their identity
         for j in range(dg.res_matched[r], rq_d.key_ptr[r + 1] - base):
@@ -305,7 +286,7 @@ def _activate(pd, pool_d, rq_d, rk_d, dg, k, t):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa, g, t):
+def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, t):
     """Visible effects of group ``g``'s pass ending at ``t``, then its scheduling-point work."""
     r = cl.pend_head[g]
     while r >= 0:
@@ -313,7 +294,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d
             nxt = rq_p.tnext[r]
             if rq_p.term_kind[r] == TERM_HANDOFF:
                 rq_p.status[r] = COMPLETED
-                _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa, r, t)
+                _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, r, t)
             else:  # rejected on the prefill worker
                 if rt_p.mode == KV_ROUTER:
                     release_prefill_nb(rt_p, r, dg.pre_idx[r])
@@ -329,15 +310,15 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d
     cl.pend_head[g] = -1
     cl.pend_tail[g] = -1
     if g < dg.n_pre:
-        _release_source(pp, pool_p, rq_p, dg, pa, g, t)
+        _release_source(pp, pool_p, rq_p, fl_p, dg, pa, g, t)
     else:
         _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
-        _activate(pd, pool_d, rq_d, rk_d, dg, g - dg.n_pre, t)
+        _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, g - dg.n_pre, t)
 
 
 @njit(cache=True, _nrt=False, inline="always")
 def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
-           rt_d, rt_none, fl_d, dg, pa, g, now):
+           rt_d, rt_none, fl_p, fl_d, dg, pa, g, now):
     """One pass of worker ``g`` (prefill or decode) if it has work; True if anything changed."""
     pre = g < dg.n_pre
     k = g if pre else g - dg.n_pre
@@ -364,7 +345,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         heap_push_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid, g)
         return True
     if progress:
-        _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa, g, now)
+        _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, now)
         return True
     cl.stalled[g] = True
     return False
@@ -380,7 +361,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
             g = heap_pop_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid)
             cl.busy[g] = False
-            _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_d, dg, pa, g,
+            _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g,
                       cl.pass_end[g])
             changed = True
         # workers that finished starting
@@ -410,12 +391,12 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                 continue
             if dg.res_head[k] >= 0 and _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
                 changed = True
-            if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, dg, k, now):
+            if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, now):
                 changed = True
             if cl.stalled[g] or rk_d.n_run[k] + rk_d.n_wait[k] == 0:
                 continue
             if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
-                      gaps, rt_p, rt_d, rt_none, fl_d, dg, pa, g, now):
+                      gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, g, now):
                 changed = True
         # 5. the prefill pool: idle workers release sources; ready workers run, again while
         # zero-duration passes keep making progress (all their handoffs at this timestamp reach
@@ -425,13 +406,13 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             for g in range(dg.n_pre):
                 if cl.busy[g] or fl_p.gstate[g] == UNUSED:
                     continue
-                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, dg, pa, g, now):
+                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, fl_p, dg, pa, g, now):
                     cl.stalled[g] = False
                     changed = True
                 if cl.stalled[g] or rk_p.n_run[g] + rk_p.n_wait[g] == 0:
                     continue
                 if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
-                          gaps, rt_p, rt_d, rt_none, fl_d, dg, pa, g, now):
+                          gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, g, now):
                     changed = True
                     if not cl.busy[g]:
                         again = True
@@ -439,9 +420,10 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                 break
         # retire drained workers: a decode worker also waits for its pending destinations, a
         # prefill worker for the sources it still holds
-        if fl_p.fs[NDRAINING] > 0 and _retire(fl_p, cl.busy, rk_p.n_run, rk_p.n_wait, dg.phold, 0):
+        if fl_p.fs[NDRAINING] > 0 and retire_drained_nb(fl_p, cl.busy, rk_p.n_run, rk_p.n_wait, 1, 0):
             changed = True
-        if fl_d.fs[NDRAINING] > 0 and _retire(fl_d, cl.busy, rk_d.n_run, rk_d.n_wait, dg.dpend, dg.n_pre):
+        if fl_d.fs[NDRAINING] > 0 and retire_drained_nb(fl_d, cl.busy, rk_d.n_run, rk_d.n_wait, 1,
+                                                        dg.n_pre):
             changed = True
         # scaling decisions last
         for fl in (fl_p, fl_d):

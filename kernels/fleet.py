@@ -38,6 +38,9 @@ class Fleet(NamedTuple):
     gstate: np.ndarray  # int8[G]
     ready_at: np.ndarray  # float64[G]
     passes: np.ndarray  # int64[G]
+    hold: np.ndarray  # int64[G]: what keeps a draining worker alive besides its queues
+    #                   (disaggregation: pending destinations on a decode worker, held sources on
+    #                   a prefill worker; always 0 for aggregated workers)
     sched_t: np.ndarray  # float64[K]: scaling schedule times (ms), ascending
     sched_n: np.ndarray  # int64[K]: target worker counts
     tel_t: np.ndarray  # float64[C]
@@ -122,13 +125,14 @@ def mark_ready_nb(fl, now):
 
 
 @njit(cache=True, _nrt=False)
-def retire_drained_nb(fl, busy, n_run, n_wait, dp):
-    """Draining workers with no work left are retired (tombstoned). Returns True if any were."""
+def retire_drained_nb(fl, busy, n_run, n_wait, dp, g0):
+    """Draining workers with no work and nothing held are retired (tombstoned); ``g0`` is the
+    pool's first group in ``busy``. Returns True if any were."""
     if fl.fs[NDRAINING] == 0:
         return False
     changed = False
     for g in range(fl.fs[NCREATED]):
-        if fl.gstate[g] != DRAINING or busy[g]:
+        if fl.gstate[g] != DRAINING or busy[g0 + g] or fl.hold[g] != 0:
             continue
         empty = True
         for k in range(g * dp, (g + 1) * dp):

@@ -435,7 +435,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
                     if _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
                         changed = True
         # 5. retire drained workers
-        if fl.fs[NDRAINING] > 0 and retire_drained_nb(fl, cl.busy, rk.n_run, rk.n_wait, cl.dp):
+        if fl.fs[NDRAINING] > 0 and retire_drained_nb(fl, cl.busy, rk.n_run, rk.n_wait, cl.dp, 0):
             changed = True
         # 6. scaling decisions last: they see a settled timestamp
         while fl.fs[SCHEDPOS] < fl.sched_t.shape[0] and fl.sched_t[fl.fs[SCHEDPOS]] <= now:

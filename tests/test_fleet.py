@@ -76,9 +76,9 @@ def test_c13_drain_and_replace_without_startup():
     busy = np.zeros(4, dtype=np.bool_)
     n_run = np.array([0, 1, 0, 0])
     n_wait = np.zeros(4, dtype=np.int64)
-    assert not retire_drained_nb(fl, busy, n_run, n_wait, 1)  # still has work
+    assert not retire_drained_nb(fl, busy, n_run, n_wait, 1, 0)  # still has work
     n_run[1] = 0
-    assert retire_drained_nb(fl, busy, n_run, n_wait, 1)
+    assert retire_drained_nb(fl, busy, n_run, n_wait, 1, 0)
     assert _states(fl) == [ACTIVE, RETIRED, ACTIVE]
 
 
