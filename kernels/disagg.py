@@ -51,10 +51,10 @@ from fastsim.kernels.loop import (
     NDONE,
     OK,
     SIM_CAP,
-    _activate_session,
     _fill_prompt_keys,
     _next_arrival,
     pop_arrival_nb,
+    start_arrivals_nb,
     _on_terminal,
     _stamp_tokens,
 )
@@ -440,16 +440,7 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
                   rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out):
     """Run a disaggregated simulation. ``out`` receives [prefill_ws, decode_ws, now, -]."""
     n_rows = rq_d.isl.shape[0]
-    if cl.concurrency > 0:
-        n_sess = ss.ptr.shape[0] - 1
-        first = min(cl.concurrency, n_sess)
-        for s in range(first):
-            _activate_session(ss, cl, s, 0.0)
-        cl.state[4] = first
-    else:
-        for i in range(ss.order.shape[0]):
-            s = ss.order[i]
-            ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
+    start_arrivals_nb(ss, cl)
     now = 0.0
     ws_p = 0.0
     ws_d = 0.0

@@ -157,6 +157,21 @@ def pop_arrival_nb(ss, cl, now):
 
 
 @njit(cache=True, _nrt=False)
+def start_arrivals_nb(ss, cl):
+    """Arm the first arrivals: the first ``concurrency`` sessions at 0 (closed loop), else every
+    session's first turn at its trace time."""
+    if cl.concurrency > 0:
+        first = min(cl.concurrency, ss.ptr.shape[0] - 1)
+        for s in range(first):
+            _activate_session(ss, cl, s, 0.0)
+        cl.state[NEXTSESS] = first
+    else:
+        for i in range(ss.order.shape[0]):
+            s = ss.order[i]
+            ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
+
+
+@njit(cache=True, _nrt=False)
 def _activate_session(ss, cl, s, t):
     r = ss.rows[ss.ptr[s]]
     ss.ready_at[r] = t
@@ -463,16 +478,7 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
     last = False
     if fl.fs[STARTED] == 0:
         fl.fs[STARTED] = 1
-        if cl.concurrency > 0:
-            n_sess = ss.ptr.shape[0] - 1
-            first = min(cl.concurrency, n_sess)
-            for s in range(first):
-                _activate_session(ss, cl, s, 0.0)
-            cl.state[NEXTSESS] = first
-        else:
-            for i in range(ss.order.shape[0]):
-                s = ss.order[i]
-                ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
+        start_arrivals_nb(ss, cl)
         drain_now = True
     elif fl.fs[TARGET] >= 0:
         apply_target_nb(fl, now, fl.fs[TARGET])
