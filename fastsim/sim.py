@@ -12,7 +12,7 @@ from fastsim.errors import DeadEndError, InputError
 _BIG_BUDGET = 1 << 62
 
 
-def _engine_params(engine, stage=0):
+def _engine_params(engine, stage=0, steady=True):
     from fastsim.kernels.scheduler import Params
 
     budget = engine.max_num_batched_tokens
@@ -29,6 +29,7 @@ def _engine_params(engine, stage=0):
         speedup=float(engine.speedup_ratio),
         decode_speedup=float(engine.decode_speedup_ratio),
         stage=int(stage),
+        steady=bool(steady),
     )
 
 
@@ -147,6 +148,12 @@ def _requests(workload, key_ptr, keys):
         term_kind=np.zeros(n, dtype=np.int8),
         dup_lo=np.zeros(n, dtype=np.int32),
         dup_hi=np.zeros(n, dtype=np.int32),
+        seq=i64(),
+        sbase=np.full(n, -1, dtype=np.int64),
+        wnext=np.full(n, -1, dtype=np.int32),
+        xnext=np.full(n, -1, dtype=np.int32),
+        xprev=np.full(n, -1, dtype=np.int32),
+        snext=np.full(n, -1, dtype=np.int32),
     )
 
 
@@ -201,6 +208,7 @@ def simulate(
     max_workers: int | None = None,
     telemetry_interval_ms: float | None = None,
     debug: bool | None = None,
+    steady_decode: bool = True,
 ):
     """Simulate ``workload`` on a cluster of aggregated workers; returns a :class:`Report`.
 
@@ -215,6 +223,9 @@ def simulate(
     * ``telemetry_interval_ms``: per-worker samples (``Report.workers``).
     * ``debug`` (default: the ``FASTSIM_DEBUG`` environment variable): check the invariants of
       :mod:`fastsim.invariants` on the final state (uncapped runs).
+    * ``steady_decode``: keep steadily decoding requests implicit between their block allocations
+      (an exact optimisation, see ``kernels/scheduler.py``); False runs every request through every
+      pass, which gives the same results more slowly (for checking).
     """
     from fastsim.kernels.loop import DEAD_END, PLANNER_TICK, TABLE_FULL, TELEMETRY_FULL, run_loop_nb
     from fastsim.report import build_report
@@ -253,7 +264,7 @@ def simulate(
             "offline replay only supports router_mode=kv_router with more than one worker/DP-rank target"
         )
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
-                      single_path, schedule, planner_interval_ms, telemetry_interval_ms)
+                      single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode)
     table = _initial_table_size(workload, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
         rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed)
@@ -276,7 +287,7 @@ def simulate(
         # The router's table of active prompt blocks filled up: start again with a larger one.
         table *= 4
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
-                          single_path, schedule, planner_interval_ms, telemetry_interval_ms)
+                          single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode)
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:
@@ -362,16 +373,16 @@ class _State(NamedTuple):
 
 
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
-                 single_path, schedule, planner_interval_ms, telemetry_interval_ms):
+                 single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True):
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each)."""
     from fastsim.kernels.fleet import ACTIVE, Fleet
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.loop import Cluster, Gaps, Sessions
-    from fastsim.kernels.scheduler import PassAcc, Ranks
+    from fastsim.kernels.scheduler import PassAcc, make_ranks
     from fastsim.kernels.stats import DD_NBINS
     from fastsim.perf import load_perf_model
 
-    params = _engine_params(engine)
+    params = _engine_params(engine, steady=steady_decode)
     perf = load_perf_model(engine.planner_profile_data)
     n = int(workload.isl.shape[0])
     n_ranks = g_cap * dp
@@ -379,14 +390,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     key_ptr, keys = _block_keys(workload, bs, params.caching)
     rq = _requests(workload, key_ptr, keys)
     pool = make_pool(n_ranks, params.cap)
-    rk = Ranks(
-        wait_head=np.full(n_ranks, -1, dtype=np.int32),
-        wait_tail=np.full(n_ranks, -1, dtype=np.int32),
-        run_head=np.full(n_ranks, -1, dtype=np.int32),
-        run_tail=np.full(n_ranks, -1, dtype=np.int32),
-        n_run=np.zeros(n_ranks, dtype=np.int64),
-        n_wait=np.zeros(n_ranks, dtype=np.int64),
-    )
+    rk = make_ranks(n_ranks, bs)
     concurrency = int(replay_concurrency or 0)
     order = (
         np.zeros(0, dtype=np.int64)
@@ -421,6 +425,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         dirty=np.zeros(g_cap, dtype=np.bool_),
         dlist=np.zeros(g_cap + 1, dtype=np.int64),
         dwork=np.zeros(g_cap, dtype=np.int64),
+        last_stamp=np.full(g_cap, np.nan),
         state=np.zeros(8, dtype=np.int64),
     )
     gaps = Gaps(
@@ -465,6 +470,8 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         acc=np.zeros(8, dtype=np.int64),
         emit=np.zeros(emit_cap, dtype=np.int32),
         emit_n=np.zeros(1, dtype=np.int64),
+        wake=np.zeros(min(params.max_seqs, max(n, 1)) + 1, dtype=np.int32),
+        ncommon=np.zeros(1, dtype=np.int64),
     )
     return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)
 

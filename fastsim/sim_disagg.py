@@ -53,7 +53,7 @@ def simulate_disagg(
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.loop import DEAD_END, Cluster, Gaps, Sessions
-    from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, PassAcc, Ranks
+    from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, PassAcc, make_ranks
     from fastsim.kernels.stats import DD_NBINS
     from fastsim.perf import load_perf_model
     from fastsim.report import build_report
@@ -97,8 +97,7 @@ def simulate_disagg(
         rq_p = rq_p._replace(osl=np.minimum(rq_p.osl, 1))
 
     def ranks(m):
-        return Ranks(np.full(m, -1, np.int32), np.full(m, -1, np.int32), np.full(m, -1, np.int32),
-                     np.full(m, -1, np.int32), np.zeros(m, np.int64), np.zeros(m, np.int64))
+        return make_ranks(m, bs)
 
     concurrency = int(replay_concurrency or 0)
     order = (np.zeros(0, dtype=np.int64) if concurrency
@@ -118,7 +117,8 @@ def simulate_disagg(
         busy=np.zeros(G, np.bool_), stalled=np.zeros(G, np.bool_), pass_end=np.zeros(G),
         pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
         wctr=np.zeros(G, np.int64), cheap=np.zeros(G, np.int64), gid=np.arange(G, dtype=np.int64), dirty=np.zeros(G, np.bool_),
-        dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), state=np.zeros(8, np.int64),
+        dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),
+        state=np.zeros(8, np.int64),
     )
     gaps = Gaps(np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64),
                 np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64))
@@ -138,7 +138,7 @@ def simulate_disagg(
     emit_cap = max(pp.max_seqs, pd.max_seqs) if n else 1
     emit_cap = int(min(emit_cap, max(n, 1))) + 1
     pa = PassAcc(np.zeros(max_blocks, np.uint64), np.zeros(8, np.int64), np.zeros(emit_cap, np.int32),
-                 np.zeros(1, np.int64))
+                 np.zeros(1, np.int64), np.zeros(emit_cap, np.int32), np.zeros(1, np.int64))
     kvb = prefill_engine.kv_bytes_per_token
     dg = Disagg(
         n_pre=P, n_dec=D,

@@ -333,12 +333,17 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     perf = perf_p if pre else perf_d
     pool = pool_p if pre else pool_d
     rq = rq_p if pre else rq_d
-    end = rank_pass_nb(p, perf, pool, rq, rk, k, now, cl.state[7], pa, cl.pend_head, cl.pend_tail, g)
+    pa.ncommon[0] = 0
+    prev_end = cl.last_stamp[g]
+    end = rank_pass_nb(p, perf, pool, rq, rk, k, now, cl.state[7], pa, cl.pend_head, cl.pend_tail, g,
+                       prev_end)
     if end < now:
         end = now
     progress = pa.acc[5] != 0
     if not pre:
-        _stamp_tokens(rq_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end)
+        _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0],
+                      prev_end, k, k + 1)
+    cl.last_stamp[g] = end
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end

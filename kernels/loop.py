@@ -59,6 +59,7 @@ from fastsim.kernels.scheduler import (
     TERM_COMPLETED,
     block_key_nb,
     enqueue_waiting_nb,
+    materialize_nb,
     rank_pass_nb,
 )
 from fastsim.kernels.stats import dd_index_nb
@@ -99,6 +100,7 @@ class Cluster(NamedTuple):
     dirty: np.ndarray  # bool[G]: the group may have become drivable since the last drive phase
     dlist: np.ndarray  # int64[G + 1]: dirty group ids; dlist[G] holds their count
     dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
+    last_stamp: np.ndarray  # float64[G]: end of the group's last pass (NaN: none yet)
     state: np.ndarray  # int64[8]: [rr, n_cheap, n_heap, static_pos, next_session, n_arrived, n_done, pass_id]
 
 
@@ -234,16 +236,20 @@ def _pool_gaps(gaps, gap, c):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
-    """Stamp one token at time ``t`` on each of ``rows[:n]`` and pool the inter-token gaps.
+def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
+    """Stamp one token at time ``t`` on each of ``rows[:n]`` and on the ``ncommon`` steady
+    members of ranks ``k0 .. k1-1`` (whose last token was at ``prev_end``, the group's previous
+    pass end), and pool the inter-token gaps.
 
-    Requests that emitted together last time share their gap: runs of equal gaps are pooled at
-    once (counts and sums scaled by the run length).
+    Every request whose last token was at ``prev_end`` shares one gap: those are pooled at once,
+    after the others (runs of equal gaps pooled together), so the sums do not depend on which
+    requests are kept implicit.
     """
     gen = rq.generated
     first = rq.first_token
     second = rq.second_token
     last = rq.last_token
+    common = ncommon
     run_gap = 0.0
     run_n = 0
     for i in range(n):
@@ -259,17 +265,29 @@ def _stamp_tokens(rq, gaps, rt, g, rows, n, t):
                     rt.fhead[g] = r
                 rt.ftail[g] = r
         else:
-            gap = t - last[r]
-            if run_n > 0 and gap != run_gap:
-                _pool_gaps(gaps, run_gap, run_n)
-                run_n = 0
-            run_gap = gap
-            run_n += 1
+            lt = last[r]
+            if lt == prev_end:
+                common += 1
+            else:
+                gap = t - lt
+                if run_n > 0 and gap != run_gap:
+                    _pool_gaps(gaps, run_gap, run_n)
+                    run_n = 0
+                run_gap = gap
+                run_n += 1
             if m == 2:
                 second[r] = t
         last[r] = t
     if run_n > 0:
         _pool_gaps(gaps, run_gap, run_n)
+    if common > 0:
+        _pool_gaps(gaps, t - prev_end, common)
+    for k in range(k0, k1):
+        r = rk.secdue[k]
+        while r >= 0:
+            second[r] = t
+            r = rq.snext[r]
+        rk.secdue[k] = -1
 
 
 @njit(cache=True, _nrt=False)
@@ -342,18 +360,23 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     cl.state[PASSID] += 1
     pid = cl.state[PASSID]
     pa.emit_n[0] = 0
+    pa.ncommon[0] = 0
+    prev_end = cl.last_stamp[g]
     end = now
     progress = False
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] == 0:
             continue
         pa.acc[5] = 0
-        e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pid, pa, cl.pend_head, cl.pend_tail, g)
+        e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pid, pa, cl.pend_head, cl.pend_tail, g,
+                         prev_end)
         if e > end:
             end = e
         if pa.acc[5] != 0:
             progress = True
-    _stamp_tokens(rq, gaps, rt, g, pa.emit, pa.emit_n[0], end)
+    _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
+                  k0 + dp)
+    cl.last_stamp[g] = end
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
@@ -531,6 +554,9 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
         ws += fl.fs[NLIVE] * (t - now) / 1000.0
         now = t
         drain_now = True
+    # steady members become explicit whenever the loop returns (results, planner, telemetry)
+    for k in range(rk.n_run.shape[0]):
+        materialize_nb(p, rq, rk, k, rk.rpass[k], cl.last_stamp[k // cl.dp])
     out[0] = ws
     out[1] = now
     return status

@@ -58,6 +58,7 @@ class Params(NamedTuple):
     speedup: float
     decode_speedup: float
     stage: int  # AGGREGATED, PREFILL (decode steps take 0 ms) or DECODE (prefill takes 0 ms)
+    steady: bool = True  # keep steadily decoding requests implicit (see "steady decoding" below)
 
 
 class Reqs(NamedTuple):
@@ -91,6 +92,13 @@ class Reqs(NamedTuple):
     term_kind: np.ndarray  # int8
     dup_lo: np.ndarray  # int32: prompt blocks [dup_lo, dup_hi) are private duplicates
     dup_hi: np.ndarray  # int32
+    # steady decoding (see below)
+    seq: np.ndarray  # int64: admission order into the running list
+    sbase: np.ndarray  # int64: rank pass at which ``generated`` is exact; -1 = explicit
+    wnext: np.ndarray  # int32: wake-wheel bucket link
+    xnext: np.ndarray  # int32: explicit running list links
+    xprev: np.ndarray  # int32
+    snext: np.ndarray  # int32: second-token list link
 
 
 class Ranks(NamedTuple):
@@ -102,6 +110,37 @@ class Ranks(NamedTuple):
     run_tail: np.ndarray
     n_run: np.ndarray  # int64[R]
     n_wait: np.ndarray  # int64[R]
+    # steady decoding (see below)
+    xhead: np.ndarray  # int32[R]: the explicit members of the running list, in running order
+    xtail: np.ndarray  # int32[R]
+    rpass: np.ndarray  # int64[R]: passes the rank has run
+    nsteady: np.ndarray  # int64[R]: implicit (steady) members
+    slen: np.ndarray  # int64[R]: sum of their lengths at the rank's next pass
+    wheel: np.ndarray  # int32[R * block_size]: wake buckets by pass index mod block_size
+    sechead: np.ndarray  # int32[R]: steady members whose next token is their second
+    secdue: np.ndarray  # int32[R]: ... those of the pass in flight (stamped with its end)
+    shold: np.ndarray  # int64[R]: no new steady members before this rank pass
+    sback: np.ndarray  # int64[R]: current hold length after a fallback
+    seqc: np.ndarray  # int64[4]: [admission counter, fallbacks, steady passes, unused]
+
+
+def make_ranks(n_ranks, block_size):
+    """Empty per-rank queues and steady-decoding state for ``n_ranks`` ranks."""
+    def heads():
+        return np.full(n_ranks, -1, dtype=np.int32)
+
+    return Ranks(
+        wait_head=heads(), wait_tail=heads(), run_head=heads(), run_tail=heads(),
+        n_run=np.zeros(n_ranks, dtype=np.int64), n_wait=np.zeros(n_ranks, dtype=np.int64),
+        xhead=heads(), xtail=heads(), rpass=np.zeros(n_ranks, dtype=np.int64),
+        nsteady=np.zeros(n_ranks, dtype=np.int64), slen=np.zeros(n_ranks, dtype=np.int64),
+        wheel=np.full(n_ranks * block_size, -1, dtype=np.int32), sechead=heads(), secdue=heads(),
+        shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, _HOLD0, dtype=np.int64),
+        seqc=np.zeros(4, dtype=np.int64),
+    )
+
+
+_HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
 
 
 class PassAcc(NamedTuple):
@@ -112,50 +151,79 @@ class PassAcc(NamedTuple):
     acc: np.ndarray  # int64[8]
     emit: np.ndarray  # int32[...] rows that emitted a token in this group pass
     emit_n: np.ndarray  # int64[1]
+    wake: np.ndarray  # int32[max running per rank + 1]: steady members due in this pass
+    ncommon: np.ndarray  # int64[1]: steady members that emitted in this group pass, not in ``emit``
 
 
 BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 # ----------------------------------------------------------------------------- queues
+# Intrusive doubly linked lists over request rows: ``nxt``/``prv`` are the link columns (qnext/qprev
+# for the waiting and running lists, xnext/xprev for the explicit running list).
 @njit(cache=True, inline="always", _nrt=False)
-def _unlink(rq, heads, tails, k, r):
-    p = rq.qprev[r]
-    n = rq.qnext[r]
+def _unlink(nxt, prv, heads, tails, k, r):
+    p = prv[r]
+    n = nxt[r]
     if p >= 0:
-        rq.qnext[p] = n
+        nxt[p] = n
     else:
         heads[k] = n
     if n >= 0:
-        rq.qprev[n] = p
+        prv[n] = p
     else:
         tails[k] = p
-    rq.qprev[r] = -1
-    rq.qnext[r] = -1
+    prv[r] = -1
+    nxt[r] = -1
 
 
 @njit(cache=True, inline="always", _nrt=False)
-def _push_back(rq, heads, tails, k, r):
+def _push_back(nxt, prv, heads, tails, k, r):
     t = tails[k]
-    rq.qprev[r] = t
-    rq.qnext[r] = -1
+    prv[r] = t
+    nxt[r] = -1
     if t >= 0:
-        rq.qnext[t] = r
+        nxt[t] = r
     else:
         heads[k] = r
     tails[k] = r
 
 
 @njit(cache=True, inline="always", _nrt=False)
-def _push_front(rq, heads, tails, k, r):
+def _push_front(nxt, prv, heads, tails, k, r):
     h = heads[k]
-    rq.qnext[r] = h
-    rq.qprev[r] = -1
+    nxt[r] = h
+    prv[r] = -1
     if h >= 0:
-        rq.qprev[h] = r
+        prv[h] = r
     else:
         tails[k] = r
     heads[k] = r
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _unlink_waiting(rq, rk, k, r):
+    _unlink(rq.qnext, rq.qprev, rk.wait_head, rk.wait_tail, k, r)
+    rk.n_wait[k] -= 1
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _start_running(rq, rk, k, r):
+    """Append ``r`` to rank ``k``'s running list (and its explicit part)."""
+    _push_back(rq.qnext, rq.qprev, rk.run_head, rk.run_tail, k, r)
+    _push_back(rq.xnext, rq.xprev, rk.xhead, rk.xtail, k, r)
+    rk.n_run[k] += 1
+    rq.status[r] = RUNNING
+    rq.seq[r] = rk.seqc[0]
+    rk.seqc[0] += 1
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _stop_running(rq, rk, k, r, explicit):
+    _unlink(rq.qnext, rq.qprev, rk.run_head, rk.run_tail, k, r)
+    if explicit:
+        _unlink(rq.xnext, rq.xprev, rk.xhead, rk.xtail, k, r)
+    rk.n_run[k] -= 1
 
 
 @njit(cache=True, _nrt=False)
@@ -164,7 +232,7 @@ def enqueue_waiting_nb(rq, rk, k, r):
     rq.status[r] = WAITING
     rq.rank[r] = k
     rq.computed[r] = 0
-    _push_back(rq, rk.wait_head, rk.wait_tail, k, r)
+    _push_back(rq.qnext, rq.qprev, rk.wait_head, rk.wait_tail, k, r)
     rk.n_wait[k] += 1
 
 
@@ -251,9 +319,8 @@ def _generation_complete(p, rq, r):
 def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
     """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front."""
     acc = pa.acc
-    acc[SELF_NEXT] = rq.qnext[victim]
-    _unlink(rq, rk.run_head, rk.run_tail, k, victim)
-    rk.n_run[k] -= 1
+    acc[SELF_NEXT] = rq.xnext[victim]
+    _stop_running(rq, rk, k, victim, True)
     free_blocks_nb(p, pool, rq, k, victim, pa.kbuf)
     rq.status[victim] = PREEMPTED
     rq.computed[victim] = 0
@@ -265,7 +332,7 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
             acc[BISL] -= rq.sched_prefix[victim] + rq.sched_prompt[victim]
             acc[BPREFIX] -= rq.sched_prefix[victim]
         rq.sched_pass[victim] = -1
-    _push_front(rq, rk.wait_head, rk.wait_tail, k, victim)
+    _push_front(rq.qnext, rq.qprev, rk.wait_head, rk.wait_tail, k, victim)
     rk.n_wait[k] += 1
     acc[PREEMPTED_ANY] = 1
     acc[PROGRESS] = 1
@@ -321,7 +388,8 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
             use_nb(pool, k, pa.kbuf, n)
             rq.alloc[r] = target
             break
-        victim = rk.run_tail[k] if p.lifo else rk.run_head[k]
+        # (preemption happens only while every running request is explicit: see the pass)
+        victim = rk.xtail[k] if p.lifo else rk.xhead[k]
         if victim < 0:
             actual = ecb
             break
@@ -350,13 +418,116 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
     return SCHEDULED
 
 
+# ----------------------------------------------------------------------------- steady decoding
+# A running request whose prompt is computed and whose KV ends exactly at its last computed token
+# takes one budget token per pass, emits one token per pass, and needs a new block every
+# ``block_size`` passes: nothing about it changes between those events except by formula. Such a
+# *steady* member leaves the explicit running list (it stays in the running list, which keeps the
+# running order) and is kept implicit: ``generated`` holds its count at rank pass ``sbase``, and it
+# sits in the bucket ``wake % block_size`` of its rank's wheel, where ``wake`` is its next block
+# allocation or its last token. A pass then costs O(explicit members + members due), not
+# O(running). It is exact: a pass runs this way only when its outcome cannot depend on where the
+# steady members stand in the running order (every request gets its whole demand of the token
+# budget and every allocation fits, so nothing is preempted); otherwise the rank first makes every
+# member explicit again (``materialize_nb``) and runs the one-at-a-time pass, and stays explicit
+# for a while (doubling holds). Allocations, completions and block releases still happen one
+# request at a time, in running order (by ``seq``).
+@njit(cache=True, inline="always", _nrt=False)
+def _end_gen(p, rq, r):
+    """Tokens ``r`` has generated when it finishes (its output length, or the model-length cap)."""
+    e = rq.osl[r]
+    if p.max_model_len > 0 and p.max_model_len - rq.isl[r] < e:
+        e = p.max_model_len - rq.isl[r]
+    return e
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _wheel_push(p, rq, rk, k, r, q):
+    """File steady member ``r`` under its first event at rank pass >= ``q``: the pass whose decode
+    step starts a new block, or the pass that emits its last token (both less than
+    ``block_size`` passes away)."""
+    bs = p.block_size
+    g0 = rq.generated[r]
+    sb = rq.sbase[r]
+    length = rq.isl[r] + g0 + (q - sb)  # its length at pass q, before that pass's token
+    wake = q + (bs - (length - 1) % bs) % bs
+    fin = sb + _end_gen(p, rq, r) - g0 - 1
+    if fin < wake:
+        wake = fin
+    b = k * bs + wake % bs
+    rq.wnext[r] = rk.wheel[b]
+    rk.wheel[b] = r
+
+
+@njit(cache=True, _nrt=False)
+def materialize_nb(p, rq, rk, k, pass_idx, prev_end):
+    """Make every steady member of rank ``k`` explicit, with its exact state before rank pass
+    ``pass_idx``; ``prev_end`` is the end of the rank's last pass (their last token)."""
+    if rk.nsteady[k] == 0:
+        return
+    isl = rq.isl
+    gen = rq.generated
+    sbase = rq.sbase
+    qnext = rq.qnext
+    xnext = rq.xnext
+    xprev = rq.xprev
+    prev = -1
+    cur = rk.run_head[k]
+    while cur >= 0:
+        if sbase[cur] >= 0:
+            g = gen[cur] + (pass_idx - sbase[cur])
+            gen[cur] = g
+            rq.computed[cur] = isl[cur] + g - 1
+            rq.alloc[cur] = isl[cur] + g - 1
+            rq.last_token[cur] = prev_end
+            sbase[cur] = -1
+        xprev[cur] = prev
+        xnext[cur] = qnext[cur]
+        prev = cur
+        cur = qnext[cur]
+    rk.xhead[k] = rk.run_head[k]
+    rk.xtail[k] = rk.run_tail[k]
+    bs = p.block_size
+    for b in range(k * bs, (k + 1) * bs):
+        rk.wheel[b] = -1
+    rk.nsteady[k] = 0
+    rk.slen[k] = 0
+    rk.sechead[k] = -1
+    rk.secdue[k] = -1
+
+
+@njit(cache=True, _nrt=False)
+def _steady_ok(p, pool, rq, rk, k, pass_idx):
+    """True if this pass's outcome cannot depend on the running order: the explicit members' whole
+    demand and one token per steady member fit the budget, and every block anyone may allocate
+    fits the pool (so no allocation fails and nothing is preempted)."""
+    bs = p.block_size
+    isl = rq.isl
+    gen = rq.generated
+    need = 0
+    w = rk.wheel[k * bs + pass_idx % bs]
+    while w >= 0:
+        if (isl[w] + gen[w] + (pass_idx - rq.sbase[w]) - 1) % bs == 0:
+            need += 1
+        w = rq.wnext[w]
+    demand = rk.nsteady[k]
+    cur = rk.xhead[k]
+    while cur >= 0:
+        length = isl[cur] + gen[cur]
+        demand += length - rq.computed[cur]
+        nb = _ceil_div(length, bs) - _ceil_div(rq.alloc[cur], bs)
+        if nb > 0:
+            need += nb
+        cur = rq.xnext[cur]
+    return demand <= p.budget and need <= p.cap - pool.meta[k, NACTIVE]
+
+
 # ----------------------------------------------------------------------------- the pass
 @njit(cache=True, _nrt=False)
-def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, kbuf):
+def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, kbuf, explicit):
     """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
     if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
-        _unlink(rq, rk.run_head, rk.run_tail, k, r)
-        rk.n_run[k] -= 1
+        _stop_running(rq, rk, k, r, explicit)
         if kind == TERM_COMPLETED:
             free_blocks_nb(p, pool, rq, k, r, kbuf)
     rq.status[r] = FINISHING
@@ -370,11 +541,13 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, kbuf):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tail, g):
+def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tail, g, prev_end):
     """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
 
-    Rows that emit a token are appended to ``pa.emit``; terminals go on group ``g``'s pending list.
-    ``pa.acc[PROGRESS]`` tells whether the pass changed anything observable.
+    Rows that emit a token are appended to ``pa.emit``; steady members that emit (not listed) are
+    counted in ``pa.ncommon``; terminals go on group ``g``'s pending list. ``pa.acc[PROGRESS]``
+    tells whether the pass changed anything observable. ``prev_end`` is the end of the group's
+    previous pass.
     """
     # Hot loops touch only these locals: reading an array out of a NamedTuple inside a loop costs
     # an NRT incref/decref pair per access, which dominated the run time before this hoisting.
@@ -383,23 +556,67 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     gen = rq.generated
     comp = rq.computed
     alloc = rq.alloc
-    qnext = rq.qnext
+    xnext = rq.xnext
+    seq = rq.seq
+    sbase = rq.sbase
     spass = rq.sched_pass
     stok = rq.sched_tokens
     sprompt = rq.sched_prompt
     sprefix = rq.sched_prefix
     emit = pa.emit
     emit_n = pa.emit_n
+    wake = pa.wake
     bs = p.block_size
+    P = rk.rpass[k]
+    rk.rpass[k] = P + 1
+    ns = rk.nsteady[k]
+    if ns > 0 and not _steady_ok(p, pool, rq, rk, k, P):
+        materialize_nb(p, rq, rk, k, P, prev_end)
+        rk.shold[k] = P + rk.sback[k]
+        rk.sback[k] = min(2 * rk.sback[k], _HOLD_MAX)
+        ns = 0
+        rk.seqc[1] += 1
+    elif ns > 0:
+        rk.sback[k] = _HOLD0
+        rk.seqc[2] += 1
+    rk.secdue[k] = rk.sechead[k]
+    rk.sechead[k] = -1
+    # Steady members due in this pass, in running order.
+    nw = 0
+    if ns > 0:
+        b = k * bs + P % bs
+        w = rk.wheel[b]
+        rk.wheel[b] = -1
+        while w >= 0:
+            wake[nw] = w
+            nw += 1
+            w = rq.wnext[w]
+        for i in range(nw // 2):  # filed newest first: reversed, nearly sorted
+            x = wake[i]
+            wake[i] = wake[nw - 1 - i]
+            wake[nw - 1 - i] = x
+        for i in range(1, nw):
+            x = wake[i]
+            j = i - 1
+            while j >= 0 and seq[wake[j]] > seq[x]:
+                wake[j + 1] = wake[j]
+                j -= 1
+            wake[j + 1] = x
+        acc[PROGRESS] = 1
     acc[BUDGET] = p.budget
     acc[BCOUNT] = 0
     acc[BISL] = 0
     acc[BPREFIX] = 0
     acc[PREEMPTED_ANY] = 0
-    # Phase A: running requests, in running order.
-    cur = rk.run_head[k]
-    budget = acc[BUDGET]  # a register copy for the fast path; acc[BUDGET] is synced around calls
+    # Phase A: running requests, in running order (steady members take one token each; those due
+    # allocate their next block at their place in the order).
+    cur = rk.xhead[k]
+    budget = acc[BUDGET] - ns  # a register copy for the fast path; acc[BUDGET] is synced around calls
+    wi = 0
     while cur >= 0 and budget > 0:
+        while wi < nw and seq[wake[wi]] < seq[cur]:
+            _steady_step(p, pool, rq, k, wake[wi], P, pa.kbuf)
+            wi += 1
         length = isl[cur] + gen[cur]
         c = comp[cur]
         if c >= isl[cur] and length - c == 1 and (length + bs - 1) // bs <= (alloc[cur] + bs - 1) // bs:
@@ -412,14 +629,14 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             sprefix[cur] = isl[cur]
             budget -= 1
             acc[PROGRESS] = 1
-            cur = qnext[cur]
+            cur = xnext[cur]
             continue
         acc[BUDGET] = budget
         acc[AHEAD] = 0
         res = _schedule(p, pool, rq, rk, k, cur, 0, pass_id, pa)
         budget = acc[BUDGET]
         if res == SCHEDULED:
-            cur = qnext[cur]
+            cur = xnext[cur]
         elif res == BLOCKED:
             break
         else:
@@ -429,7 +646,10 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         for _ in range(acc[AHEAD]):
             if cur < 0:
                 break
-            cur = qnext[cur]
+            cur = xnext[cur]
+    while wi < nw:
+        _steady_step(p, pool, rq, k, wake[wi], P, pa.kbuf)
+        wi += 1
     acc[BUDGET] = budget
     # Phase B: waiting requests, FIFO, only if nothing was preempted.
     while acc[PREEMPTED_ANY] == 0 and rk.n_run[k] < p.max_seqs:
@@ -439,16 +659,13 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         if rq.status[u] == HANDED:
             # Admission of a transferred prompt: its blocks were reserved at the handoff; it takes
             # no token budget and no prefill time, only a seat, and decodes in this pass.
-            _unlink(rq, rk.wait_head, rk.wait_tail, k, u)
-            rk.n_wait[k] -= 1
+            _unlink_waiting(rq, rk, k, u)
             if p.max_model_len > 0 and rq.isl[u] >= p.max_model_len:
                 free_blocks_nb(p, pool, rq, k, u, pa.kbuf)
-                _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g, pa.kbuf)
+                _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g, pa.kbuf, True)
                 acc[PROGRESS] = 1
                 continue
-            _push_back(rq, rk.run_head, rk.run_tail, k, u)
-            rk.n_run[k] += 1
-            rq.status[u] = RUNNING
+            _start_running(rq, rk, k, u)
             rq.computed[u] = rq.isl[u]
             rq.first_admit[u] = now
             acc[PROGRESS] = 1
@@ -458,9 +675,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         if (p.max_model_len > 0 and rq.isl[u] >= p.max_model_len) or (
             fresh and _ceil_div(length, p.block_size) > p.cap
         ):
-            _unlink(rq, rk.wait_head, rk.wait_tail, k, u)
-            rk.n_wait[k] -= 1
-            _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g, pa.kbuf)
+            _unlink_waiting(rq, rk, k, u)
+            _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g, pa.kbuf, True)
             acc[PROGRESS] = 1
             continue
         cached, active_cached, active = _cached_tokens(p, pool, rq, k, u, pa.kbuf)
@@ -471,11 +687,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         res = _schedule(p, pool, rq, rk, k, u, cached, pass_id, pa)
         if res != SCHEDULED:
             break
-        _unlink(rq, rk.wait_head, rk.wait_tail, k, u)
-        rk.n_wait[k] -= 1
-        _push_back(rq, rk.run_head, rk.run_tail, k, u)
-        rk.n_run[k] += 1
-        rq.status[u] = RUNNING
+        _unlink_waiting(rq, rk, k, u)
+        _start_running(rq, rk, k, u)
         if np.isnan(rq.first_admit[u]):
             rq.first_admit[u] = now
             rq.first_reused[u] = cached
@@ -492,21 +705,25 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         prefill_ms = modeled_ms_nb(prefill_time_nb(perf, t), p.speedup)
     # Emission: every request whose computed tokens reach its known length emits one token. One
     # walk emits; completions are finished afterwards, once the decode time has been read off
-    # the pool (it counts their blocks: they are freed at the end of the pass).
-    n_ready = 0
-    total_len = 0
+    # the pool (it counts their blocks: they are freed at the end of the pass). Explicit members
+    # that have become steady leave the explicit list here.
+    n_ready = ns
+    total_len = rk.slen[k]
     osl = rq.osl
     mml = p.max_model_len
     first_emit = emit_n[0]
-    cur = rk.run_head[k]
+    convert = p.steady and p.stage == AGGREGATED and P >= rk.shold[k]
+    conv_n = 0
+    conv_len = 0
+    cur = rk.xhead[k]
     while cur >= 0:
-        nxt = qnext[cur]
+        nxt = xnext[cur]
         length = isl[cur] + gen[cur]
         if comp[cur] >= length:
             if gen[cur] >= osl[cur] or (mml > 0 and length >= mml):
                 # nothing left to generate (e.g. zero output tokens): ends without a token
                 kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
-                _finish(p, pool, rq, rk, k, cur, kind, pend_head, pend_tail, g, pa.kbuf)
+                _finish(p, pool, rq, rk, k, cur, kind, pend_head, pend_tail, g, pa.kbuf, True)
                 acc[PROGRESS] = 1
             else:
                 n_ready += 1
@@ -514,7 +731,18 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
                 gen[cur] += 1
                 emit[emit_n[0]] = cur
                 emit_n[0] += 1
+                if (convert and comp[cur] == length and alloc[cur] == length
+                        and gen[cur] < _end_gen(p, rq, cur) and rq.status[cur] == RUNNING):
+                    _unlink(xnext, rq.xprev, rk.xhead, rk.xtail, k, cur)
+                    sbase[cur] = P + 1
+                    _wheel_push(p, rq, rk, k, cur, P + 1)
+                    conv_n += 1
+                    conv_len += length + 1
+                    if gen[cur] == 1:
+                        rq.snext[cur] = rk.sechead[k]
+                        rk.sechead[k] = cur
         cur = nxt
+    end_emit = emit_n[0]
     decode_ms = 0.0
     if n_ready > 0:
         raw = decode_time_nb(
@@ -527,9 +755,50 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         if p.stage == PREFILL:
             decode_ms = 0.0  # a prefill worker's extra steps take no time (cluster doc C5)
         acc[PROGRESS] = 1
-        done_kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
-        for i in range(first_emit, emit_n[0]):
+    # Completions in running order: explicit emitters merged with the steady members due.
+    done_kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
+    i = first_emit
+    wi = 0
+    nfin = 0
+    fin_len = 0
+    while i < end_emit or wi < nw:
+        if wi < nw and (i >= end_emit or seq[wake[wi]] < seq[emit[i]]):
+            w = wake[wi]
+            wi += 1
+            eg = _end_gen(p, rq, w)
+            g_now = gen[w] + (P - sbase[w])  # before this pass's token
+            if g_now + 1 < eg:
+                _wheel_push(p, rq, rk, k, w, P + 1)
+                continue
+            # its last token: explicit again, stamped with this pass's emitters
+            nfin += 1
+            fin_len += isl[w] + g_now
+            gen[w] = eg
+            comp[w] = isl[w] + eg - 1
+            alloc[w] = isl[w] + eg - 1
+            rq.last_token[w] = prev_end
+            sbase[w] = -1
+            emit[emit_n[0]] = w
+            emit_n[0] += 1
+            _finish(p, pool, rq, rk, k, w, done_kind, pend_head, pend_tail, g, pa.kbuf, False)
+        else:
             cur = emit[i]
+            i += 1
             if gen[cur] >= osl[cur] or (mml > 0 and isl[cur] + gen[cur] >= mml):
-                _finish(p, pool, rq, rk, k, cur, done_kind, pend_head, pend_tail, g, pa.kbuf)
+                _finish(p, pool, rq, rk, k, cur, done_kind, pend_head, pend_tail, g, pa.kbuf, True)
+    if ns > 0 or conv_n > 0:
+        rk.nsteady[k] = ns - nfin + conv_n
+        rk.slen[k] = rk.slen[k] - fin_len + (ns - nfin) + conv_len
+        pa.ncommon[0] += ns - nfin
     return (now + prefill_ms) + decode_ms
+
+
+@njit(cache=True, inline="always", _nrt=False)
+def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
+    """The decode step of steady member ``w`` in a pass where it is due: allocate its next block
+    if this step starts one (the pool has room: checked by ``_steady_ok``)."""
+    bs = p.block_size
+    length = rq.isl[w] + rq.generated[w] + (pass_idx - rq.sbase[w])
+    if (length - 1) % bs == 0:
+        kbuf[0] = block_key_nb(rq, w, (length - 1) // bs)
+        use_nb(pool, k, kbuf, 1)

@@ -1,0 +1,145 @@
+"""Steady decoding (``kernels/scheduler.py``) is an exact optimisation: with it and without it
+(``simulate(..., steady_decode=False)``, every request through every pass) a simulation gives
+identical results, bit for bit: every per-request field and every report field.
+
+The cases are built to make the optimisation fall back often (tiny KV pools that preempt, token
+budgets that bind, chunked prefill, max_model_len, shared prefixes) as well as to run long stretches
+of steady passes (long outputs, small blocks); a final check makes sure both happened.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+import fastsim.errors
+import fastsim.sim as sim
+from fastsim.config import EngineArgs
+from fastsim.workload import load_mooncake, synthetic
+
+from test_engine_vs_naive import random_case
+
+_TIMING_KEYS = ("wall_time_ms",)  # and every processed_*_per_s (simulation speed)
+_COUNTS = {"steady": 0, "fallback": 0}
+
+
+@pytest.fixture(autouse=True)
+def _count_steady_passes(monkeypatch):
+    """Record how many passes ran steady and how many fell back (rk.seqc[2], rk.seqc[1])."""
+    build = sim._build_state
+
+    def counting(*args, **kwargs):
+        st = build(*args, **kwargs)
+        _STATES.append(st)
+        return st
+
+    _STATES.clear()
+    monkeypatch.setattr(sim, "_build_state", counting)
+    yield
+    for st in _STATES:
+        _COUNTS["steady"] += int(st.rk.seqc[2])
+        _COUNTS["fallback"] += int(st.rk.seqc[1])
+
+
+_STATES: list = []
+
+
+def _same(workload, engine, **kw):
+    a = sim.simulate(workload, engine, steady_decode=True, **kw)
+    b = sim.simulate(workload, engine, steady_decode=False, **kw)
+    ra, rb = a.requests, b.requests
+    assert list(ra.columns) == list(rb.columns)
+    for c in ra.columns:
+        x, y = ra[c].to_numpy(), rb[c].to_numpy()
+        if x.dtype.kind == "f":
+            same = np.array_equal(x, y, equal_nan=True)
+        else:
+            same = bool((x == y).all())
+        assert same, f"column {c} differs (first row {int(np.argmax(x != y))})"
+    for k, v in a.summary.items():
+        if k in _TIMING_KEYS or k.startswith("processed_"):
+            continue
+        w = b.summary[k]
+        assert v == w or (v != v and w != w), f"summary {k}: {v!r} vs {w!r}"
+    return a
+
+
+def _trace(tmp_path, rows):
+    p = tmp_path / "trace.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+@pytest.mark.parametrize("seed", range(0, 300, 3))
+def test_random_single_worker_traces(seed, tmp_path):
+    rows, tbs, engine = random_case(seed)
+    rng = random.Random(seed)
+    for r in rows:  # longer outputs than the naive-engine cases: many steady passes
+        r["output_length"] = r["output_length"] * rng.choice([1, 5, 20])
+    wl = load_mooncake(_trace(tmp_path, rows), trace_block_size=tbs)
+    try:
+        _same(wl, EngineArgs.coerce(engine))
+    except fastsim.errors.DeadEndError:
+        with pytest.raises(fastsim.errors.DeadEndError):
+            sim.simulate(wl, EngineArgs.coerce(engine), steady_decode=False)
+
+
+def _cluster_case(seed):
+    rng = random.Random(1000 + seed)
+    bs = rng.choice([8, 16, 64])
+    engine = dict(
+        block_size=bs,
+        num_gpu_blocks=rng.choice([40, 120, 400, 4000]),
+        max_num_seqs=rng.choice([4, 16, 256]),
+        max_num_batched_tokens=rng.choice([256, 1024, 8192]),
+        enable_chunked_prefill=rng.random() < 0.8,
+        preemption_mode=rng.choice(["lifo", "fifo"]),
+        dp_size=rng.choice([1, 1, 2, 4]),
+    )
+    if rng.random() < 0.2:
+        engine["max_model_len"] = rng.randint(300, 1200)
+    wl = synthetic(
+        rng.randint(50, 900), rng.randint(1, 300), rng.randint(50, 400),
+        arrival_interval_ms=rng.choice([0.0, 1.0, 5.0, 30.0]),
+        turns_per_session=rng.choice([1, 1, 3]),
+        shared_prefix_ratio=rng.choice([0.0, 0.5]), num_prefix_groups=rng.choice([0, 3]), block_size=bs,
+    )
+    kw = dict(num_workers=rng.randint(1, 4))
+    if rng.random() < 0.4 and kw["num_workers"] * engine["dp_size"] > 1:
+        kw["router_mode"] = "kv_router"
+        kw["seed"] = seed
+    if rng.random() < 0.2:
+        kw["replay_concurrency"] = rng.randint(1, 20)
+    return wl, EngineArgs.coerce(engine), kw
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_clusters(seed):
+    wl, engine, kw = _cluster_case(seed)
+    try:
+        _same(wl, engine, **kw)
+    except fastsim.errors.DeadEndError:
+        with pytest.raises(fastsim.errors.DeadEndError):
+            sim.simulate(wl, engine, steady_decode=False, **kw)
+
+
+def test_paused_and_capped_runs():
+    """The loop returns to Python (planner ticks, telemetry growth, the time cap) with steady
+    members made explicit, and resumes exactly."""
+    wl = synthetic(512, 400, 600, arrival_interval_ms=4.0)
+    engine = EngineArgs(block_size=16, num_gpu_blocks=3000)
+    _same(wl, engine, num_workers=2, max_sim_time_ms=4000.0)
+    _same(wl, engine, num_workers=2, telemetry_interval_ms=5.0)
+    _same(wl, engine, num_workers=1, planner=lambda s: 1 + int(s.now_ms // 700) % 3,
+          planner_interval_ms=50.0, max_workers=4)
+    _same(wl, engine, num_workers=3, scaling_schedule=[[0, 3], [800, 1], [1600, 4]])
+
+
+def test_both_paths_were_exercised():
+    """Runs last in this file: the cases above ran steady passes and fell back many times."""
+    assert _COUNTS["steady"] > 10_000
+    assert _COUNTS["fallback"] > 100
+
