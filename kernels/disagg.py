@@ -75,6 +75,7 @@ from fastsim.kernels.scheduler import (
     TERM_REJECTED,
     enqueue_waiting_nb,
     free_blocks_nb,
+    materialize_nb,
     rank_pass_nb,
 )
 
@@ -472,6 +473,11 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
         now = t
         _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
                rt_d, rt_none, fl_p, fl_d, dg, pa, now)
+    # steady members become explicit before the results are read
+    for k in range(rk_p.n_run.shape[0]):
+        materialize_nb(pp, rq_p, rk_p, k, rk_p.rpass[k], cl.last_stamp[k])
+    for k in range(rk_d.n_run.shape[0]):
+        materialize_nb(pd, rq_d, rk_d, k, rk_d.rpass[k], cl.last_stamp[dg.n_pre + k])
     out[0] = ws_p
     out[1] = ws_d
     out[2] = now

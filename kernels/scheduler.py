@@ -712,7 +712,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     osl = rq.osl
     mml = p.max_model_len
     first_emit = emit_n[0]
-    convert = p.steady and p.stage == AGGREGATED and P >= rk.shold[k]
+    convert = p.steady and P >= rk.shold[k]
     conv_n = 0
     conv_len = 0
     cur = rk.xhead[k]

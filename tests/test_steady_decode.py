@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 
-import numpy as np
+import pandas as pd
 import pytest
 
 import fastsim.errors
@@ -47,18 +47,15 @@ def _count_steady_passes(monkeypatch):
 _STATES: list = []
 
 
-def _same(workload, engine, **kw):
-    a = sim.simulate(workload, engine, steady_decode=True, **kw)
-    b = sim.simulate(workload, engine, steady_decode=False, **kw)
-    ra, rb = a.requests, b.requests
-    assert list(ra.columns) == list(rb.columns)
-    for c in ra.columns:
-        x, y = ra[c].to_numpy(), rb[c].to_numpy()
-        if x.dtype.kind == "f":
-            same = np.array_equal(x, y, equal_nan=True)
-        else:
-            same = bool((x == y).all())
-        assert same, f"column {c} differs (first row {int(np.argmax(x != y))})"
+def _same(workload, engine, *, run=None, **kw):
+    run = run or sim.simulate
+    if isinstance(engine, tuple):  # disaggregated: (prefill, decode) engine args
+        a = run(workload, *engine, steady_decode=True, **kw)
+        b = run(workload, *engine, steady_decode=False, **kw)
+    else:
+        a = run(workload, engine, steady_decode=True, **kw)
+        b = run(workload, engine, steady_decode=False, **kw)
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
     for k, v in a.summary.items():
         if k in _TIMING_KEYS or k.startswith("processed_"):
             continue
@@ -124,6 +121,29 @@ def test_random_clusters(seed):
     except fastsim.errors.DeadEndError:
         with pytest.raises(fastsim.errors.DeadEndError):
             sim.simulate(wl, engine, steady_decode=False, **kw)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_disaggregated(seed):
+    from fastsim.sim_disagg import simulate_disagg
+
+    rng = random.Random(2000 + seed)
+    bs = rng.choice([16, 64])
+    common = dict(block_size=bs, max_num_seqs=rng.choice([8, 64, 256]),
+                  max_num_batched_tokens=rng.choice([512, 8192]))
+    pre = EngineArgs.coerce(dict(common, worker_type="prefill", num_gpu_blocks=rng.choice([2000, 8000])))
+    dec = EngineArgs.coerce(dict(common, worker_type="decode", num_gpu_blocks=rng.choice([300, 1000, 8000])))
+    wl = synthetic(rng.randint(50, 900), rng.randint(1, 300), rng.randint(50, 300),
+                   arrival_interval_ms=rng.choice([0.0, 2.0, 10.0]), turns_per_session=rng.choice([1, 2]),
+                   block_size=bs)
+    kw = dict(num_prefill_workers=rng.randint(1, 3), num_decode_workers=rng.randint(1, 4))
+    if rng.random() < 0.4:
+        kw["router_mode"] = "kv_router"
+    try:
+        _same(wl, (pre, dec), run=simulate_disagg, **kw)
+    except fastsim.errors.DeadEndError:
+        with pytest.raises(fastsim.errors.DeadEndError):
+            simulate_disagg(wl, pre, dec, steady_decode=False, **kw)
 
 
 def test_paused_and_capped_runs():
