@@ -357,7 +357,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     return False
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
            rt_d, rt_none, fl_p, fl_d, dg, pa, now):
     n_groups = dg.n_pre + dg.n_dec
@@ -451,9 +451,12 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
     ws_p = 0.0
     ws_d = 0.0
     status = OK
-    _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p, rt_d,
-           rt_none, fl_p, fl_d, dg, pa, now)
-    while cl.state[NDONE] < n_rows:
+    while True:
+        # the one call site of the drain (it is inlined: a call would copy the whole state)
+        _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
+               rt_d, rt_none, fl_p, fl_d, dg, pa, now)
+        if cl.state[NDONE] >= n_rows:
+            break
         t = min(next_fleet_event_nb(fl_p), next_fleet_event_nb(fl_d))
         if cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] < t:
             t = cl.pass_end[cl.cheap[0]]
@@ -471,8 +474,6 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
         ws_p += fl_p.fs[NLIVE] * (t - now) / 1000.0
         ws_d += fl_d.fs[NLIVE] * (t - now) / 1000.0
         now = t
-        _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
-               rt_d, rt_none, fl_p, fl_d, dg, pa, now)
     # steady members become explicit before the results are read
     for k in range(rk_p.n_run.shape[0]):
         materialize_nb(pp, rq_p, rk_p, k, rk_p.rpass[k], cl.last_stamp[k])
