@@ -146,7 +146,7 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
     k = 0
     if rt_p.mode == KV_ROUTER:
         bs = pp.block_size
-        nfull = _fill_prompt_keys(rq_p, r, bs, pa.kbuf)
+        nfull = _fill_prompt_keys(rq_p, np.int64(r), bs, pa.kbuf)
         score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
                          rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
         k = choose_target_nb(rt_p, dg.n_pre)
@@ -168,7 +168,7 @@ def _release_source(pp, pool_p, rq_p, fl_p, dg, pa, k, t):
     changed = r >= 0
     while r >= 0:
         nxt = dg.rel_next[r]
-        free_blocks_nb(pp, pool_p, rq_p, k, r, pa.kbuf)
+        free_blocks_nb(pp, pool_p, rq_p, k, np.int64(r), pa.kbuf)
         dg.released[r] = t
         fl_p.hold[k] -= 1
         r = nxt
@@ -188,12 +188,12 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
     isl = rq_d.isl[r]
     bs = pd.block_size
     if (isl + bs - 1) // bs > pd.cap:
-        free_blocks_nb(pp, pool_p, rq_p, k_pre, r, pa.kbuf)
+        free_blocks_nb(pp, pool_p, rq_p, k_pre, np.int64(r), pa.kbuf)
         _final(rq_d, ss, cl, r, FAILED, t)
         return
     k = 0
     if rt_d.mode == KV_ROUTER:
-        nfull = _fill_prompt_keys(rq_d, r, bs, pa.kbuf)
+        nfull = _fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
         _score_decode(rt_d, fl_d, dg.n_dec, nfull)
         k = choose_target_nb(rt_d, dg.n_dec)
         commit_route_nb(rt_d, pa.kbuf, nfull, isl, bs, r, k)
@@ -218,7 +218,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         r = dg.res_head[k]
         isl = rq_d.isl[r]
         nb = (isl + bs - 1) // bs
-        nfull = _fill_prompt_keys(rq_d, r, bs, pa.kbuf)
+        nfull = _fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
         matched, active = match_prefix_nb(pool_d, k, pa.kbuf, nfull)
         if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
             break
@@ -238,7 +238,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
             delay = isl * dg.kv_bytes / (dg.bandwidth * 1e9) * 1000.0
         if delay > 0.0:
             dg.xready[r] = t + delay
-            heap_push_nb(dg.xheap, dg.st, NXHEAP, dg.xready, dg.xtie, r)
+            heap_push_nb(dg.xheap, dg.st, np.int64(NXHEAP), dg.xready, dg.xtie, r)
         else:
             _arrive_decode(rq_d, rk_d, cl, dg, k, r)
     return changed
@@ -305,7 +305,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
             nxt = rq_d.tnext[r]
             k = g - dg.n_pre
             if rt_d.mode == KV_ROUTER:
-                release_blocks_nb(rt_d, pa.kbuf, _fill_prompt_keys(rq_d, r, pd.block_size, pa.kbuf), k)
+                release_blocks_nb(rt_d, pa.kbuf, _fill_prompt_keys(rq_d, np.int64(r), pd.block_size, pa.kbuf), k)
             _final(rq_d, ss, cl, r, COMPLETED if rq_d.term_kind[r] != TERM_REJECTED else REJECTED, t)
         r = nxt
     cl.pend_head[g] = -1
@@ -348,7 +348,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
-        heap_push_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid, g)
+        heap_push_nb(cl.cheap, cl.state, np.int64(NCHEAP), cl.pass_end, cl.gid, g)
         return True
     if progress:
         _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, now)
@@ -365,7 +365,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         changed = False
         # 1. pass completions (and their scheduling-point work)
         while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
-            g = heap_pop_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid)
+            g = heap_pop_nb(cl.cheap, cl.state, np.int64(NCHEAP), cl.pass_end, cl.gid)
             cl.busy[g] = False
             _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g,
                       cl.pass_end[g])
@@ -377,7 +377,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             changed = True
         # 2. KV transfers that finished
         while dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now:
-            r = heap_pop_nb(dg.xheap, dg.st, NXHEAP, dg.xready, dg.xtie)
+            r = heap_pop_nb(dg.xheap, dg.st, np.int64(NXHEAP), dg.xready, dg.xtie)
             _arrive_decode(rq_d, rk_d, cl, dg, dg.dec_idx[r], r)
             changed = True
         # 3. arrivals go to a prefill worker
@@ -389,41 +389,52 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             rq_d.arrival[r] = ss.ready_at[r]
             _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r)
             changed = True
-        # 4. the decode pool: reservations and activations of idle workers, then ready workers.
-        # The cheap tests stay here: a call passes the whole state, which is not free.
-        for g in range(dg.n_pre, n_groups):
-            k = g - dg.n_pre
-            if cl.busy[g] or fl_d.gstate[k] == UNUSED:
-                continue
-            if dg.res_head[k] >= 0 and _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
-                changed = True
-            if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, now):
-                changed = True
-            if cl.stalled[g] or rk_d.n_run[k] + rk_d.n_wait[k] == 0:
-                continue
-            if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
-                      gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, g, now):
-                changed = True
-        # 5. the prefill pool: idle workers release sources; ready workers run, again while
+        # 4. the decode pool: reservations and activations of idle workers, then ready workers;
+        # 5. then the prefill pool: idle workers release sources; ready workers run, again while
         # zero-duration passes keep making progress (all their handoffs at this timestamp reach
-        # the decode side together, as in Dynamo)
+        # the decode side together, as in Dynamo). One loop, so that the pass has one call site.
+        # The cheap tests stay here: a call passes the whole state, which is not free.
+        g = dg.n_pre
+        prefill_phase = False
+        again = False
         while True:
-            again = False
-            for g in range(dg.n_pre):
+            if not prefill_phase and g >= n_groups:
+                prefill_phase = True
+                g = 0
+                again = False
+            if prefill_phase and g >= dg.n_pre:
+                if not again:
+                    break
+                g = 0
+                again = False
+            if prefill_phase:
                 if cl.busy[g] or fl_p.gstate[g] == UNUSED:
+                    g += 1
                     continue
                 if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, fl_p, dg, pa, g, now):
                     cl.stalled[g] = False
                     changed = True
                 if cl.stalled[g] or rk_p.n_run[g] + rk_p.n_wait[g] == 0:
+                    g += 1
                     continue
-                if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
-                          gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, g, now):
+            else:
+                k = g - dg.n_pre
+                if cl.busy[g] or fl_d.gstate[k] == UNUSED:
+                    g += 1
+                    continue
+                if dg.res_head[k] >= 0 and _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
                     changed = True
-                    if not cl.busy[g]:
-                        again = True
-            if not again:
-                break
+                if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, now):
+                    changed = True
+                if cl.stalled[g] or rk_d.n_run[k] + rk_d.n_wait[k] == 0:
+                    g += 1
+                    continue
+            if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
+                      gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, g, now):
+                changed = True
+                if prefill_phase and not cl.busy[g]:
+                    again = True
+            g += 1
         # retire drained workers: a decode worker also waits for its pending destinations, a
         # prefill worker for the sources it still holds
         if fl_p.fs[NDRAINING] > 0 and retire_drained_nb(fl_p, cl.busy, rk_p.n_run, rk_p.n_wait, 1, 0):

@@ -226,7 +226,7 @@ def use_nb(pool, rank, keys, n):
         s = _find(table, slot_key, tbase, sbase, tmask, key)
         if s >= 0:
             if slot_ref[sbase + s] == 0:  # inactive hit: reactivate
-                _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s)
+                _lru_unlink(lru_prev, lru_next, meta, rank, sbase, np.int64(s))
                 meta[rank, NINACTIVE] -= 1
                 meta[rank, NACTIVE] += 1
             slot_ref[sbase + s] += 1
@@ -235,8 +235,8 @@ def use_nb(pool, rank, keys, n):
             s = _take_free(free_stack, meta, rank, sbase)
         else:
             s = np.int32(meta[rank, HEAD])  # evict the oldest inactive block
-            _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s)
-            _table_delete(table, tbase, tmask, slot_key[sbase + s], s)
+            _lru_unlink(lru_prev, lru_next, meta, rank, sbase, np.int64(s))
+            _table_delete(table, tbase, tmask, slot_key[sbase + s], np.int64(s))
             meta[rank, NINACTIVE] -= 1
             meta[rank, NEVICT] += 1
         slot_key[sbase + s] = key
@@ -270,7 +270,7 @@ def release_many_nb(pool, rank, keys, n, n_cacheable):
             _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
             meta[rank, NINACTIVE] += 1
         else:
-            _table_delete(table, tbase, tmask, key, s)
+            _table_delete(table, tbase, tmask, key, np.int64(s))
             slot_key[sbase + s] = 0
             _give_free(free_stack, meta, rank, sbase, s)
 
@@ -323,7 +323,7 @@ def rekey_nb(pool, rank, old, new):
     s_new = _find(table, slot_key, tbase, sbase, tmask, new)
     if s_new >= 0:
         if slot_ref[sbase + s_new] == 0:
-            _lru_unlink(pool.lru_prev, pool.lru_next, pool.meta, rank, sbase, s_new)
+            _lru_unlink(pool.lru_prev, pool.lru_next, pool.meta, rank, sbase, np.int64(s_new))
             pool.meta[rank, NINACTIVE] -= 1
             pool.meta[rank, NACTIVE] += 1
         slot_ref[sbase + s_new] += 1
@@ -331,11 +331,11 @@ def rekey_nb(pool, rank, old, new):
         slot_ref[sbase + s_old] -= 1
         if slot_ref[sbase + s_old] == 0:
             pool.meta[rank, NACTIVE] -= 1
-            _table_delete(table, tbase, tmask, old, s_old)
+            _table_delete(table, tbase, tmask, old, np.int64(s_old))
             slot_key[sbase + s_old] = 0
             _give_free(pool.free_stack, pool.meta, rank, sbase, s_old)
         return
     s_old = _find(table, slot_key, tbase, sbase, tmask, old)
-    _table_delete(table, tbase, tmask, old, s_old)
+    _table_delete(table, tbase, tmask, old, np.int64(s_old))
     slot_key[sbase + s_old] = new
     _table_insert(table, tbase, tmask, new, s_old)

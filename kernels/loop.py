@@ -151,7 +151,7 @@ def pop_arrival_nb(ss, cl, now):
     if r < 0 or ss.ready_at[r] > now:
         return -1
     if cl.state[NHEAP] > 0 and ss.heap[0] == r:
-        heap_pop_nb(ss.heap, cl.state, NHEAP, ss.ready_at, ss.tie)
+        heap_pop_nb(ss.heap, cl.state, np.int64(NHEAP), ss.ready_at, ss.tie)
     else:
         cl.state[STATIC] += 1
     cl.state[NARRIVED] += 1
@@ -177,7 +177,7 @@ def start_arrivals_nb(ss, cl):
 def _activate_session(ss, cl, s, t):
     r = ss.rows[ss.ptr[s]]
     ss.ready_at[r] = t
-    heap_push_nb(ss.heap, cl.state, NHEAP, ss.ready_at, ss.tie, r)
+    heap_push_nb(ss.heap, cl.state, np.int64(NHEAP), ss.ready_at, ss.tie, r)
 
 
 @njit(cache=True, _nrt=False)
@@ -188,7 +188,7 @@ def _on_terminal(ss, cl, r, t):
     if ss.ptr[s] + nxt < ss.ptr[s + 1]:
         nr = ss.rows[ss.ptr[s] + nxt]
         ss.ready_at[nr] = t + ss.delay[nr]
-        heap_push_nb(ss.heap, cl.state, NHEAP, ss.ready_at, ss.tie, nr)
+        heap_push_nb(ss.heap, cl.state, np.int64(NHEAP), ss.ready_at, ss.tie, nr)
     elif cl.concurrency > 0:
         if cl.state[NEXTSESS] < ss.ptr.shape[0] - 1:
             _activate_session(ss, cl, cl.state[NEXTSESS], t)
@@ -271,7 +271,7 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
             else:
                 gap = t - lt
                 if run_n > 0 and gap != run_gap:
-                    _pool_gaps(gaps, run_gap, run_n)
+                    _pool_gaps(gaps, run_gap, np.int64(run_n))
                     run_n = 0
                 run_gap = gap
                 run_n += 1
@@ -279,9 +279,9 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
                 second[r] = t
         last[r] = t
     if run_n > 0:
-        _pool_gaps(gaps, run_gap, run_n)
+        _pool_gaps(gaps, run_gap, np.int64(run_n))
     if common > 0:
-        _pool_gaps(gaps, t - prev_end, common)
+        _pool_gaps(gaps, t - prev_end, np.int64(common))
     for k in range(k0, k1):
         r = rk.secdue[k]
         while r >= 0:
@@ -318,7 +318,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
         if rt.mode == KV_ROUTER:
             k = rq.rank[r]
             release_prefill_nb(rt, r, k)
-            release_blocks_nb(rt, pa.kbuf, _fill_prompt_keys(rq, r, p.block_size, pa.kbuf), k)
+            release_blocks_nb(rt, pa.kbuf, _fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf), k)
         _on_terminal(ss, cl, r, t)
         r = nxt
     cl.pend_head[g] = -1
@@ -329,12 +329,12 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
             _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False)
 def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     """Route request ``r`` to the cheapest target now and submit it there."""
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
-    nfull = _fill_prompt_keys(rq, r, bs, pa.kbuf)
+    nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
     nshare = min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r])  # unique blocks match nowhere
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
@@ -380,7 +380,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
-        heap_push_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid, g)
+        heap_push_nb(cl.cheap, cl.state, np.int64(NCHEAP), cl.pass_end, cl.gid, g)
         return True
     if progress:
         _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now)
@@ -402,7 +402,7 @@ def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
                 key = -now
             else:  # wspt: smallest uncached prompt first
                 bs = p.block_size
-                nfull = _fill_prompt_keys(rq, r, bs, pa.kbuf)
+                nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
                 nshare = min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r])
                 score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
                                  fl.gstate, cl.dp)
@@ -433,7 +433,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         changed = False
         # 1. pass completions
         while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
-            g = heap_pop_nb(cl.cheap, cl.state, NCHEAP, cl.pass_end, cl.gid)
+            g = heap_pop_nb(cl.cheap, cl.state, np.int64(NCHEAP), cl.pass_end, cl.gid)
             cl.busy[g] = False
             _mark(cl, g)
             _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, cl.pass_end[g])

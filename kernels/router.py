@@ -100,7 +100,7 @@ def _home(rt, rank, key):
 @njit(cache=True, _nrt=False)
 def _union_add(rt, rank, key):
     """Add one reference to (rank, key); returns True if the block is new to the union."""
-    i = _slot(rt, rank, key)
+    i = _slot(rt, np.int64(rank), key)
     if rt.tab_rank[i] >= 0:
         rt.tab_cnt[i] += 1
         return False
@@ -118,7 +118,7 @@ def _union_add(rt, rank, key):
 def _union_remove(rt, rank, key):
     """Drop one reference to (rank, key); returns True if the block left the union."""
     mask = rt.tab_key.shape[0] - 1
-    i = _slot(rt, rank, key)
+    i = _slot(rt, np.int64(rank), key)
     if rt.tab_rank[i] < 0:
         return False
     rt.tab_cnt[i] -= 1
@@ -144,7 +144,7 @@ def _union_remove(rt, rank, key):
 def _union_prefix(rt, rank, keys, n):
     """Leading blocks of ``keys[:n]`` already in target ``rank``'s union."""
     for j in range(n):
-        if rt.tab_rank[_slot(rt, rank, keys[j])] < 0:
+        if rt.tab_rank[_slot(rt, np.int64(rank), keys[j])] < 0:
             return j
     return n
 
@@ -276,10 +276,10 @@ def queue_push_nb(rt, r, key):
     rt.qkey[r] = key
     rt.qseq[r] = rt.state[QSEQ]
     rt.state[QSEQ] += 1
-    heap_push_nb(rt.queue, rt.state, NQUEUE, rt.qkey, rt.qseq, r)
+    heap_push_nb(rt.queue, rt.state, np.int64(NQUEUE), rt.qkey, rt.qseq, r)
 
 
 @njit(cache=True, _nrt=False)
 def queue_pop_nb(rt):
     """Remove and return the queue's first request."""
-    return heap_pop_nb(rt.queue, rt.state, NQUEUE, rt.qkey, rt.qseq)
+    return heap_pop_nb(rt.queue, rt.state, np.int64(NQUEUE), rt.qkey, rt.qseq)

@@ -201,13 +201,13 @@ def _push_front(nxt, prv, heads, tails, k, r):
     heads[k] = r
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _unlink_waiting(rq, rk, k, r):
     _unlink(rq.qnext, rq.qprev, rk.wait_head, rk.wait_tail, k, r)
     rk.n_wait[k] -= 1
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _start_running(rq, rk, k, r):
     """Append ``r`` to rank ``k``'s running list (and its explicit part)."""
     _push_back(rq.qnext, rq.qprev, rk.run_head, rk.run_tail, k, r)
@@ -218,7 +218,7 @@ def _start_running(rq, rk, k, r):
     rk.seqc[0] += 1
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _stop_running(rq, rk, k, r, explicit):
     _unlink(rq.qnext, rq.qprev, rk.run_head, rk.run_tail, k, r)
     if explicit:
@@ -279,7 +279,7 @@ def free_blocks_nb(p, pool, rq, k, r, kbuf):
     # positions i < nb - n_full hold the partial tail block: freed, not cached
     n_partial = nb - n_full
     if n_partial > 0:
-        release_many_nb(pool, k, kbuf, n_partial, 0)
+        release_many_nb(pool, k, kbuf, n_partial, np.int64(0))
     if n_full > 0:
         release_many_nb(pool, k, kbuf[n_partial:], n_full, n_full)
     rq.alloc[r] = 0
@@ -294,7 +294,7 @@ def _cached_tokens(p, pool, rq, k, r, kbuf):
     if not p.caching:
         return 0, 0, 0
     length = rq.isl[r] + rq.generated[r]
-    n = _fill_keys(rq, r, 0, length // p.block_size, kbuf)
+    n = _fill_keys(rq, np.int64(r), np.int64(0), length // p.block_size, kbuf)
     matched, active = match_prefix_nb(pool, k, kbuf, n)
     cached = matched * p.block_size
     if not _generation_complete(p, rq, r):
@@ -320,8 +320,8 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
     """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front."""
     acc = pa.acc
     acc[SELF_NEXT] = rq.xnext[victim]
-    _stop_running(rq, rk, k, victim, True)
-    free_blocks_nb(p, pool, rq, k, victim, pa.kbuf)
+    _stop_running(rq, rk, k, np.int64(victim), np.bool_(True))
+    free_blocks_nb(p, pool, rq, k, np.int64(victim), pa.kbuf)
     rq.status[victim] = PREEMPTED
     rq.computed[victim] = 0
     rq.npreempt[victim] += 1
@@ -382,8 +382,8 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
             rq.alloc[r] = target
             break
         if p.caching:
-            _mark_duplicates(pool, rq, k, r, max(j0, cached // bs), j1)
-        n = _fill_keys(rq, r, j0, j1, pa.kbuf)
+            _mark_duplicates(pool, rq, k, np.int64(r), max(j0, cached // bs), j1)
+        n = _fill_keys(rq, np.int64(r), j0, j1, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n):
             use_nb(pool, k, pa.kbuf, n)
             rq.alloc[r] = target
@@ -432,7 +432,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
 # member explicit again (``materialize_nb``) and runs the one-at-a-time pass, and stays explicit
 # for a while (doubling holds). Allocations, completions and block releases still happen one
 # request at a time, in running order (by ``seq``).
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _end_gen(p, rq, r):
     """Tokens ``r`` has generated when it finishes (its output length, or the model-length cap)."""
     e = rq.osl[r]
@@ -441,7 +441,7 @@ def _end_gen(p, rq, r):
     return e
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _wheel_push(p, rq, rk, k, r, q):
     """File steady member ``r`` under its first event at rank pass >= ``q``: the pass whose decode
     step starts a new block, or the pass that emits its last token (both less than
@@ -527,7 +527,7 @@ def _steady_ok(p, pool, rq, rk, k, pass_idx):
 def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, kbuf, explicit):
     """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
     if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
-        _stop_running(rq, rk, k, r, explicit)
+        _stop_running(rq, rk, k, np.int64(r), np.bool_(explicit))
         if kind == TERM_COMPLETED:
             free_blocks_nb(p, pool, rq, k, r, kbuf)
     rq.status[r] = FINISHING
@@ -633,7 +633,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             continue
         acc[BUDGET] = budget
         acc[AHEAD] = 0
-        res = _schedule(p, pool, rq, rk, k, cur, 0, pass_id, pa)
+        res = _schedule(p, pool, rq, rk, k, np.int64(cur), np.int64(0), pass_id, pa)
         budget = acc[BUDGET]
         if res == SCHEDULED:
             cur = xnext[cur]
@@ -661,8 +661,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             # no token budget and no prefill time, only a seat, and decodes in this pass.
             _unlink_waiting(rq, rk, k, u)
             if p.max_model_len > 0 and rq.isl[u] >= p.max_model_len:
-                free_blocks_nb(p, pool, rq, k, u, pa.kbuf)
-                _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g, pa.kbuf, True)
+                free_blocks_nb(p, pool, rq, k, np.int64(u), pa.kbuf)
+                _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g, pa.kbuf, np.bool_(True))
                 acc[PROGRESS] = 1
                 continue
             _start_running(rq, rk, k, u)
@@ -676,15 +676,15 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             fresh and _ceil_div(length, p.block_size) > p.cap
         ):
             _unlink_waiting(rq, rk, k, u)
-            _finish(p, pool, rq, rk, k, u, TERM_REJECTED, pend_head, pend_tail, g, pa.kbuf, True)
+            _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g, pa.kbuf, np.bool_(True))
             acc[PROGRESS] = 1
             continue
-        cached, active_cached, active = _cached_tokens(p, pool, rq, k, u, pa.kbuf)
+        cached, active_cached, active = _cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf)
         needed = _ceil_div(length, p.block_size) - active_cached
         if needed > p.cap - pool.meta[k, NACTIVE]:
             break  # head-of-line blocking: wait, never preempt for a waiting request
         before = acc[BUDGET]
-        res = _schedule(p, pool, rq, rk, k, u, cached, pass_id, pa)
+        res = _schedule(p, pool, rq, rk, k, np.int64(u), np.int64(cached), pass_id, pa)
         if res != SCHEDULED:
             break
         _unlink_waiting(rq, rk, k, u)
@@ -723,7 +723,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             if gen[cur] >= osl[cur] or (mml > 0 and length >= mml):
                 # nothing left to generate (e.g. zero output tokens): ends without a token
                 kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
-                _finish(p, pool, rq, rk, k, cur, kind, pend_head, pend_tail, g, pa.kbuf, True)
+                _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(kind), pend_head, pend_tail, g, pa.kbuf, np.bool_(True))
                 acc[PROGRESS] = 1
             else:
                 n_ready += 1
@@ -780,12 +780,12 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             sbase[w] = -1
             emit[emit_n[0]] = w
             emit_n[0] += 1
-            _finish(p, pool, rq, rk, k, w, done_kind, pend_head, pend_tail, g, pa.kbuf, False)
+            _finish(p, pool, rq, rk, k, np.int64(w), np.int64(done_kind), pend_head, pend_tail, g, pa.kbuf, np.bool_(False))
         else:
             cur = emit[i]
             i += 1
             if gen[cur] >= osl[cur] or (mml > 0 and isl[cur] + gen[cur] >= mml):
-                _finish(p, pool, rq, rk, k, cur, done_kind, pend_head, pend_tail, g, pa.kbuf, True)
+                _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(done_kind), pend_head, pend_tail, g, pa.kbuf, np.bool_(True))
     if ns > 0 or conv_n > 0:
         rk.nsteady[k] = ns - nfin + conv_n
         rk.slen[k] = rk.slen[k] - fin_len + (ns - nfin) + conv_len
@@ -793,7 +793,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     return (now + prefill_ms) + decode_ms
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
     """The decode step of steady member ``w`` in a pass where it is due: allocate its next block
     if this step starts one (the pool has room: checked by ``_steady_ok``)."""
@@ -801,4 +801,4 @@ def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
     length = rq.isl[w] + rq.generated[w] + (pass_idx - rq.sbase[w])
     if (length - 1) % bs == 0:
         kbuf[0] = block_key_nb(rq, w, (length - 1) // bs)
-        use_nb(pool, k, kbuf, 1)
+        use_nb(pool, k, kbuf, np.int64(1))
