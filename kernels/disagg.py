@@ -323,21 +323,21 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     """One pass of worker ``g`` (prefill or decode) if it has work; True if anything changed."""
     pre = g < dg.n_pre
     k = g if pre else g - dg.n_pre
-    rk = rk_p if pre else rk_d
-    if rk.n_run[k] + rk.n_wait[k] == 0:
+    if (rk_p.n_run[k] + rk_p.n_wait[k] == 0) if pre else (rk_d.n_run[k] + rk_d.n_wait[k] == 0):
         return False
     cl.state[7] += 1
     pa.emit_n[0] = 0
     pa.acc[5] = 0
-    # one call site: the two pools' states have the same types (keeps the compiled code small)
-    p = pp if pre else pd
-    perf = perf_p if pre else perf_d
-    pool = pool_p if pre else pool_d
-    rq = rq_p if pre else rq_d
+    # Two call sites, one per pool: choosing between the pools' state tuples (``pp if pre else
+    # pd``) copies every field of them on each pass, which cost more than the pass itself.
     pa.ncommon[0] = 0
     prev_end = cl.last_stamp[g]
-    end = rank_pass_nb(p, perf, pool, rq, rk, k, now, cl.state[7], pa, cl.pend_head, cl.pend_tail, g,
-                       prev_end)
+    if pre:
+        end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, cl.state[7], pa, cl.pend_head, cl.pend_tail, g,
+                           prev_end)
+    else:
+        end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, cl.state[7], pa, cl.pend_head, cl.pend_tail, g,
+                           prev_end)
     if end < now:
         end = now
     progress = pa.acc[5] != 0

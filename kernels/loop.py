@@ -116,6 +116,7 @@ class Gaps(NamedTuple):
     otpu: np.ndarray
     otpu_n: np.ndarray
     otpu_hist: np.ndarray
+    memo: np.ndarray  # float64[4] (scratch): the last gap's histogram indices (NaN: none)
 
 
 # ----------------------------------------------------------------------------- heaps
@@ -200,11 +201,18 @@ def _on_terminal(ss, cl, r, t):
 def _pool_gaps(gaps, gap, c):
     """Add ``c`` inter-token gaps of value ``gap`` to the pooled ITL and 1000/gap statistics."""
     itl = gaps.itl
+    memo = gaps.memo  # [gap, its histogram index, 1000 / gap, that one's index] of the last call
     if itl[5] == 0.0:
         # sums are taken about the first gap: sum of squares minus squared mean then keeps
         # full precision when the spread is small next to the mean
         itl[4] = gap
         itl[5] = 1.0
+    if gap != memo[0]:
+        memo[0] = gap
+        memo[1] = dd_index_nb(gap)
+        if gap > 0.0:
+            memo[2] = 1000.0 / gap
+            memo[3] = dd_index_nb(memo[2])
     d = gap - itl[4]
     itl[0] += c * d
     itl[1] += c * (d * d)
@@ -213,11 +221,11 @@ def _pool_gaps(gaps, gap, c):
     if gap > itl[3]:
         itl[3] = gap
     gaps.itl_n[0] += c
-    i = dd_index_nb(gap)
+    i = np.int64(memo[1])
     if i >= 0:
         gaps.itl_hist[i] += c
     if gap > 0.0:
-        v = 1000.0 / gap
+        v = memo[2]
         otpu = gaps.otpu
         if otpu[5] == 0.0:
             otpu[4] = v
@@ -230,7 +238,7 @@ def _pool_gaps(gaps, gap, c):
         if v > otpu[3]:
             otpu[3] = v
         gaps.otpu_n[0] += c
-        j = dd_index_nb(v)
+        j = np.int64(memo[3])
         if j >= 0:
             gaps.otpu_hist[j] += c
 

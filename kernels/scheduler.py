@@ -31,7 +31,7 @@ from fastsim.kernels.kvpool import (
     release_many_nb,
     use_nb,
 )
-from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
+from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
 
 # request status codes (HANDED: a disaggregated request whose KV was transferred to this decode
 # worker, waiting to be activated; FAILED: its prompt can never fit the decode worker's KV)
@@ -122,6 +122,12 @@ class Ranks(NamedTuple):
     shold: np.ndarray  # int64[R]: no new steady members before this rank pass
     sback: np.ndarray  # int64[R]: current hold length after a fallback
     seqc: np.ndarray  # int64[4]: [admission counter, fallbacks, steady passes, unused]
+    # the last step times of each rank, reused while their inputs repeat (they often do)
+    dkey: np.ndarray  # int64[R]: active blocks of the last decode time (-1: none)
+    dctx: np.ndarray  # int64[R]: its mean context (grid timing only)
+    dms: np.ndarray  # float64[R]: that decode time, modeled
+    pkey: np.ndarray  # int64[R]: new prompt tokens of the last prefill time (-1: none)
+    pms: np.ndarray  # float64[R]: that prefill time, modeled
 
 
 def make_ranks(n_ranks, block_size):
@@ -137,6 +143,8 @@ def make_ranks(n_ranks, block_size):
         wheel=np.full(n_ranks * block_size, -1, dtype=np.int32), sechead=heads(), secdue=heads(),
         shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, _HOLD0, dtype=np.int64),
         seqc=np.zeros(4, dtype=np.int64),
+        dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
+        dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
     )
 
 
@@ -702,7 +710,12 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     bc = acc[BCOUNT]
     if bc > 0 and p.stage != DECODE:
         t = bc * (acc[BISL] // bc - acc[BPREFIX] // bc)
-        prefill_ms = modeled_ms_nb(prefill_time_nb(perf, t), p.speedup)
+        if t == rk.pkey[k]:
+            prefill_ms = rk.pms[k]
+        else:
+            prefill_ms = modeled_ms_nb(prefill_time_nb(perf, t), p.speedup)
+            rk.pkey[k] = t
+            rk.pms[k] = prefill_ms
     # Emission: every request whose computed tokens reach its known length emits one token. One
     # walk emits; completions are finished afterwards, once the decode time has been read off
     # the pool (it counts their blocks: they are freed at the end of the pass). Explicit members
@@ -745,15 +758,18 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     end_emit = emit_n[0]
     decode_ms = 0.0
     if n_ready > 0:
-        raw = decode_time_nb(
-            perf,
-            float(pool.meta[k, NACTIVE] * p.block_size),
-            float(total_len // n_ready),
-            float(p.cap * p.block_size),
-        )
-        decode_ms = modeled_ms_nb(raw, p.speedup * p.decode_speedup)
-        if p.stage == PREFILL:
-            decode_ms = 0.0  # a prefill worker's extra steps take no time (cluster doc C5)
+        if p.stage != PREFILL:  # a prefill worker's extra steps take no time (cluster doc C5)
+            nact = pool.meta[k, NACTIVE]
+            ctx = total_len // n_ready if perf.kind != POLYNOMIAL else 0
+            if nact == rk.dkey[k] and ctx == rk.dctx[k]:
+                decode_ms = rk.dms[k]
+            else:
+                raw = decode_time_nb(perf, float(nact * p.block_size), float(ctx),
+                                     float(p.cap * p.block_size))
+                decode_ms = modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+                rk.dkey[k] = nact
+                rk.dctx[k] = ctx
+                rk.dms[k] = decode_ms
         acc[PROGRESS] = 1
     # Completions in running order: explicit emitters merged with the steady members due.
     done_kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
