@@ -58,10 +58,11 @@ def _arrival_ties(workload):
     return (workload.session_ptr[workload.session] + workload.turn).astype(np.int64)
 
 
-def _initial_table_size(workload, block_size, n_ranks):
-    """Slots of the router's (rank, block) table: twice a generous bound on live entries."""
-    n = workload.isl.shape[0]
-    blocks = int((workload.isl // block_size).sum())
+def _initial_table_size(rq, block_size, n_ranks):
+    """Slots of the router's (rank, block) table: twice a generous bound on live entries (only
+    blocks with a content key enter it: the others are unique to their request)."""
+    n = rq.isl.shape[0]
+    blocks = int(np.minimum(rq.isl // block_size, np.diff(rq.key_ptr)).sum())
     # in-flight requests rarely exceed a few thousand per target; the table grows if they do
     live = blocks if n <= 4096 * n_ranks else int(blocks * (4096 * n_ranks) / n)
     size = 1024
@@ -265,7 +266,7 @@ def simulate(
         )
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                       single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode)
-    table = _initial_table_size(workload, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
+    table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
         rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed)
         out = np.zeros(4)

@@ -150,7 +150,8 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
         score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
                          rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
         k = choose_target_nb(rt_p, dg.n_pre)
-        commit_route_nb(rt_p, pa.kbuf, nfull, rq_p.isl[r], bs, r, k)
+        commit_route_nb(rt_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
+                        rq_p.isl[r], bs, r, k)
         dg.route_overlap[r] = rt_p.overlap[k] * bs
     else:  # round robin over the active prefill workers, in arrival order
         idx = dg.st[RRPRE] % fl_p.fs[NACT]
@@ -196,7 +197,8 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
         nfull = _fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
         _score_decode(rt_d, fl_d, dg.n_dec, nfull)
         k = choose_target_nb(rt_d, dg.n_dec)
-        commit_route_nb(rt_d, pa.kbuf, nfull, isl, bs, r, k)
+        commit_route_nb(rt_d, pa.kbuf, nfull, min(nfull, rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]),
+                        isl, bs, r, k)
     else:  # round robin over the active decode workers, in handoff order
         idx = dg.st[RRDEC] % fl_d.fs[NACT]
         dg.st[RRDEC] = idx + 1
@@ -305,7 +307,8 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
             nxt = rq_d.tnext[r]
             k = g - dg.n_pre
             if rt_d.mode == KV_ROUTER:
-                release_blocks_nb(rt_d, pa.kbuf, _fill_prompt_keys(rq_d, np.int64(r), pd.block_size, pa.kbuf), k)
+                nfull = _fill_prompt_keys(rq_d, np.int64(r), pd.block_size, pa.kbuf)
+                release_blocks_nb(rt_d, pa.kbuf, nfull, min(nfull, rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]), k)
             _final(rq_d, ss, cl, r, COMPLETED if rq_d.term_kind[r] != TERM_REJECTED else REJECTED, t)
         r = nxt
     cl.pend_head[g] = -1

@@ -326,7 +326,8 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
         if rt.mode == KV_ROUTER:
             k = rq.rank[r]
             release_prefill_nb(rt, r, k)
-            release_blocks_nb(rt, pa.kbuf, _fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf), k)
+            nfull = _fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
+            release_blocks_nb(rt, pa.kbuf, nfull, min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r]), k)
         _on_terminal(ss, cl, r, t)
         r = nxt
     cl.pend_head[g] = -1
@@ -346,7 +347,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     nshare = min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r])  # unique blocks match nowhere
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
-    commit_route_nb(rt, pa.kbuf, nfull, rq.isl[r], bs, r, k)
+    commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
     enqueue_waiting_nb(rq, rk, k, r)
     cl.stalled[k // cl.dp] = False
     _mark(cl, k // cl.dp)

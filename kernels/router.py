@@ -221,17 +221,20 @@ def choose_target_nb(rt, n_targets):
 
 
 @njit(cache=True, _nrt=False)
-def commit_route_nb(rt, keys, nfull, isl, bs, r, k):
-    """Account request ``r`` (routed to target ``k``) in the router's load state."""
+def commit_route_nb(rt, keys, nfull, nshare, isl, bs, r, k):
+    """Account request ``r`` (routed to target ``k``) in the router's load state. Of its full
+    prompt blocks ``keys[:nfull]`` only the first ``nshare`` can be shared: the others are new to
+    any union and leave it with the request, so they are counted without the table."""
     contrib = isl - rt.overlap[k] * bs
     rt.route_pf[r] = contrib
     rt.pf_open[r] = True
     rt.pf[k] += contrib
     if rt.track_active:
         if rt.dedup:
-            for j in range(nfull):
+            for j in range(nshare):
                 if _union_add(rt, k, keys[j]):
                     rt.active[k] += 1
+            rt.active[k] += nfull - nshare
         else:
             rt.active[k] += nfull
 
@@ -245,14 +248,16 @@ def release_prefill_nb(rt, r, k):
 
 
 @njit(cache=True, _nrt=False)
-def release_blocks_nb(rt, keys, nfull, k):
-    """The request ended: its prompt blocks leave the target's active union."""
+def release_blocks_nb(rt, keys, nfull, nshare, k):
+    """The request ended: its prompt blocks leave the target's active union (``nshare`` as in
+    ``commit_route_nb``)."""
     if not rt.track_active:
         return
     if rt.dedup:
-        for j in range(nfull):
+        for j in range(nshare):
             if _union_remove(rt, k, keys[j]):
                 rt.active[k] -= 1
+        rt.active[k] -= nfull - nshare
     else:
         rt.active[k] -= nfull
 
