@@ -380,8 +380,34 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
+class _NoScipyLinalg:
+    """Import hook that makes ``scipy.linalg`` unavailable while it is installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "scipy.linalg" or name.startswith("scipy.linalg."):
+            raise ImportError("scipy.linalg is skipped by fastsim's command line")
+        return None
+
+
+def _skip_numba_blas_probe():
+    """Importing numba's array kernels probes scipy's BLAS, importing all of ``scipy.linalg``
+    (about 0.2 s of a 0.8 s replay). fastsim's kernels do no linear algebra, so the command line
+    lets that probe fail fast; ``scipy.linalg`` itself stays importable afterwards."""
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        return
+    hook = _NoScipyLinalg()
+    sys.meta_path.insert(0, hook)
+    try:
+        import numba.np.arraymath  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        sys.meta_path.remove(hook)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``fastsim`` console script and ``python -m fastsim``; returns the exit code."""
+    _skip_numba_blas_probe()
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if getattr(args, "func", None) is None:

@@ -386,6 +386,32 @@ class Report:
         self._req = req
         self._der = derived
         self._df = None
+        self._frames = {"fleet": None, "workers": None}
+
+    def _frame(self, name):
+        f = self._frames[name]
+        if callable(f):  # built on first use (pandas is imported only when a frame is asked for)
+            f = self._frames[name] = f()
+        return f
+
+    @property
+    def fleet(self):
+        """pandas DataFrame, one row per worker ever created: its final state and passes run."""
+        return self._frame("fleet")
+
+    @fleet.setter
+    def fleet(self, value):
+        self._frames["fleet"] = value
+
+    @property
+    def workers(self):
+        """pandas DataFrame of per-worker telemetry samples (None unless a sampling interval was
+        given)."""
+        return self._frame("workers")
+
+    @workers.setter
+    def workers(self, value):
+        self._frames["workers"] = value
 
     def __repr__(self):
         s = self.summary

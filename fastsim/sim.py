@@ -322,8 +322,9 @@ def simulate(
             "sla_e2e_ms": sla[2],
         },
     )
-    report.workers = _telemetry_frame(st.fl) if telemetry_interval_ms else None
-    report.fleet = _fleet_frame(st.fl)
+    fl = st.fl
+    report.workers = (lambda: _telemetry_frame(fl)) if telemetry_interval_ms else None
+    report.fleet = lambda: _fleet_frame(fl)
     return report
 
 

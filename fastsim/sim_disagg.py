@@ -214,12 +214,15 @@ def simulate_disagg(
         "wall_time_ms": wall_ms,
         "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
     })
-    import pandas as pd
+    def fleet():
+        import pandas as pd
 
-    from fastsim.sim import _fleet_frame
+        from fastsim.sim import _fleet_frame
 
-    report.fleet = pd.concat([_fleet_frame(fl_p).assign(pool="prefill"),
-                              _fleet_frame(fl_d).assign(pool="decode")], ignore_index=True)
+        return pd.concat([_fleet_frame(fl_p).assign(pool="prefill"),
+                          _fleet_frame(fl_d).assign(pool="decode")], ignore_index=True)
+
+    report.fleet = fleet
     report.workers = None
     return report
 
