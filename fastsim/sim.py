@@ -437,7 +437,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         otpu=np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]),
         otpu_n=np.zeros(1, dtype=np.int64),
         otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
-        memo=np.full(4, np.nan),
+        memo=np.full((g_cap, 4), np.nan),
     )
     gstate = np.zeros(g_cap, dtype=np.int8)
     gstate[:num_workers] = ACTIVE

@@ -124,7 +124,7 @@ def simulate_disagg(
     )
     gaps = Gaps(np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64),
                 np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64),
-                np.full(4, np.nan))
+                np.full((G, 4), np.nan))
     cfg = RouterConfig.coerce(router_config)
     # Dynamo's derived stage configs: the prefill router has no active-block term; the decode
     # router counts prompt blocks only (no overlap credit, no dedup, no prefill load).

@@ -44,7 +44,7 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.kvpool import NACTIVE, lookup_nb, match_prefix_nb, rekey_nb, use_nb
+from fastsim.kernels.kvpool import NACTIVE, lookup_nb, match_prefix_nb, rekey_nb, use_new_nb, use_nb
 from fastsim.kernels.loop import (
     DEAD_END,
     NCHEAP,
@@ -227,7 +227,8 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         # unshared blocks stay private (unregistered) until activation
         for j in range(matched, nb):
             pa.kbuf[j] = unique_key_nb(r, j)
-        use_nb(pool_d, k, pa.kbuf, nb)
+        use_nb(pool_d, k, pa.kbuf, matched)
+        use_new_nb(pool_d, k, pa.kbuf[matched:], nb - matched)  # private: never allocated here
         rq_d.alloc[r] = isl
         dg.res_matched[r] = matched
         dg.reserved[r] = t
@@ -471,7 +472,11 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
                rt_d, rt_none, fl_p, fl_d, dg, pa, now)
         if cl.state[NDONE] >= n_rows:
             break
-        t = min(next_fleet_event_nb(fl_p), next_fleet_event_nb(fl_d))
+        t = np.inf
+        if fl_p.fs[NSTARTING] > 0 or fl_p.fs[SCHEDPOS] < fl_p.sched_t.shape[0]:
+            t = next_fleet_event_nb(fl_p)
+        if fl_d.fs[NSTARTING] > 0 or fl_d.fs[SCHEDPOS] < fl_d.sched_t.shape[0]:
+            t = min(t, next_fleet_event_nb(fl_d))
         if cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] < t:
             t = cl.pass_end[cl.cheap[0]]
         if dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] < t:

@@ -246,6 +246,38 @@ def use_nb(pool, rank, keys, n):
 
 
 @njit(cache=True, _nrt=False)
+def use_new_nb(pool, rank, keys, n):
+    """``use_nb`` for blocks known to be absent from ``rank`` (keys it never allocated): no lookups.
+
+    The caller has checked ``can_use_nb``.
+    """
+    table = pool.table
+    slot_key = pool.slot_key
+    slot_ref = pool.slot_ref
+    lru_prev = pool.lru_prev
+    lru_next = pool.lru_next
+    free_stack = pool.free_stack
+    meta = pool.meta
+    tmask = pool.tmask
+    tbase = rank * (tmask + 1)
+    sbase = rank * pool.cap
+    for i in range(n):
+        key = keys[i]
+        if meta[rank, NFREE] > 0:
+            s = np.int64(_take_free(free_stack, meta, rank, sbase))
+        else:
+            s = meta[rank, HEAD]  # evict the oldest inactive block
+            _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s)
+            _table_delete(table, tbase, tmask, slot_key[sbase + s], s)
+            meta[rank, NINACTIVE] -= 1
+            meta[rank, NEVICT] += 1
+        slot_key[sbase + s] = key
+        slot_ref[sbase + s] = 1
+        _table_insert(table, tbase, tmask, key, s)
+        meta[rank, NACTIVE] += 1
+
+
+@njit(cache=True, _nrt=False)
 def release_many_nb(pool, rank, keys, n, n_cacheable):
     """Drop one reference to each of ``keys[:n]`` in order; at refcount 0 a block becomes the newest
     inactive entry if its position is below ``n_cacheable``, else its slot is freed."""

@@ -116,7 +116,7 @@ class Gaps(NamedTuple):
     otpu: np.ndarray
     otpu_n: np.ndarray
     otpu_hist: np.ndarray
-    memo: np.ndarray  # float64[4] (scratch): the last gap's histogram indices (NaN: none)
+    memo: np.ndarray  # float64[G, 4] (scratch): each group's last gap and its histogram indices
 
 
 # ----------------------------------------------------------------------------- heaps
@@ -198,10 +198,11 @@ def _on_terminal(ss, cl, r, t):
 
 # ----------------------------------------------------------------------------- effects
 @njit(cache=True, _nrt=False)
-def _pool_gaps(gaps, gap, c):
-    """Add ``c`` inter-token gaps of value ``gap`` to the pooled ITL and 1000/gap statistics."""
+def _pool_gaps(gaps, gap, c, g):
+    """Add ``c`` inter-token gaps of value ``gap`` (of group ``g``) to the pooled ITL and 1000/gap
+    statistics."""
     itl = gaps.itl
-    memo = gaps.memo  # [gap, its histogram index, 1000 / gap, that one's index] of the last call
+    memo = gaps.memo[g]  # [gap, its histogram index, 1000 / gap, that one's index], last call
     if itl[5] == 0.0:
         # sums are taken about the first gap: sum of squares minus squared mean then keeps
         # full precision when the spread is small next to the mean
@@ -279,7 +280,7 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
             else:
                 gap = t - lt
                 if run_n > 0 and gap != run_gap:
-                    _pool_gaps(gaps, run_gap, np.int64(run_n))
+                    _pool_gaps(gaps, run_gap, np.int64(run_n), g)
                     run_n = 0
                 run_gap = gap
                 run_n += 1
@@ -287,9 +288,9 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
                 second[r] = t
         last[r] = t
     if run_n > 0:
-        _pool_gaps(gaps, run_gap, np.int64(run_n))
+        _pool_gaps(gaps, run_gap, np.int64(run_n), g)
     if common > 0:
-        _pool_gaps(gaps, t - prev_end, np.int64(common))
+        _pool_gaps(gaps, t - prev_end, np.int64(common), g)
     for k in range(k0, k1):
         r = rk.secdue[k]
         while r >= 0:

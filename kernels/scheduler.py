@@ -29,6 +29,7 @@ from fastsim.kernels.kvpool import (
     can_use_nb,
     match_prefix_nb,
     release_many_nb,
+    use_new_nb,
     use_nb,
 )
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
@@ -301,6 +302,8 @@ def _cached_tokens(p, pool, rq, k, r, kbuf):
     (cached_tokens, active_cached_blocks, active_matched_blocks)."""
     if not p.caching:
         return 0, 0, 0
+    if rq.npreempt[r] == 0 and rq.key_ptr[r + 1] == rq.key_ptr[r]:
+        return 0, 0, 0  # its first block is unique to it and was never allocated: no hit
     length = rq.isl[r] + rq.generated[r]
     n = _fill_keys(rq, np.int64(r), np.int64(0), length // p.block_size, kbuf)
     matched, active = match_prefix_nb(pool, k, kbuf, n)
@@ -393,7 +396,10 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
             _mark_duplicates(pool, rq, k, np.int64(r), max(j0, cached // bs), j1)
         n = _fill_keys(rq, np.int64(r), j0, j1, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n):
-            use_nb(pool, k, pa.kbuf, n)
+            if rq.npreempt[r] == 0 and j0 >= rq.key_ptr[r + 1] - rq.key_ptr[r]:
+                use_new_nb(pool, k, pa.kbuf, n)  # unique blocks never allocated before
+            else:
+                use_nb(pool, k, pa.kbuf, n)
             rq.alloc[r] = target
             break
         # (preemption happens only while every running request is explicit: see the pass)
@@ -817,4 +823,7 @@ def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
     length = rq.isl[w] + rq.generated[w] + (pass_idx - rq.sbase[w])
     if (length - 1) % bs == 0:
         kbuf[0] = block_key_nb(rq, w, (length - 1) // bs)
-        use_nb(pool, k, kbuf, np.int64(1))
+        if rq.npreempt[w] == 0:
+            use_new_nb(pool, k, kbuf, np.int64(1))  # a decode block never allocated before
+        else:
+            use_nb(pool, k, kbuf, np.int64(1))
