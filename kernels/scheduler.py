@@ -352,8 +352,12 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
 @njit(cache=True, _nrt=False)
 def _mark_duplicates(pool, rq, k, r, j0, j1):
     """Blocks ``j0 .. j1-1`` (outside the cached prefix) that are already registered on rank ``k``
-    become private duplicates (kept as one contiguous range per request)."""
+    become private duplicates (kept as one contiguous range per request).
+
+    Returns True if every registered one became private (so the range holds no registered key),
+    False if one had to stay shared (it lay outside the contiguous range)."""
     nfull = rq.key_ptr[r + 1] - rq.key_ptr[r]
+    clean = True
     for j in range(j0, min(j1, nfull)):
         if rq.dup_lo[r] <= j < rq.dup_hi[r]:
             continue
@@ -364,6 +368,9 @@ def _mark_duplicates(pool, rq, k, r, j0, j1):
             rq.dup_hi[r] = j + 1
         elif rq.dup_hi[r] == j:
             rq.dup_hi[r] = j + 1
+        else:
+            clean = False
+    return clean
 
 
 @njit(cache=True, _nrt=False)
@@ -392,12 +399,19 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         if j1 <= j0:  # the target stays inside the last allocated block
             rq.alloc[r] = target
             break
+        clean = True
         if p.caching:
-            _mark_duplicates(pool, rq, k, np.int64(r), max(j0, cached // bs), j1)
+            clean = _mark_duplicates(pool, rq, k, np.int64(r), max(j0, cached // bs), j1)
         n = _fill_keys(rq, np.int64(r), j0, j1, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n):
-            if rq.npreempt[r] == 0 and j0 >= rq.key_ptr[r + 1] - rq.key_ptr[r]:
-                use_new_nb(pool, k, pa.kbuf, n)  # unique blocks never allocated before
+            if clean and rq.npreempt[r] == 0:
+                # Past the cached prefix every block is new here: content keys were just looked up
+                # (absent, else they became private duplicates) and private keys of a request
+                # never preempted were never allocated. Only cached-prefix blocks are looked up.
+                split = min(max(cached // bs - j0, 0), n)
+                if split > 0:
+                    use_nb(pool, k, pa.kbuf, split)
+                use_new_nb(pool, k, pa.kbuf[split:], n - split)
             else:
                 use_nb(pool, k, pa.kbuf, n)
             rq.alloc[r] = target
