@@ -64,8 +64,10 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace_files", nargs="*", help="trace file (Mooncake JSONL, or Azure CSV by .csv suffix)")
     p.add_argument("--extra-engine-args",
                    help="engine args as inline JSON (Dynamo MockEngineArgs fields), or a JSON file (fastsim extension)")
-    p.add_argument("--prefill-engine-args", help="not supported yet (disaggregated replay)")
-    p.add_argument("--decode-engine-args", help="not supported yet (disaggregated replay)")
+    p.add_argument("--prefill-engine-args",
+                   help="JSON engine args of the prefill pool (worker_type prefill): a disaggregated replay")
+    p.add_argument("--decode-engine-args",
+                   help="JSON engine args of the decode pool (worker_type decode): a disaggregated replay")
     p.add_argument("--router-config", help="KV router configuration: a JSON object of Dynamo's KvRouterConfig fields")
     p.add_argument("--seed", type=int, default=0,
                    help="fastsim only: seed of the KV router's tie-breaking (Dynamo breaks ties at random)")

@@ -68,8 +68,6 @@ def simulate_disagg(
             f"prefill and decode engine args must use the same block_size "
             f"(prefill {prefill_engine.block_size}, decode {decode_engine.block_size})"
         )
-    if prefill_engine.kv_transfer_timing_mode not in (None, "full_prompt"):
-        raise NotSupportedError("kv_transfer_timing_mode 'destination_missing' is not supported yet by fastsim")
     for name, v in (("num_prefill_workers", num_prefill_workers), ("num_decode_workers", num_decode_workers)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InputError(f"{name} is {v!r}; a disaggregated replay needs at least one worker in each pool")
@@ -147,6 +145,7 @@ def simulate_disagg(
         n_pre=P, n_dec=D,
         kv_bytes=float(kvb) if (kvb is not None and bw is not None) else 0.0,
         bandwidth=float(bw) if (kvb is not None and bw is not None) else 0.0,
+        missing_only=prefill_engine.kv_transfer_timing_mode == "destination_missing",
         pre_idx=np.full(n, -1, np.int32), dec_idx=np.full(n, -1, np.int32),
         handoff=np.full(n, np.nan), reserved=np.full(n, np.nan), activated=np.full(n, np.nan),
         released=np.full(n, np.nan), route_overlap=np.full(n, -1, np.int64),

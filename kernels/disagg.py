@@ -89,6 +89,7 @@ class Disagg(NamedTuple):
     n_dec: int
     kv_bytes: float  # kv_bytes_per_token (<= 0: no transfer time)
     bandwidth: float  # GB/s (<= 0: no transfer time)
+    missing_only: bool  # kv_transfer_timing_mode destination_missing: only blocks not cached there
     pre_idx: np.ndarray  # int32[n]
     dec_idx: np.ndarray  # int32[n]
     handoff: np.ndarray  # float64[n]: source_held_ms
@@ -238,7 +239,10 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         changed = True
         delay = 0.0
         if dg.kv_bytes > 0.0 and dg.bandwidth > 0.0:
-            delay = isl * dg.kv_bytes / (dg.bandwidth * 1e9) * 1000.0
+            # full_prompt: the prompt's tokens; destination_missing: the whole blocks the
+            # destination does not hold yet (1.4.2, by experiment: tests/test_disagg.py)
+            tokens = (nb - matched) * bs if dg.missing_only else isl
+            delay = tokens * dg.kv_bytes / (dg.bandwidth * 1e9) * 1000.0
         if delay > 0.0:
             dg.xready[r] = t + delay
             heap_push_nb(dg.xheap, dg.st, np.int64(NXHEAP), dg.xready, dg.xtie, r)

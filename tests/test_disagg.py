@@ -25,6 +25,9 @@ def row(ts, isl, osl, hids):
 
 
 S = list(range(1, 11))
+XFER = dict(kv_bytes_per_token=1000000, kv_transfer_bandwidth=1.0)
+XFER_ROWS = [row(0, 64, 4, [1, 2, 3, 4]), row(1000, 64, 4, [1, 2, 3, 4]), row(2000, 50, 4, [1, 2, 8, 9]),
+             row(3000, 50, 4, [1, 2, 3, 4]), row(4000, 64, 4, [1, 2, 6, 7])]
 BIG = list(range(1000, 1400))
 # name: (rows, prefill engine args, decode engine args, prefill workers, decode workers, extra)
 SCEN = {
@@ -73,6 +76,13 @@ SCEN = {
     "concurrency_2_p2d2": ([row(0, 64, 5, [1, 2, 3, 4]), row(5, 96, 7, [5, 6, 7, 8, 9, 10]),
                             row(9, 64, 5, [9, 10, 11, 12]), row(12, 32, 2, [13, 14])], {}, {}, 2, 2,
                            dict(replay_concurrency=2)),
+    # kv_transfer_timing_mode (read from the prefill args): destination_missing moves only the whole
+    # blocks the decode worker does not hold (rows 2-5 share 0-4 blocks with row 1, cached there)
+    "transfer_destination_missing": (XFER_ROWS, dict(XFER, kv_transfer_timing_mode="destination_missing"),
+                                     dict(XFER, kv_transfer_timing_mode="destination_missing"), 1, 1, {}),
+    "transfer_destination_missing_prefill_args": (XFER_ROWS, dict(XFER, kv_transfer_timing_mode="destination_missing"),
+                                                  {}, 1, 1, {}),
+    "transfer_full_prompt_sharing": (XFER_ROWS, dict(XFER, kv_transfer_timing_mode="full_prompt"), {}, 1, 1, {}),
     "chunked_prefill_many_steps": ([row(0, 160, 9, list(range(10, 20))), row(1, 2000, 3, list(range(100, 225)))],
                                    dict(max_num_batched_tokens=256), {}, 1, 1, {}),
 }
@@ -115,6 +125,13 @@ def test_timeline_matches_dynamo(name, tmp_path):
         assert not diff, f"{name}: {diff}"
     for k, v in want["report"].items():
         assert rep.summary[k] == pytest.approx(v, rel=1e-12, abs=1e-12), k
+
+
+def test_destination_missing_moves_missing_blocks():
+    # 1.4.2: (blocks of the prompt - blocks matched at the destination) x block_size tokens
+    got = [r["destination_activated_ms"] - r["destination_reserved_ms"]
+           for r in DATA["transfer_destination_missing"]["records"]]
+    assert got == pytest.approx([64.0, 0.0, 32.0, 16.0, 32.0], abs=1e-9)
 
 
 def test_transfer_delay_is_unquantised():
