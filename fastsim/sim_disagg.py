@@ -18,6 +18,19 @@ from fastsim.sim import (
 )
 
 
+def stage_router_configs(cfg):
+    """Dynamo's derived per-stage router configs (notes C23): the prefill router has no
+    active-block term; the decode router counts prompt blocks only (no overlap credit, no dedup,
+    no prefill load, no queue)."""
+    from fastsim.router_config import RouterConfig
+
+    cfg_p = RouterConfig(**{**cfg.__dict__, "router_track_active_blocks": False})
+    cfg_d = RouterConfig(**{**cfg.__dict__, "overlap_score_weight": 0.0,
+                            "router_assume_kv_reuse": False, "router_track_prefill_tokens": False,
+                            "router_queue_threshold": None})
+    return cfg_p, cfg_d
+
+
 def _flat_synthetic(workload):
     """A synthetic workload of single-turn requests with unique prompts."""
     return workload.source == "synthetic" and workload.hash_ptr is None and not workload.turn.any()
@@ -124,12 +137,7 @@ def simulate_disagg(
                 np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64),
                 np.full((G, 4), np.nan))
     cfg = RouterConfig.coerce(router_config)
-    # Dynamo's derived stage configs: the prefill router has no active-block term; the decode
-    # router counts prompt blocks only (no overlap credit, no dedup, no prefill load).
-    cfg_p = RouterConfig(**{**cfg.__dict__, "router_track_active_blocks": False})
-    cfg_d = RouterConfig(**{**cfg.__dict__, "overlap_score_weight": 0.0,
-                            "router_assume_kv_reuse": False, "router_track_prefill_tokens": False,
-                            "router_queue_threshold": None})
+    cfg_p, cfg_d = stage_router_configs(cfg)
     if cfg.router_queue_threshold is not None:
         raise NotSupportedError("router_queue_threshold in disaggregated replay is not supported yet by fastsim")
     rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed)

@@ -206,3 +206,53 @@ def test_disaggregated_schedule_validation(tmp_path):
                                  prefill_engine_args={"worker_type": "prefill", "block_size": 16},
                                  decode_engine_args={"worker_type": "decode", "block_size": 16},
                                  scaling_schedule={"decoders": [[0, 2]]})
+
+
+# ----------------------------------------------------------------------------- notes C23
+C23_ARGS = dict(block_size=64, num_gpu_blocks=256, max_num_batched_tokens=8192, max_num_seqs=8,
+                enable_prefix_caching=True, speedup_ratio=1000.0, decode_speedup_ratio=1000.0)
+
+
+def _c23(tmp_path, rows, router_mode="round_robin", pe=None):
+    trace = tmp_path / "c23.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "c23.out.jsonl"
+    rep = fastsim.run_trace_replay(
+        trace, trace_block_size=64, num_prefill_workers=2, num_decode_workers=2, router_mode=router_mode,
+        prefill_engine_args=dict(C23_ARGS, worker_type="prefill", **(pe or {})),
+        decode_engine_args=dict(C23_ARGS, worker_type="decode"), report_jsonl_path=out)
+    return rep, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("router_mode", ["round_robin", "kv_router"])
+def test_c23_one_request_completes(tmp_path, router_mode):
+    rep, recs = _c23(tmp_path, [row(5, 128, 3, [1, 2])], router_mode)
+    (r,) = recs
+    assert r["arrival_time_ms"] == 0.0 and r["output_length"] == 3 and r["terminal_status"] == "completed"
+    assert rep.summary["completed_requests"] == 1
+    # the prefill source was freed and the decode side finished (its blocks freed at completion)
+    assert r["source_released_ms"] >= r["destination_activated_ms"] >= r["source_held_ms"]
+
+
+def test_c23_handoff_delay_adds_the_transfer(tmp_path):
+    _, base = _c23(tmp_path, [row(5, 128, 3, [1, 2])])
+    _, slow = _c23(tmp_path, [row(5, 128, 3, [1, 2])],
+                   pe=dict(kv_bytes_per_token=1_000_000, kv_transfer_bandwidth=1.0))
+    assert slow[0]["ttft_ms"] >= base[0]["ttft_ms"] + 120.0
+    assert slow[0]["destination_activated_ms"] - slow[0]["destination_reserved_ms"] == pytest.approx(128.0)
+
+
+def test_c23_identical_requests_share_a_prefill_worker(tmp_path):
+    _, recs = _c23(tmp_path, [row(0, 128, 3, [1, 2]), row(100, 128, 3, [1, 2])], "kv_router")
+    assert recs[0]["prefill_worker_idx"] == recs[1]["prefill_worker_idx"]
+    assert sorted(r["prefill_route_overlap_tokens"] for r in recs) == [0, 128]
+
+
+def test_c23_stage_router_configs():
+    from fastsim.router_config import RouterConfig
+    from fastsim.sim_disagg import stage_router_configs
+
+    cp, cd = stage_router_configs(RouterConfig(router_queue_threshold=1.25))
+    assert cp.router_track_active_blocks is False
+    assert cd.overlap_score_weight == 0.0
+    assert cd.router_assume_kv_reuse is False and cd.router_track_prefill_tokens is False
