@@ -43,7 +43,7 @@ def _block_keys(workload, block_size, caching=True):
         return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint64)
     ptr = np.empty(n + 1, dtype=np.int64)
     keys = content_block_keys_nb(
-        workload.isl.astype(np.int64),
+        np.asarray(workload.isl, dtype=np.int64),
         workload.hash_ptr.astype(np.int64),
         workload.hash_ids.astype(np.int64),
         int(workload.trace_block_size),
@@ -121,8 +121,8 @@ def _requests(workload, key_ptr, keys):
         return np.zeros(n, dtype=np.int64)
 
     return Reqs(
-        isl=workload.isl.astype(np.int64),
-        osl=workload.osl.astype(np.int64),
+        isl=np.asarray(workload.isl, dtype=np.int64),
+        osl=np.asarray(workload.osl, dtype=np.int64),
         key_ptr=key_ptr,
         keys=keys,
         computed=i64(),
@@ -397,15 +397,15 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     order = (
         np.zeros(0, dtype=np.int64)
         if concurrency
-        else np.argsort(workload.session_arrival_ms, kind="stable").astype(np.int64)
+        else np.argsort(workload.session_arrival_ms, kind="stable")
     )
     ss = Sessions(
-        session=workload.session.astype(np.int64),
-        turn=workload.turn.astype(np.int64),
-        delay=workload.delay_ms.astype(np.float64),
-        ptr=workload.session_ptr.astype(np.int64),
-        rows=workload.session_rows.astype(np.int64),
-        first_arrival=workload.session_arrival_ms.astype(np.float64),
+        session=np.asarray(workload.session, dtype=np.int64),
+        turn=np.asarray(workload.turn, dtype=np.int64),
+        delay=np.asarray(workload.delay_ms, dtype=np.float64),
+        ptr=np.asarray(workload.session_ptr, dtype=np.int64),
+        rows=np.asarray(workload.session_rows, dtype=np.int64),
+        first_arrival=np.asarray(workload.session_arrival_ms, dtype=np.float64),
         order=order,
         tie=_arrival_ties(workload),
         ready_at=np.full(n, np.nan),

@@ -114,12 +114,12 @@ def simulate_disagg(
 
     concurrency = int(replay_concurrency or 0)
     order = (np.zeros(0, dtype=np.int64) if concurrency
-             else np.argsort(workload.session_arrival_ms, kind="stable").astype(np.int64))
+             else np.argsort(workload.session_arrival_ms, kind="stable"))
     ss = Sessions(
-        session=workload.session.astype(np.int64), turn=workload.turn.astype(np.int64),
-        delay=workload.delay_ms.astype(np.float64), ptr=workload.session_ptr.astype(np.int64),
-        rows=workload.session_rows.astype(np.int64),
-        first_arrival=workload.session_arrival_ms.astype(np.float64), order=order,
+        session=np.asarray(workload.session, dtype=np.int64), turn=np.asarray(workload.turn, dtype=np.int64),
+        delay=np.asarray(workload.delay_ms, dtype=np.float64), ptr=np.asarray(workload.session_ptr, dtype=np.int64),
+        rows=np.asarray(workload.session_rows, dtype=np.int64),
+        first_arrival=np.asarray(workload.session_arrival_ms, dtype=np.float64), order=order,
         tie=_arrival_ties(workload),
         ready_at=np.full(n, np.nan), heap=np.zeros(max(n, 1), dtype=np.int64),
     )
