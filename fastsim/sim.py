@@ -109,10 +109,16 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
     )
 
 
-def _requests(workload, key_ptr, keys):
+def _requests(workload, key_ptr, keys, block_size, osl=None):
+    """Per-request state; ``osl`` overrides the workload's output lengths (a prefill copy's)."""
     from fastsim.kernels.scheduler import Reqs
 
     n = workload.isl.shape[0]
+    isl = np.asarray(workload.isl, dtype=np.int64)
+    osl = np.asarray(workload.osl if osl is None else osl, dtype=np.int64)
+    # room for every block a request can hold: its prompt and all its output
+    bptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum((isl + osl + block_size - 1) // block_size, out=bptr[1:])
 
     def f64():
         return np.full(n, np.nan)
@@ -121,8 +127,8 @@ def _requests(workload, key_ptr, keys):
         return np.zeros(n, dtype=np.int64)
 
     return Reqs(
-        isl=np.asarray(workload.isl, dtype=np.int64),
-        osl=np.asarray(workload.osl, dtype=np.int64),
+        isl=isl,
+        osl=osl,
         key_ptr=key_ptr,
         keys=keys,
         computed=i64(),
@@ -149,6 +155,8 @@ def _requests(workload, key_ptr, keys):
         term_kind=np.zeros(n, dtype=np.int8),
         dup_lo=np.zeros(n, dtype=np.int32),
         dup_hi=np.zeros(n, dtype=np.int32),
+        bptr=bptr,
+        bslot=np.zeros(int(bptr[-1]), dtype=np.int32),
         seq=i64(),
         sbase=np.full(n, -1, dtype=np.int64),
         wnext=np.full(n, -1, dtype=np.int32),
@@ -390,7 +398,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     n_ranks = g_cap * dp
     bs = params.block_size
     key_ptr, keys = _block_keys(workload, bs, params.caching)
-    rq = _requests(workload, key_ptr, keys)
+    rq = _requests(workload, key_ptr, keys, bs)
     pool = make_pool(n_ranks, params.cap)
     rk = make_ranks(n_ranks, bs)
     concurrency = int(replay_concurrency or 0)

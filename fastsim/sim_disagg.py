@@ -100,14 +100,12 @@ def simulate_disagg(
     n = int(workload.isl.shape[0])
     bs = pp.block_size
     key_ptr, keys = _block_keys(workload, bs, pp.caching and pd.caching)
-    rq_p = _requests(workload, key_ptr, keys)
-    rq_d = _requests(workload, key_ptr, keys)
-    rq_d = rq_d._replace(isl=rq_p.isl)
-    if _flat_synthetic(workload):
-        # Dynamo 1.4.2 replays a flat synthetic request list through a path whose prefill copy
-        # generates one token (V06 reproduces only so); trace and session workloads run the
-        # copy for the full output length (cluster doc C5).
-        rq_p = rq_p._replace(osl=np.minimum(rq_p.osl, 1))
+    # Dynamo 1.4.2 replays a flat synthetic request list through a path whose prefill copy
+    # generates one token (V06 reproduces only so); trace and session workloads run the copy for
+    # the full output length (cluster doc C5).
+    osl_p = np.minimum(workload.osl, 1) if _flat_synthetic(workload) else None
+    rq_p = _requests(workload, key_ptr, keys, bs, osl_p)
+    rq_d = _requests(workload, key_ptr, keys, bs)
 
     def ranks(m):
         return make_ranks(m, bs)

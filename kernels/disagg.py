@@ -44,7 +44,7 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.kvpool import NACTIVE, lookup_nb, match_prefix_nb, rekey_nb, use_new_nb, use_nb
+from fastsim.kernels.kvpool import NACTIVE, alloc_nb, lookup_nb, match_prefix_nb, rekey_slot_nb
 from fastsim.kernels.loop import (
     DEAD_END,
     NCHEAP,
@@ -170,7 +170,7 @@ def _release_source(pp, pool_p, rq_p, fl_p, dg, pa, k, t):
     changed = r >= 0
     while r >= 0:
         nxt = dg.rel_next[r]
-        free_blocks_nb(pp, pool_p, rq_p, k, np.int64(r), pa.kbuf)
+        free_blocks_nb(pp, pool_p, rq_p, k, np.int64(r), np.bool_(False))
         dg.released[r] = t
         fl_p.hold[k] -= 1
         r = nxt
@@ -190,7 +190,7 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
     isl = rq_d.isl[r]
     bs = pd.block_size
     if (isl + bs - 1) // bs > pd.cap:
-        free_blocks_nb(pp, pool_p, rq_p, k_pre, np.int64(r), pa.kbuf)
+        free_blocks_nb(pp, pool_p, rq_p, k_pre, np.int64(r), np.bool_(False))
         _final(rq_d, ss, cl, r, FAILED, t)
         return
     k = 0
@@ -228,8 +228,8 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         # unshared blocks stay private (unregistered) until activation
         for j in range(matched, nb):
             pa.kbuf[j] = unique_key_nb(r, j)
-        use_nb(pool_d, k, pa.kbuf, matched)
-        use_new_nb(pool_d, k, pa.kbuf[matched:], nb - matched)  # private: never allocated here
+        # the matched blocks are looked up; the private ones were never allocated here
+        alloc_nb(pool_d, k, pa.kbuf, nb, rq_d.bslot, rq_d.bptr[r], matched)
         rq_d.alloc[r] = isl
         dg.res_matched[r] = matched
         dg.reserved[r] = t
@@ -283,7 +283,8 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
                 if rq_d.dup_hi[r] == j:
                     rq_d.dup_hi[r] = j + 1
                     continue
-            rekey_nb(pool_d, k, unique_key_nb(r, j), key)
+            pos = rq_d.bptr[r] + j
+            rq_d.bslot[pos] = rekey_slot_nb(pool_d, k, np.int64(rq_d.bslot[pos]), key)
         _push(dg.rel_head, dg.rel_tail, dg.rel_next, dg.pre_idx[r], r)
         enqueue_waiting_nb(rq_d, rk_d, k, r)
         rq_d.status[r] = HANDED

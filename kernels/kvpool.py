@@ -30,6 +30,7 @@ class KvPool(NamedTuple):
     lru_next: np.ndarray  # int32[R * cap]
     table: np.ndarray  # uint64[R * tsize]: fingerprint << 32 | (local slot + 1), 0 = empty
     free_stack: np.ndarray  # int32[R * cap]: released slots
+    slot_intab: np.ndarray  # int8[R * cap]: 1 if the slot's key is in the table
     # per rank: [n_free, n_active, n_inactive, lru_head, lru_tail, n_evicted, n_stack, next_new]
     meta: np.ndarray  # int64[R, 8]
 
@@ -60,6 +61,7 @@ def make_pool(n_ranks, cap):
         lru_next=np.zeros(n_ranks * cap, dtype=np.int32),
         table=np.zeros(n_ranks * tsize, dtype=np.uint64),
         free_stack=np.zeros(n_ranks * cap, dtype=np.int32),
+        slot_intab=np.zeros(n_ranks * cap, dtype=np.int8),
         meta=meta,
     )
 
@@ -205,15 +207,27 @@ def can_use_nb(pool, rank, keys, n):
     return pool.meta[rank, NACTIVE] + extra <= pool.cap
 
 
-@njit(cache=True, _nrt=False)
-def use_nb(pool, rank, keys, n):
-    """Make blocks ``keys[:n]`` active (refcount + 1), allocating or reactivating as needed.
+@njit(cache=True, _nrt=False, inline="always")
+def _is_private(key):
+    return (key >> np.uint64(63)) != np.uint64(0)  # unique keys have the top bit, content keys not
 
-    The caller has checked ``can_use_nb``. New blocks take a free slot, else the oldest inactive one.
+
+@njit(cache=True, _nrt=False)
+def alloc_nb(pool, rank, keys, n, slots, off, n_lookup):
+    """Make blocks ``keys[:n]`` active (refcount + 1), allocating or reactivating as needed; the slot
+    of block ``i`` goes to ``slots[off + i]``.
+
+    The first ``n_lookup`` keys are looked up (they may be present); the others are known to be
+    absent (the caller knows they were never allocated here, or just looked them up). New blocks
+    take a free slot, else the oldest inactive one. A new block enters the table only if its key is
+    a content key: a private block (unique key) is found through its request's slot list, and is
+    registered only if its request is preempted while it is cached (``free_slots_nb``). The caller
+    has checked ``can_use_nb``.
     """
     table = pool.table
     slot_key = pool.slot_key
     slot_ref = pool.slot_ref
+    intab = pool.slot_intab
     lru_prev = pool.lru_prev
     lru_next = pool.lru_next
     free_stack = pool.free_stack
@@ -223,67 +237,48 @@ def use_nb(pool, rank, keys, n):
     sbase = rank * pool.cap
     for i in range(n):
         key = keys[i]
-        s = _find(table, slot_key, tbase, sbase, tmask, key)
-        if s >= 0:
-            if slot_ref[sbase + s] == 0:  # inactive hit: reactivate
-                _lru_unlink(lru_prev, lru_next, meta, rank, sbase, np.int64(s))
-                meta[rank, NINACTIVE] -= 1
-                meta[rank, NACTIVE] += 1
-            slot_ref[sbase + s] += 1
-            continue
-        if meta[rank, NFREE] > 0:
-            s = _take_free(free_stack, meta, rank, sbase)
-        else:
-            s = np.int32(meta[rank, HEAD])  # evict the oldest inactive block
-            _lru_unlink(lru_prev, lru_next, meta, rank, sbase, np.int64(s))
-            _table_delete(table, tbase, tmask, slot_key[sbase + s], np.int64(s))
-            meta[rank, NINACTIVE] -= 1
-            meta[rank, NEVICT] += 1
-        slot_key[sbase + s] = key
-        slot_ref[sbase + s] = 1
-        _table_insert(table, tbase, tmask, key, s)
-        meta[rank, NACTIVE] += 1
-
-
-@njit(cache=True, _nrt=False)
-def use_new_nb(pool, rank, keys, n):
-    """``use_nb`` for blocks known to be absent from ``rank`` (keys it never allocated): no lookups.
-
-    The caller has checked ``can_use_nb``.
-    """
-    table = pool.table
-    slot_key = pool.slot_key
-    slot_ref = pool.slot_ref
-    lru_prev = pool.lru_prev
-    lru_next = pool.lru_next
-    free_stack = pool.free_stack
-    meta = pool.meta
-    tmask = pool.tmask
-    tbase = rank * (tmask + 1)
-    sbase = rank * pool.cap
-    for i in range(n):
-        key = keys[i]
+        if i < n_lookup:
+            s = _find(table, slot_key, tbase, sbase, tmask, key)
+            if s >= 0:
+                if slot_ref[sbase + s] == 0:  # inactive hit: reactivate
+                    _lru_unlink(lru_prev, lru_next, meta, rank, sbase, np.int64(s))
+                    meta[rank, NINACTIVE] -= 1
+                    meta[rank, NACTIVE] += 1
+                slot_ref[sbase + s] += 1
+                slots[off + i] = s
+                continue
         if meta[rank, NFREE] > 0:
             s = np.int64(_take_free(free_stack, meta, rank, sbase))
         else:
             s = meta[rank, HEAD]  # evict the oldest inactive block
             _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s)
-            _table_delete(table, tbase, tmask, slot_key[sbase + s], s)
+            if intab[sbase + s]:
+                _table_delete(table, tbase, tmask, slot_key[sbase + s], s)
             meta[rank, NINACTIVE] -= 1
             meta[rank, NEVICT] += 1
         slot_key[sbase + s] = key
         slot_ref[sbase + s] = 1
-        _table_insert(table, tbase, tmask, key, s)
+        if _is_private(key):
+            intab[sbase + s] = 0
+        else:
+            _table_insert(table, tbase, tmask, key, s)
+            intab[sbase + s] = 1
         meta[rank, NACTIVE] += 1
+        slots[off + i] = s
 
 
 @njit(cache=True, _nrt=False)
-def release_many_nb(pool, rank, keys, n, n_cacheable):
-    """Drop one reference to each of ``keys[:n]`` in order; at refcount 0 a block becomes the newest
-    inactive entry if its position is below ``n_cacheable``, else its slot is freed."""
+def free_slots_nb(pool, rank, slots, off, nb, n_full, keep):
+    """Drop one reference to each block of a request, ``slots[off : off + nb]``, last block first
+    (Dynamo's release order). At refcount 0 block ``j`` becomes the newest inactive entry if
+    ``j < n_full`` (fully computed), else its slot is freed. ``keep``: the request may come back
+    (it was preempted), so its private cached blocks are registered to be found again; a finished
+    request's private blocks stay cached (they take their place in the LRU) but unregistered, as
+    no request can ask for them."""
     table = pool.table
     slot_key = pool.slot_key
     slot_ref = pool.slot_ref
+    intab = pool.slot_intab
     lru_prev = pool.lru_prev
     lru_next = pool.lru_next
     free_stack = pool.free_stack
@@ -291,28 +286,41 @@ def release_many_nb(pool, rank, keys, n, n_cacheable):
     tmask = pool.tmask
     tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
-    for i in range(n):
-        key = keys[i]
-        s = _find(table, slot_key, tbase, sbase, tmask, key)
+    for j in range(nb - 1, -1, -1):
+        s = np.int64(slots[off + j])
         slot_ref[sbase + s] -= 1
         if slot_ref[sbase + s] > 0:
             continue
         meta[rank, NACTIVE] -= 1
-        if i < n_cacheable:
+        if j < n_full:
+            if keep and not intab[sbase + s]:
+                _table_insert(table, tbase, tmask, slot_key[sbase + s], s)
+                intab[sbase + s] = 1
             _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
             meta[rank, NINACTIVE] += 1
         else:
-            _table_delete(table, tbase, tmask, key, np.int64(s))
+            if intab[sbase + s]:
+                _table_delete(table, tbase, tmask, slot_key[sbase + s], s)
+                intab[sbase + s] = 0
             slot_key[sbase + s] = 0
             _give_free(free_stack, meta, rank, sbase, s)
 
 
 @njit(cache=True)
+def use_nb(pool, rank, keys, n):
+    """``alloc_nb`` with every key looked up, slots discarded (for tests and tools)."""
+    slots = np.empty(max(n, 1), dtype=np.int64)
+    alloc_nb(pool, rank, keys, n, slots, 0, n)
+
+
+@njit(cache=True)
 def release_nb(pool, rank, key, cacheable):
-    """Drop one reference to ``key``; at 0 it becomes inactive if ``cacheable``, else free."""
-    keys = np.empty(1, dtype=np.uint64)
-    keys[0] = key
-    release_many_nb(pool, rank, keys, 1, 1 if cacheable else 0)
+    """Drop one reference to the registered block ``key``; at 0 it becomes inactive if
+    ``cacheable``, else free (for tests and tools)."""
+    s = lookup_nb(pool, rank, key)
+    slots = np.empty(1, dtype=np.int64)
+    slots[0] = s
+    free_slots_nb(pool, rank, slots, 0, 1, 1 if cacheable else 0, True)
 
 
 @njit(cache=True, _nrt=False)
@@ -341,14 +349,16 @@ def match_prefix_nb(pool, rank, keys, n):
 
 
 @njit(cache=True, _nrt=False)
-def rekey_nb(pool, rank, old, new):
-    """Give the active block ``old`` the identity ``new`` (registering a transferred block).
+def rekey_slot_nb(pool, rank, s_old, new):
+    """Give the active private block in slot ``s_old`` the content key ``new`` (registering a
+    transferred block); returns the slot now holding the reference.
 
-    If ``new`` is already present, the reference moves onto that block and ``old`` is freed.
+    If ``new`` is already present, the reference moves onto that block and ``s_old`` is freed.
     """
     table = pool.table
     slot_key = pool.slot_key
     slot_ref = pool.slot_ref
+    intab = pool.slot_intab
     tmask = pool.tmask
     tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
@@ -359,15 +369,18 @@ def rekey_nb(pool, rank, old, new):
             pool.meta[rank, NINACTIVE] -= 1
             pool.meta[rank, NACTIVE] += 1
         slot_ref[sbase + s_new] += 1
-        s_old = _find(table, slot_key, tbase, sbase, tmask, old)
         slot_ref[sbase + s_old] -= 1
         if slot_ref[sbase + s_old] == 0:
             pool.meta[rank, NACTIVE] -= 1
-            _table_delete(table, tbase, tmask, old, np.int64(s_old))
+            if intab[sbase + s_old]:
+                _table_delete(table, tbase, tmask, slot_key[sbase + s_old], np.int64(s_old))
+                intab[sbase + s_old] = 0
             slot_key[sbase + s_old] = 0
             _give_free(pool.free_stack, pool.meta, rank, sbase, s_old)
-        return
-    s_old = _find(table, slot_key, tbase, sbase, tmask, old)
-    _table_delete(table, tbase, tmask, old, np.int64(s_old))
+        return np.int64(s_new)
+    if intab[sbase + s_old]:
+        _table_delete(table, tbase, tmask, slot_key[sbase + s_old], np.int64(s_old))
     slot_key[sbase + s_old] = new
     _table_insert(table, tbase, tmask, new, s_old)
+    intab[sbase + s_old] = 1
+    return np.int64(s_old)

@@ -28,9 +28,8 @@ from fastsim.kernels.kvpool import (
     lookup_nb,
     can_use_nb,
     match_prefix_nb,
-    release_many_nb,
-    use_new_nb,
-    use_nb,
+    alloc_nb,
+    free_slots_nb,
 )
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
 
@@ -93,6 +92,8 @@ class Reqs(NamedTuple):
     term_kind: np.ndarray  # int8
     dup_lo: np.ndarray  # int32: prompt blocks [dup_lo, dup_hi) are private duplicates
     dup_hi: np.ndarray  # int32
+    bptr: np.ndarray  # int64[n + 1]: CSR offsets of each request's block slots
+    bslot: np.ndarray  # int32: the pool slot of each allocated block (the request's block table)
     # steady decoding (see below)
     seq: np.ndarray  # int64: admission order into the running list
     sbase: np.ndarray  # int64: rank pass at which ``generated`` is exact; -1 = explicit
@@ -274,23 +275,17 @@ def _fill_keys(rq, r, j0, j1, kbuf):
 
 
 @njit(cache=True, _nrt=False)
-def free_blocks_nb(p, pool, rq, k, r, kbuf):
-    """Release every allocated block of ``r`` on rank ``k``, tail first (Dynamo's Deref order).
+def free_blocks_nb(p, pool, rq, k, r, keep):
+    """Release every allocated block of ``r`` on rank ``k``, tail first (Dynamo's Deref order);
+    ``keep``: ``r`` will be scheduled again (preempted), so its cached blocks stay findable.
 
     A block counts as full (cacheable) only if its tokens were all computed: the block holding a
     request's not-yet-computed last token is freed like a partial one (matches V08 and V14).
     """
     bs = p.block_size
     nb = _ceil_div(rq.alloc[r], bs)
-    for i in range(nb):
-        kbuf[i] = block_key_nb(rq, r, nb - 1 - i)
     n_full = rq.alloc[r] // bs if p.caching else 0
-    # positions i < nb - n_full hold the partial tail block: freed, not cached
-    n_partial = nb - n_full
-    if n_partial > 0:
-        release_many_nb(pool, k, kbuf, n_partial, np.int64(0))
-    if n_full > 0:
-        release_many_nb(pool, k, kbuf[n_partial:], n_full, n_full)
+    free_slots_nb(pool, k, rq.bslot, rq.bptr[r], nb, n_full, np.bool_(keep))
     rq.alloc[r] = 0
     rq.dup_lo[r] = 0
     rq.dup_hi[r] = 0
@@ -332,7 +327,7 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
     acc = pa.acc
     acc[SELF_NEXT] = rq.xnext[victim]
     _stop_running(rq, rk, k, np.int64(victim), np.bool_(True))
-    free_blocks_nb(p, pool, rq, k, np.int64(victim), pa.kbuf)
+    free_blocks_nb(p, pool, rq, k, np.int64(victim), np.bool_(True))
     rq.status[victim] = PREEMPTED
     rq.computed[victim] = 0
     rq.npreempt[victim] += 1
@@ -404,16 +399,14 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
             clean = _mark_duplicates(pool, rq, k, np.int64(r), max(j0, cached // bs), j1)
         n = _fill_keys(rq, np.int64(r), j0, j1, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n):
+            # Past the cached prefix every block is new here when the request was never
+            # preempted: content keys were just looked up (absent, else they became private
+            # duplicates) and its private keys were never allocated. Only cached-prefix blocks
+            # need a lookup then.
+            n_lookup = n
             if clean and rq.npreempt[r] == 0:
-                # Past the cached prefix every block is new here: content keys were just looked up
-                # (absent, else they became private duplicates) and private keys of a request
-                # never preempted were never allocated. Only cached-prefix blocks are looked up.
-                split = min(max(cached // bs - j0, 0), n)
-                if split > 0:
-                    use_nb(pool, k, pa.kbuf, split)
-                use_new_nb(pool, k, pa.kbuf[split:], n - split)
-            else:
-                use_nb(pool, k, pa.kbuf, n)
+                n_lookup = min(max(cached // bs - j0, 0), n)
+            alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.bptr[r] + j0, n_lookup)
             rq.alloc[r] = target
             break
         # (preemption happens only while every running request is explicit: see the pass)
@@ -557,7 +550,7 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, kbuf, explicit
     if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
         _stop_running(rq, rk, k, np.int64(r), np.bool_(explicit))
         if kind == TERM_COMPLETED:
-            free_blocks_nb(p, pool, rq, k, r, kbuf)
+            free_blocks_nb(p, pool, rq, k, r, np.bool_(False))
     rq.status[r] = FINISHING
     rq.term_kind[r] = kind
     rq.tnext[r] = -1
@@ -689,7 +682,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             # no token budget and no prefill time, only a seat, and decodes in this pass.
             _unlink_waiting(rq, rk, k, u)
             if p.max_model_len > 0 and rq.isl[u] >= p.max_model_len:
-                free_blocks_nb(p, pool, rq, k, np.int64(u), pa.kbuf)
+                free_blocks_nb(p, pool, rq, k, np.int64(u), np.bool_(False))
                 _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g, pa.kbuf, np.bool_(True))
                 acc[PROGRESS] = 1
                 continue
@@ -836,8 +829,8 @@ def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
     bs = p.block_size
     length = rq.isl[w] + rq.generated[w] + (pass_idx - rq.sbase[w])
     if (length - 1) % bs == 0:
-        kbuf[0] = block_key_nb(rq, w, (length - 1) // bs)
-        if rq.npreempt[w] == 0:
-            use_new_nb(pool, k, kbuf, np.int64(1))  # a decode block never allocated before
-        else:
-            use_nb(pool, k, kbuf, np.int64(1))
+        j = (length - 1) // bs
+        kbuf[0] = block_key_nb(rq, w, j)
+        # a decode block is new here unless the request was preempted before
+        alloc_nb(pool, k, kbuf, np.int64(1), rq.bslot, rq.bptr[w] + j,
+                 np.int64(0) if rq.npreempt[w] == 0 else np.int64(1))
