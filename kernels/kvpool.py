@@ -9,6 +9,11 @@ Semantics of Dynamo 1.4.2's manual block manager (notes 5.3, verified doc Q5, Q6
   the newest inactive entry, a partial block (and any block when prefix caching is off) goes back to
   the free list.
 
+Callers hold each request's block table (the slot of each of its blocks) and release by slot. The
+hash table maps only keys someone can ask for: content keys (top bit clear) always; a private key
+(``blocks.unique_key_nb``, top bit set) only once its request was preempted while the block was
+cached, since only that request can match it again (``slot_intab`` marks registered slots).
+
 All ranks' pools live in flat arrays; rank ``k`` owns slots ``[k * cap, (k + 1) * cap)`` and table
 entries ``[k * tsize, (k + 1) * tsize)``. Slot numbers inside a rank are local (0 .. cap - 1).
 """
