@@ -342,11 +342,11 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     pa.ncommon[0] = 0
     prev_end = cl.last_stamp[g]
     if pre:
-        end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, cl.state[7], pa, cl.pend_head, cl.pend_tail, g,
-                           prev_end)
+        end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, cl.state[7], pa, cl.pend_head,
+                           cl.pend_tail, g, prev_end)
     else:
-        end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, cl.state[7], pa, cl.pend_head, cl.pend_tail, g,
-                           prev_end)
+        end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, cl.state[7], pa, cl.pend_head,
+                           cl.pend_tail, g, prev_end)
     if end < now:
         end = now
     progress = pa.acc[5] != 0

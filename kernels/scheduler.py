@@ -683,7 +683,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             _unlink_waiting(rq, rk, k, u)
             if p.max_model_len > 0 and rq.isl[u] >= p.max_model_len:
                 free_blocks_nb(p, pool, rq, k, np.int64(u), np.bool_(False))
-                _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g, pa.kbuf, np.bool_(True))
+                _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail,
+                        g, pa.kbuf, np.bool_(True))
                 acc[PROGRESS] = 1
                 continue
             _start_running(rq, rk, k, u)
@@ -697,7 +698,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             fresh and _ceil_div(length, p.block_size) > p.cap
         ):
             _unlink_waiting(rq, rk, k, u)
-            _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g, pa.kbuf, np.bool_(True))
+            _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g,
+                    pa.kbuf, np.bool_(True))
             acc[PROGRESS] = 1
             continue
         cached, active_cached, active = _cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf)
@@ -749,7 +751,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             if gen[cur] >= osl[cur] or (mml > 0 and length >= mml):
                 # nothing left to generate (e.g. zero output tokens): ends without a token
                 kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
-                _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(kind), pend_head, pend_tail, g, pa.kbuf, np.bool_(True))
+                _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(kind), pend_head, pend_tail, g,
+                        pa.kbuf, np.bool_(True))
                 acc[PROGRESS] = 1
             else:
                 n_ready += 1
@@ -809,12 +812,14 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             sbase[w] = -1
             emit[emit_n[0]] = w
             emit_n[0] += 1
-            _finish(p, pool, rq, rk, k, np.int64(w), np.int64(done_kind), pend_head, pend_tail, g, pa.kbuf, np.bool_(False))
+            _finish(p, pool, rq, rk, k, np.int64(w), np.int64(done_kind), pend_head, pend_tail, g,
+                    pa.kbuf, np.bool_(False))
         else:
             cur = emit[i]
             i += 1
             if gen[cur] >= osl[cur] or (mml > 0 and isl[cur] + gen[cur] >= mml):
-                _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(done_kind), pend_head, pend_tail, g, pa.kbuf, np.bool_(True))
+                _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(done_kind), pend_head, pend_tail,
+                        g, pa.kbuf, np.bool_(True))
     if ns > 0 or conv_n > 0:
         rk.nsteady[k] = ns - nfin + conv_n
         rk.slen[k] = rk.slen[k] - fin_len + (ns - nfin) + conv_len
