@@ -63,8 +63,9 @@ def check(st, engine) -> None:
         bad.append(f"KV pool accounting broken on ranks {np.flatnonzero(total != cap)[:5].tolist()}")
     tsize = pool.tmask + 1
     entries = (pool.table.reshape(-1, tsize) != 0).sum(axis=1)
-    if (entries != pool.slot_intab.reshape(-1, cap).sum(axis=1)).any():
-        bad.append("KV hash table entries differ from the registered block counts")
+    primaries = (pool.slot_intab.reshape(-1, cap) != 0).sum(axis=1) - (pool.slot_cnext.reshape(-1, cap) != 0).sum(axis=1)
+    if (entries != primaries).any():
+        bad.append("KV hash table entries differ from the registered first copies")
     if ((pool.slot_intab != 0) & (pool.slot_ref == 0) & (pool.slot_key == 0)).any():
         bad.append("a free KV slot is still registered")
     if (meta[:, NACTIVE] != 0).any():

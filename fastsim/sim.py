@@ -153,8 +153,6 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
         first_reused=i64(),
         tnext=np.full(n, -1, dtype=np.int32),
         term_kind=np.zeros(n, dtype=np.int8),
-        dup_lo=np.zeros(n, dtype=np.int32),
-        dup_hi=np.zeros(n, dtype=np.int32),
         bptr=bptr,
         bslot=np.zeros(int(bptr[-1]), dtype=np.int32),
         seq=i64(),

@@ -44,7 +44,7 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.kvpool import NACTIVE, alloc_nb, lookup_nb, match_prefix_nb, rekey_slot_nb
+from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_prefix_nb, rekey_slot_nb
 from fastsim.kernels.loop import (
     DEAD_END,
     NCHEAP,
@@ -271,20 +271,11 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
         dg.activated[r] = t
         fl_d.hold[k] -= 1
         base = rq_d.key_ptr[r]
-        # only content-keyed (shareable) blocks are registered; unique ones keep their identity
+        # its content-keyed blocks become visible here (an equal block registered meanwhile
+        # keeps serving hits; this one is a second copy of the key)
         for j in range(dg.res_matched[r], rq_d.key_ptr[r + 1] - base):
-            key = rq_d.keys[base + j]
-            if lookup_nb(pool_d, k, key) >= 0:
-                # an equal block was registered meanwhile: this one stays a private duplicate
-                if rq_d.dup_hi[r] == rq_d.dup_lo[r]:
-                    rq_d.dup_lo[r] = j
-                    rq_d.dup_hi[r] = j + 1
-                    continue
-                if rq_d.dup_hi[r] == j:
-                    rq_d.dup_hi[r] = j + 1
-                    continue
             pos = rq_d.bptr[r] + j
-            rq_d.bslot[pos] = rekey_slot_nb(pool_d, k, np.int64(rq_d.bslot[pos]), key)
+            rq_d.bslot[pos] = rekey_slot_nb(pool_d, k, np.int64(rq_d.bslot[pos]), rq_d.keys[base + j])
         _push(dg.rel_head, dg.rel_tail, dg.rel_next, dg.pre_idx[r], r)
         enqueue_waiting_nb(rq_d, rk_d, k, r)
         rq_d.status[r] = HANDED

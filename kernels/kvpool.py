@@ -9,10 +9,13 @@ Semantics of Dynamo 1.4.2's manual block manager (notes 5.3, verified doc Q5, Q6
   the newest inactive entry, a partial block (and any block when prefix caching is off) goes back to
   the free list.
 
-Callers hold each request's block table (the slot of each of its blocks) and release by slot. The
-hash table maps only keys someone can ask for: content keys (top bit clear) always; a private key
-(``blocks.unique_key_nb``, top bit set) only once its request was preempted while the block was
-cached, since only that request can match it again (``slot_intab`` marks registered slots).
+Callers hold each request's block table (the slot of each of its blocks) and release by slot. A
+new block is registered under its key once it is fully computed (``register_nb``): a content key
+(top bit clear) always, a private key (``blocks.unique_key_nb``, top bit set) only when its
+request is preempted while the block is cached, since only that request can match it again. A
+key registered twice keeps its copies in registration order (``slot_cnext``): the table points at
+the first copy still alive, which serves every hit; when it is evicted the next copy takes over
+(Dynamo's behaviour, checked against the naive engine on random traces).
 
 All ranks' pools live in flat arrays; rank ``k`` owns slots ``[k * cap, (k + 1) * cap)`` and table
 entries ``[k * tsize, (k + 1) * tsize)``. Slot numbers inside a rank are local (0 .. cap - 1).
@@ -35,7 +38,8 @@ class KvPool(NamedTuple):
     lru_next: np.ndarray  # int32[R * cap]
     table: np.ndarray  # uint64[R * tsize]: fingerprint << 32 | (local slot + 1), 0 = empty
     free_stack: np.ndarray  # int32[R * cap]: released slots
-    slot_intab: np.ndarray  # int8[R * cap]: 1 if the slot's key is in the table
+    slot_intab: np.ndarray  # int8[R * cap]: 1 if the slot is registered under its key
+    slot_cnext: np.ndarray  # int32[R * cap]: next registered copy of the same key (slot + 1, 0: none)
     # per rank: [n_free, n_active, n_inactive, lru_head, lru_tail, n_evicted, n_stack, next_new]
     meta: np.ndarray  # int64[R, 8]
 
@@ -67,6 +71,7 @@ def make_pool(n_ranks, cap):
         table=np.zeros(n_ranks * tsize, dtype=np.uint64),
         free_stack=np.zeros(n_ranks * cap, dtype=np.int32),
         slot_intab=np.zeros(n_ranks * cap, dtype=np.int8),
+        slot_cnext=np.zeros(n_ranks * cap, dtype=np.int32),
         meta=meta,
     )
 
@@ -194,22 +199,75 @@ def lookup_nb(pool, rank, key):
 
 
 @njit(cache=True, _nrt=False)
-def can_use_nb(pool, rank, keys, n):
-    """True if blocks ``keys[:n]`` can all be made active on ``rank`` (the all-or-nothing check)."""
+def can_use_nb(pool, rank, keys, n, n_hits):
+    """True if blocks ``keys[:n]`` can all be made active on ``rank`` (the all-or-nothing check):
+    the first ``n_hits`` are prefix-cache hits (a cached one must be reactivated), every other one
+    is a new block."""
+    extra = n - n_hits
     if pool.meta[rank, NACTIVE] + n <= pool.cap:
-        return True  # fits even if every block is new
+        return True  # fits even if every block needs a slot
     table = pool.table
     slot_key = pool.slot_key
     slot_ref = pool.slot_ref
     tmask = pool.tmask
     tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
-    extra = 0
-    for i in range(n):
+    for i in range(n_hits):
         s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
         if s < 0 or slot_ref[sbase + s] == 0:
             extra += 1
     return pool.meta[rank, NACTIVE] + extra <= pool.cap
+
+
+@njit(cache=True, _nrt=False)
+def _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
+    """Register slot ``s`` under its key: as the key's primary if the key is absent, else as its
+    newest copy (hits go to the primary; a copy takes over when the primary leaves)."""
+    key = slot_key[sbase + s]
+    p = _find(table, slot_key, tbase, sbase, tmask, key)
+    cnext[sbase + s] = 0
+    intab[sbase + s] = 1
+    if p < 0:
+        _table_insert(table, tbase, tmask, key, s)
+        return
+    while cnext[sbase + p] != 0:
+        p = cnext[sbase + p] - 1
+    cnext[sbase + p] = s + 1
+
+
+@njit(cache=True, _nrt=False)
+def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
+    """Remove registered slot ``s`` from its key (its next copy becomes the primary)."""
+    key = slot_key[sbase + s]
+    p = _find(table, slot_key, tbase, sbase, tmask, key)
+    nxt = cnext[sbase + s] - 1
+    if p == s:
+        if nxt >= 0:
+            _table_repoint(table, tbase, tmask, key, s, nxt)
+        else:
+            _table_delete(table, tbase, tmask, key, s)
+    else:
+        while p >= 0 and cnext[sbase + p] != s + 1:
+            p = cnext[sbase + p] - 1
+        if p >= 0:
+            cnext[sbase + p] = cnext[sbase + s]
+    cnext[sbase + s] = 0
+    intab[sbase + s] = 0
+
+
+@njit(cache=True, _nrt=False)
+def _table_repoint(table, tbase, tmask, key, s_old, s_new):
+    """Make the table entry of ``key`` point at slot ``s_new`` instead of ``s_old``."""
+    e0 = _entry(key, s_old)
+    i = np.int64((e0 >> np.uint64(32)) & np.uint64(tmask))
+    while True:
+        e = table[tbase + i]
+        if e == 0:
+            return
+        if e == e0:
+            table[tbase + i] = _entry(key, s_new)
+            return
+        i = (i + 1) & tmask
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -218,21 +276,19 @@ def _is_private(key):
 
 
 @njit(cache=True, _nrt=False)
-def alloc_nb(pool, rank, keys, n, slots, off, n_lookup):
-    """Make blocks ``keys[:n]`` active (refcount + 1), allocating or reactivating as needed; the slot
-    of block ``i`` goes to ``slots[off + i]``.
+def alloc_nb(pool, rank, keys, n, slots, off, n_hits):
+    """Make blocks ``keys[:n]`` active; the slot of block ``i`` goes to ``slots[off + i]``.
 
-    The first ``n_lookup`` keys are looked up (they may be present); the others are known to be
-    absent (the caller knows they were never allocated here, or just looked them up). New blocks
-    take a free slot, else the oldest inactive one. A new block enters the table only if its key is
-    a content key: a private block (unique key) is found through its request's slot list, and is
-    registered only if its request is preempted while it is cached (``free_slots_nb``). The caller
-    has checked ``can_use_nb``.
+    The first ``n_hits`` are prefix-cache hits: a reference to the key's primary block
+    (reactivated if cached). Every other block is new: a free slot, else the oldest inactive one
+    (evicted), not registered yet (``register_nb`` registers a block once it is fully computed).
+    The caller has checked ``can_use_nb``.
     """
     table = pool.table
     slot_key = pool.slot_key
     slot_ref = pool.slot_ref
     intab = pool.slot_intab
+    cnext = pool.slot_cnext
     lru_prev = pool.lru_prev
     lru_next = pool.lru_next
     free_stack = pool.free_stack
@@ -242,34 +298,41 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_lookup):
     sbase = rank * pool.cap
     for i in range(n):
         key = keys[i]
-        if i < n_lookup:
+        if i < n_hits:
             s = _find(table, slot_key, tbase, sbase, tmask, key)
-            if s >= 0:
-                if slot_ref[sbase + s] == 0:  # inactive hit: reactivate
-                    _lru_unlink(lru_prev, lru_next, meta, rank, sbase, np.int64(s))
-                    meta[rank, NINACTIVE] -= 1
-                    meta[rank, NACTIVE] += 1
-                slot_ref[sbase + s] += 1
-                slots[off + i] = s
-                continue
+            if slot_ref[sbase + s] == 0:  # cached hit: reactivate
+                _lru_unlink(lru_prev, lru_next, meta, rank, sbase, np.int64(s))
+                meta[rank, NINACTIVE] -= 1
+                meta[rank, NACTIVE] += 1
+            slot_ref[sbase + s] += 1
+            slots[off + i] = s
+            continue
         if meta[rank, NFREE] > 0:
             s = np.int64(_take_free(free_stack, meta, rank, sbase))
         else:
             s = meta[rank, HEAD]  # evict the oldest inactive block
             _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s)
             if intab[sbase + s]:
-                _table_delete(table, tbase, tmask, slot_key[sbase + s], s)
+                _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
             meta[rank, NINACTIVE] -= 1
             meta[rank, NEVICT] += 1
         slot_key[sbase + s] = key
         slot_ref[sbase + s] = 1
-        if _is_private(key):
-            intab[sbase + s] = 0
-        else:
-            _table_insert(table, tbase, tmask, key, s)
-            intab[sbase + s] = 1
+        intab[sbase + s] = 0
         meta[rank, NACTIVE] += 1
         slots[off + i] = s
+
+
+@njit(cache=True, _nrt=False)
+def register_nb(pool, rank, slots, off, j0, j1):
+    """Register blocks ``j0 .. j1-1`` of a request (``slots[off + j]``), those not yet registered."""
+    sbase = rank * pool.cap
+    tbase = rank * (pool.tmask + 1)
+    for j in range(j0, j1):
+        s = np.int64(slots[off + j])
+        if not pool.slot_intab[sbase + s]:
+            _register(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, tbase, sbase,
+                      pool.tmask, s)
 
 
 @njit(cache=True, _nrt=False)
@@ -284,6 +347,7 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep):
     slot_key = pool.slot_key
     slot_ref = pool.slot_ref
     intab = pool.slot_intab
+    cnext = pool.slot_cnext
     lru_prev = pool.lru_prev
     lru_next = pool.lru_next
     free_stack = pool.free_stack
@@ -299,14 +363,12 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep):
         meta[rank, NACTIVE] -= 1
         if j < n_full:
             if keep and not intab[sbase + s]:
-                _table_insert(table, tbase, tmask, slot_key[sbase + s], s)
-                intab[sbase + s] = 1
+                _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
             _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
             meta[rank, NINACTIVE] += 1
         else:
             if intab[sbase + s]:
-                _table_delete(table, tbase, tmask, slot_key[sbase + s], s)
-                intab[sbase + s] = 0
+                _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
             slot_key[sbase + s] = 0
             _give_free(free_stack, meta, rank, sbase, s)
 
@@ -315,7 +377,12 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep):
 def use_nb(pool, rank, keys, n):
     """``alloc_nb`` with every key looked up, slots discarded (for tests and tools)."""
     slots = np.empty(max(n, 1), dtype=np.int64)
-    alloc_nb(pool, rank, keys, n, slots, 0, n)
+    sbase = rank * pool.cap
+    for i in range(n):  # blocks present are hits, the others new blocks registered at once
+        hit = lookup_nb(pool, rank, keys[i]) >= 0
+        alloc_nb(pool, rank, keys[i:i + 1], 1, slots, i, 1 if hit else 0)
+        if not hit and not pool.slot_intab[sbase + slots[i]]:
+            register_nb(pool, rank, slots, 0, i, i + 1)
 
 
 @njit(cache=True)
@@ -354,38 +421,14 @@ def match_prefix_nb(pool, rank, keys, n):
 
 
 @njit(cache=True, _nrt=False)
-def rekey_slot_nb(pool, rank, s_old, new):
-    """Give the active private block in slot ``s_old`` the content key ``new`` (registering a
-    transferred block); returns the slot now holding the reference.
-
-    If ``new`` is already present, the reference moves onto that block and ``s_old`` is freed.
-    """
-    table = pool.table
-    slot_key = pool.slot_key
-    slot_ref = pool.slot_ref
-    intab = pool.slot_intab
-    tmask = pool.tmask
-    tbase = rank * (tmask + 1)
+def rekey_slot_nb(pool, rank, s, new):
+    """Give the active private block in slot ``s`` the content key ``new`` and register it (as a
+    copy if ``new`` is already registered): a transferred block becomes visible at activation."""
     sbase = rank * pool.cap
-    s_new = _find(table, slot_key, tbase, sbase, tmask, new)
-    if s_new >= 0:
-        if slot_ref[sbase + s_new] == 0:
-            _lru_unlink(pool.lru_prev, pool.lru_next, pool.meta, rank, sbase, np.int64(s_new))
-            pool.meta[rank, NINACTIVE] -= 1
-            pool.meta[rank, NACTIVE] += 1
-        slot_ref[sbase + s_new] += 1
-        slot_ref[sbase + s_old] -= 1
-        if slot_ref[sbase + s_old] == 0:
-            pool.meta[rank, NACTIVE] -= 1
-            if intab[sbase + s_old]:
-                _table_delete(table, tbase, tmask, slot_key[sbase + s_old], np.int64(s_old))
-                intab[sbase + s_old] = 0
-            slot_key[sbase + s_old] = 0
-            _give_free(pool.free_stack, pool.meta, rank, sbase, s_old)
-        return np.int64(s_new)
-    if intab[sbase + s_old]:
-        _table_delete(table, tbase, tmask, slot_key[sbase + s_old], np.int64(s_old))
-    slot_key[sbase + s_old] = new
-    _table_insert(table, tbase, tmask, new, s_old)
-    intab[sbase + s_old] = 1
-    return np.int64(s_old)
+    if pool.slot_intab[sbase + s]:
+        _unregister(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab,
+                    rank * (pool.tmask + 1), sbase, pool.tmask, s)
+    pool.slot_key[sbase + s] = new
+    _register(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, rank * (pool.tmask + 1),
+              sbase, pool.tmask, s)
+    return np.int64(s)

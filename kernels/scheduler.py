@@ -25,11 +25,11 @@ from numba import njit
 from fastsim.kernels.blocks import unique_key_nb
 from fastsim.kernels.kvpool import (
     NACTIVE,
-    lookup_nb,
     can_use_nb,
     match_prefix_nb,
     alloc_nb,
     free_slots_nb,
+    register_nb,
 )
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
 
@@ -90,8 +90,6 @@ class Reqs(NamedTuple):
     first_reused: np.ndarray  # int64
     tnext: np.ndarray  # int32: pending-terminal list link
     term_kind: np.ndarray  # int8
-    dup_lo: np.ndarray  # int32: prompt blocks [dup_lo, dup_hi) are private duplicates
-    dup_hi: np.ndarray  # int32
     bptr: np.ndarray  # int64[n + 1]: CSR offsets of each request's block slots
     bslot: np.ndarray  # int32: the pool slot of each allocated block (the request's block table)
     # steady decoding (see below)
@@ -252,12 +250,11 @@ def block_key_nb(rq, r, j):
     """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique.
 
     Dynamo allocates every block outside a request's cached prefix as a new physical block; when
-    an equal block is already registered, the new one stays a private duplicate (cache hits keep
-    going to the registered copy; released, the duplicate still takes a cache slot). Such blocks
-    get a private identity: prompt blocks ``[dup_lo, dup_hi)``.
+    an equal block is already registered, the new one becomes a second copy of that key (cache
+    hits keep going to the first copy still alive; see ``kvpool``).
     """
     base = rq.key_ptr[r]
-    if j < rq.key_ptr[r + 1] - base and not (rq.dup_lo[r] <= j < rq.dup_hi[r]):
+    if j < rq.key_ptr[r + 1] - base:
         return rq.keys[base + j]
     return unique_key_nb(r, j)
 
@@ -287,8 +284,6 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     n_full = rq.alloc[r] // bs if p.caching else 0
     free_slots_nb(pool, k, rq.bslot, rq.bptr[r], nb, n_full, np.bool_(keep))
     rq.alloc[r] = 0
-    rq.dup_lo[r] = 0
-    rq.dup_hi[r] = 0
 
 
 @njit(cache=True, _nrt=False)
@@ -345,30 +340,6 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
 
 
 @njit(cache=True, _nrt=False)
-def _mark_duplicates(pool, rq, k, r, j0, j1):
-    """Blocks ``j0 .. j1-1`` (outside the cached prefix) that are already registered on rank ``k``
-    become private duplicates (kept as one contiguous range per request).
-
-    Returns True if every registered one became private (so the range holds no registered key),
-    False if one had to stay shared (it lay outside the contiguous range)."""
-    nfull = rq.key_ptr[r + 1] - rq.key_ptr[r]
-    clean = True
-    for j in range(j0, min(j1, nfull)):
-        if rq.dup_lo[r] <= j < rq.dup_hi[r]:
-            continue
-        if lookup_nb(pool, k, rq.keys[rq.key_ptr[r] + j]) < 0:
-            continue
-        if rq.dup_hi[r] == rq.dup_lo[r]:
-            rq.dup_lo[r] = j
-            rq.dup_hi[r] = j + 1
-        elif rq.dup_hi[r] == j:
-            rq.dup_hi[r] = j + 1
-        else:
-            clean = False
-    return clean
-
-
-@njit(cache=True, _nrt=False)
 def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
     """Dynamo's ``schedule_request`` for ``r`` (``cached`` > 0 only for a request from waiting)."""
     acc = pa.acc
@@ -394,19 +365,11 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         if j1 <= j0:  # the target stays inside the last allocated block
             rq.alloc[r] = target
             break
-        clean = True
-        if p.caching:
-            clean = _mark_duplicates(pool, rq, k, np.int64(r), max(j0, cached // bs), j1)
         n = _fill_keys(rq, np.int64(r), j0, j1, pa.kbuf)
-        if can_use_nb(pool, k, pa.kbuf, n):
-            # Past the cached prefix every block is new here when the request was never
-            # preempted: content keys were just looked up (absent, else they became private
-            # duplicates) and its private keys were never allocated. Only cached-prefix blocks
-            # need a lookup then.
-            n_lookup = n
-            if clean and rq.npreempt[r] == 0:
-                n_lookup = min(max(cached // bs - j0, 0), n)
-            alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.bptr[r] + j0, n_lookup)
+        # blocks of the cached prefix are hits; every other block is a new physical block
+        n_hits = min(max(cached // bs - j0, 0), n)
+        if can_use_nb(pool, k, pa.kbuf, n, n_hits):
+            alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.bptr[r] + j0, n_hits)
             rq.alloc[r] = target
             break
         # (preemption happens only while every running request is explicit: see the pass)
@@ -424,6 +387,9 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
     if tokens_used == 0 and actual < length:
         return BLOCKED
     rq.computed[r] = actual
+    if p.caching:  # prompt blocks now fully computed become visible to the prefix cache
+        register_nb(pool, k, rq.bslot, rq.bptr[r], ecb // bs,
+                    min(actual // bs, rq.key_ptr[r + 1] - rq.key_ptr[r]))
     prompt_tokens = min(actual, prompt) - prompt_before
     rq.sched_pass[r] = pass_id
     rq.sched_tokens[r] = tokens_used
@@ -836,6 +802,4 @@ def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
     if (length - 1) % bs == 0:
         j = (length - 1) // bs
         kbuf[0] = block_key_nb(rq, w, j)
-        # a decode block is new here unless the request was preempted before
-        alloc_nb(pool, k, kbuf, np.int64(1), rq.bslot, rq.bptr[w] + j,
-                 np.int64(0) if rq.npreempt[w] == 0 else np.int64(1))
+        alloc_nb(pool, k, kbuf, np.int64(1), rq.bslot, rq.bptr[w] + j, np.int64(0))

@@ -114,18 +114,13 @@ def diff(naive, fast):
 
 
 BUGS = {
-    "OPEN": "fastsim differs from the naive engine here (duplicate blocks that outlive their primary; open)",
+    "OPEN": "fastsim differs from the naive engine here (open)",
 }
-# Seeds whose fastsim run still differs from the naive engine (which matches Dynamo on seeds
-# 0-1999). All four combine evictions with shared prefixes. In seed 182 (traced): row 7 recomputes
-# its last cached block while row 2's equal block is cached, so row 7's block is a duplicate; row
-# 2's copy is evicted later, and row 6 then reuses 16 tokens in the naive engine (and Dynamo),
-# 12 in fastsim. The naive engine registers every fully computed block under its content key, an
-# equal key keeping a list of copies whose earliest live one serves hits, so a duplicate takes
-# over the key when the primary goes; fastsim keeps a duplicate private for good. Fixing it means
-# a per-key list of copies in the KV pool (and registering blocks when fully computed rather than
-# when allocated).
-KNOWN_FASTSIM_BUGS = {182: "OPEN", 245: "OPEN", 249: "OPEN", 258: "OPEN"}
+# Seeds whose fastsim run differs from the naive engine (which matches Dynamo on seeds 0-1999):
+# none. The last four (182, 245, 249, 258) were duplicate blocks: a block computed while an equal
+# one is registered is a second copy of the key, which takes over when the first copy is evicted
+# (seed 182: row 6 then reuses 16 tokens, not 12); fastsim used to keep such a block private.
+KNOWN_FASTSIM_BUGS = {}
 
 
 def _seed_param(seed):

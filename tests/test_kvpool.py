@@ -93,11 +93,11 @@ def test_lifecycle_reuse_and_lru_eviction():
 def test_failure_on_max_capacity():
     pool = make_pool(1, 10)
     keys = _keys(range(1, 11))
-    assert can_use_nb(pool, 0, keys, 10)
+    assert can_use_nb(pool, 0, keys, 10, 10)
     use_nb(pool, 0, keys, 10)
-    assert not can_use_nb(pool, 0, _keys([11]), 1)
+    assert not can_use_nb(pool, 0, _keys([11]), 1, 1)
     # an active hit needs no room
-    assert can_use_nb(pool, 0, _keys([3]), 1)
+    assert can_use_nb(pool, 0, _keys([3]), 1, 1)
 
 
 def test_uncacheable_release_frees_the_slot():
@@ -129,7 +129,7 @@ def test_random_operations_match_slow_reference(seed):
         if op == 0:
             keys = list(dict.fromkeys(int(k) for k in rng.integers(1, 40, size=rng.integers(1, 5))))
             arr = _keys(keys)
-            ok = can_use_nb(pool, 0, arr, len(keys))
+            ok = can_use_nb(pool, 0, arr, len(keys), len(keys))
             assert ok == ref.can_use(keys)
             if ok:
                 use_nb(pool, 0, arr, len(keys))
