@@ -297,10 +297,14 @@ def main(argv=None) -> int:
               f"{dyn_python or 'not run'}; grid {args.grid}, {repeats} repeat(s), medians.")
     print(header, file=sys.stderr)
 
-    # Untimed warm-up: fills fastsim's numba cache (the trace path has kernels of its own that a
-    # synthetic run never compiles) and brings both simulators' files into the page cache.
-    warmups = [synthetic(16, 1)] + ([trace(BUNDLED_TRACE, 2)]
-                                    if any(w.name.startswith("trace") for w in workloads) else [])
+    # Untimed warm-up: fills fastsim's numba cache (the trace path and the disaggregated loop have
+    # kernels of their own that a synthetic run never compiles) and brings both simulators' files
+    # into the page cache.
+    warmups = [synthetic(16, 1)]
+    if any(w.name.startswith("trace") for w in workloads):
+        warmups.append(trace(BUNDLED_TRACE, 2))
+    if any(w.name.startswith("disagg") for w in workloads):
+        warmups.append(disagg(16, 1, 1))
     for sim in sims:
         for wl in warmups:
             run_once(sim, pythons[sim], wl, envs[sim], args.timeout)
