@@ -119,18 +119,23 @@ def _table_insert(table, tbase, tmask, key, s):
 
 
 @njit(cache=True, _nrt=False)
-def _table_delete(table, tbase, tmask, key, s):
-    """Remove the entry of ``key`` held in slot ``s`` (linear probing with backward-shift
-    deletion: no tombstones, probes stay short)."""
+def _table_pos(table, tbase, tmask, key, s):
+    """Position of the entry of ``key`` held in slot ``s``, or -1."""
     e0 = _entry(key, s)
     i = np.int64((e0 >> np.uint64(32)) & np.uint64(tmask))
     while True:
         e = table[tbase + i]
         if e == 0:
-            return  # not present (cannot happen for a held block; never probe forever)
+            return -1
         if e == e0:
-            break
+            return i
         i = (i + 1) & tmask
+
+
+@njit(cache=True, _nrt=False)
+def _delete_at(table, tbase, tmask, i):
+    """Empty position ``i`` (linear probing with backward-shift deletion: no tombstones, probes
+    stay short)."""
     j = i
     while True:
         j = (j + 1) & tmask
@@ -143,6 +148,14 @@ def _table_delete(table, tbase, tmask, key, s):
             table[tbase + i] = e
             i = j
     table[tbase + i] = 0
+
+
+@njit(cache=True, _nrt=False)
+def _table_delete(table, tbase, tmask, key, s):
+    """Remove the entry of ``key`` held in slot ``s`` (if present)."""
+    i = _table_pos(table, tbase, tmask, key, s)
+    if i >= 0:
+        _delete_at(table, tbase, tmask, i)
 
 
 @njit(cache=True, _nrt=False)
@@ -224,55 +237,45 @@ def _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
     """Register slot ``s`` under its key: as the key's primary if the key is absent, else as its
     newest copy (hits go to the primary; a copy takes over when the primary leaves)."""
     key = slot_key[sbase + s]
-    p = _find(table, slot_key, tbase, sbase, tmask, key)
     cnext[sbase + s] = 0
     intab[sbase + s] = 1
-    if p < 0:
-        _table_insert(table, tbase, tmask, key, s)
-        return
-    while cnext[sbase + p] != 0:
-        p = cnext[sbase + p] - 1
-    cnext[sbase + p] = s + 1
+    e_new = _entry(key, s)
+    fp = e_new >> np.uint64(32)
+    i = np.int64(fp & np.uint64(tmask))
+    while True:  # one probe: the key's entry, or the empty position where it goes
+        e = table[tbase + i]
+        if e == 0:
+            table[tbase + i] = e_new
+            return
+        if (e >> np.uint64(32)) == fp:
+            p = np.int64(e & np.uint64(0xFFFFFFFF)) - 1
+            if slot_key[sbase + p] == key:
+                while cnext[sbase + p] != 0:
+                    p = cnext[sbase + p] - 1
+                cnext[sbase + p] = s + 1
+                return
+        i = (i + 1) & tmask
 
 
 @njit(cache=True, _nrt=False)
 def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
     """Remove registered slot ``s`` from its key (its next copy becomes the primary)."""
     key = slot_key[sbase + s]
-    p = _find(table, slot_key, tbase, sbase, tmask, key)
+    i = _table_pos(table, tbase, tmask, key, s)
     nxt = cnext[sbase + s] - 1
-    if p == s:
+    if i >= 0:  # s is the primary: the table entry moves to the next copy, or goes
         if nxt >= 0:
-            _table_repoint(table, tbase, tmask, key, s, nxt)
+            table[tbase + i] = _entry(key, nxt)
         else:
-            _table_delete(table, tbase, tmask, key, s)
-    else:
+            _delete_at(table, tbase, tmask, i)
+    else:  # a later copy: unlink it from the list
+        p = _find(table, slot_key, tbase, sbase, tmask, key)
         while p >= 0 and cnext[sbase + p] != s + 1:
             p = cnext[sbase + p] - 1
         if p >= 0:
             cnext[sbase + p] = cnext[sbase + s]
     cnext[sbase + s] = 0
     intab[sbase + s] = 0
-
-
-@njit(cache=True, _nrt=False)
-def _table_repoint(table, tbase, tmask, key, s_old, s_new):
-    """Make the table entry of ``key`` point at slot ``s_new`` instead of ``s_old``."""
-    e0 = _entry(key, s_old)
-    i = np.int64((e0 >> np.uint64(32)) & np.uint64(tmask))
-    while True:
-        e = table[tbase + i]
-        if e == 0:
-            return
-        if e == e0:
-            table[tbase + i] = _entry(key, s_new)
-            return
-        i = (i + 1) & tmask
-
-
-@njit(cache=True, _nrt=False, inline="always")
-def _is_private(key):
-    return (key >> np.uint64(63)) != np.uint64(0)  # unique keys have the top bit, content keys not
 
 
 @njit(cache=True, _nrt=False)
