@@ -37,7 +37,7 @@ from fastsim.kernels.fleet import (
     NSTARTING,
     SCHEDPOS,
     UNUSED,
-    apply_target_nb,
+    apply_schedule_nb,
     mark_ready_nb,
     next_fleet_event_nb,
     nth_active_nb,
@@ -443,11 +443,10 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                                                         dg.n_pre):
             changed = True
         # scaling decisions last
-        for fl in (fl_p, fl_d):
-            while fl.fs[SCHEDPOS] < fl.sched_t.shape[0] and fl.sched_t[fl.fs[SCHEDPOS]] <= now:
-                apply_target_nb(fl, now, fl.sched_n[fl.fs[SCHEDPOS]])
-                fl.fs[SCHEDPOS] += 1
-                changed = True
+        if apply_schedule_nb(fl_p, now):
+            changed = True
+        if apply_schedule_nb(fl_d, now):
+            changed = True
         if not changed:
             return
 

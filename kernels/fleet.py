@@ -148,6 +148,17 @@ def retire_drained_nb(fl, busy, n_run, n_wait, dp, g0):
 
 
 @njit(cache=True, _nrt=False)
+def apply_schedule_nb(fl, now):
+    """Apply the scaling-schedule steps due at or before ``now``; True if any was."""
+    applied = False
+    while fl.fs[SCHEDPOS] < fl.sched_t.shape[0] and fl.sched_t[fl.fs[SCHEDPOS]] <= now:
+        apply_target_nb(fl, now, fl.sched_n[fl.fs[SCHEDPOS]])
+        fl.fs[SCHEDPOS] += 1
+        applied = True
+    return applied
+
+
+@njit(cache=True, _nrt=False)
 def next_fleet_event_nb(fl):
     """Earliest pending startup completion, scheduled scaling step or planner tick (inf if none)."""
     t = np.inf

@@ -32,6 +32,7 @@ from fastsim.kernels.fleet import (
     SCHEDPOS,
     STARTED,
     TARGET,
+    apply_schedule_nb,
     apply_target_nb,
     mark_ready_nb,
     next_fleet_event_nb,
@@ -197,51 +198,41 @@ def _on_terminal(ss, cl, r, t):
 
 
 # ----------------------------------------------------------------------------- effects
+@njit(cache=True, _nrt=False, inline="always")
+def _pool_value(acc, n_acc, hist, v, i, c):
+    """Add ``c`` copies of value ``v`` (histogram index ``i``) to one pooled statistic:
+    ``acc`` = [sum, sum of squares (both about the shift), min, max, shift, shift set]."""
+    if acc[5] == 0.0:
+        # sums are taken about the first value: sum of squares minus squared mean then keeps
+        # full precision when the spread is small next to the mean
+        acc[4] = v
+        acc[5] = 1.0
+    d = v - acc[4]
+    acc[0] += c * d
+    acc[1] += c * (d * d)
+    if v < acc[2]:
+        acc[2] = v
+    if v > acc[3]:
+        acc[3] = v
+    n_acc[0] += c
+    if i >= 0:
+        hist[i] += c
+
+
 @njit(cache=True, _nrt=False)
 def _pool_gaps(gaps, gap, c, g):
     """Add ``c`` inter-token gaps of value ``gap`` (of group ``g``) to the pooled ITL and 1000/gap
     statistics."""
-    itl = gaps.itl
     memo = gaps.memo[g]  # [gap, its histogram index, 1000 / gap, that one's index], last call
-    if itl[5] == 0.0:
-        # sums are taken about the first gap: sum of squares minus squared mean then keeps
-        # full precision when the spread is small next to the mean
-        itl[4] = gap
-        itl[5] = 1.0
     if gap != memo[0]:
         memo[0] = gap
         memo[1] = dd_index_nb(gap)
         if gap > 0.0:
             memo[2] = 1000.0 / gap
             memo[3] = dd_index_nb(memo[2])
-    d = gap - itl[4]
-    itl[0] += c * d
-    itl[1] += c * (d * d)
-    if gap < itl[2]:
-        itl[2] = gap
-    if gap > itl[3]:
-        itl[3] = gap
-    gaps.itl_n[0] += c
-    i = np.int64(memo[1])
-    if i >= 0:
-        gaps.itl_hist[i] += c
+    _pool_value(gaps.itl, gaps.itl_n, gaps.itl_hist, gap, np.int64(memo[1]), c)
     if gap > 0.0:
-        v = memo[2]
-        otpu = gaps.otpu
-        if otpu[5] == 0.0:
-            otpu[4] = v
-            otpu[5] = 1.0
-        dv = v - otpu[4]
-        otpu[0] += c * dv
-        otpu[1] += c * (dv * dv)
-        if v < otpu[2]:
-            otpu[2] = v
-        if v > otpu[3]:
-            otpu[3] = v
-        gaps.otpu_n[0] += c
-        j = np.int64(memo[3])
-        if j >= 0:
-            gaps.otpu_hist[j] += c
+        _pool_value(gaps.otpu, gaps.otpu_n, gaps.otpu_hist, memo[2], np.int64(memo[3]), c)
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -486,9 +477,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         if fl.fs[NDRAINING] > 0 and retire_drained_nb(fl, cl.busy, rk.n_run, rk.n_wait, cl.dp, 0):
             changed = True
         # 6. scaling decisions last: they see a settled timestamp
-        while fl.fs[SCHEDPOS] < fl.sched_t.shape[0] and fl.sched_t[fl.fs[SCHEDPOS]] <= now:
-            apply_target_nb(fl, now, fl.sched_n[fl.fs[SCHEDPOS]])
-            fl.fs[SCHEDPOS] += 1
+        if apply_schedule_nb(fl, now):
             changed = True
         if not changed:
             return
