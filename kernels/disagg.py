@@ -44,7 +44,7 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_prefix_nb, rekey_slot_nb
+from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_prefix_nb, register_nb
 from fastsim.kernels.loop import (
     DEAD_END,
     NCHEAP,
@@ -225,10 +225,10 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         matched, active = match_prefix_nb(pool_d, k, pa.kbuf, nfull)
         if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
             break
-        # unshared blocks stay private (unregistered) until activation
-        for j in range(matched, nb):
+        for j in range(nfull, nb):  # the prompt's partial last block
             pa.kbuf[j] = unique_key_nb(r, j)
-        # the matched blocks are looked up; the private ones were never allocated here
+        # the matched blocks are hits; the others are new and stay unregistered (invisible to
+        # the prefix cache) until activation
         alloc_nb(pool_d, k, pa.kbuf, nb, rq_d.bslot, rq_d.bptr[r], matched)
         rq_d.alloc[r] = isl
         dg.res_matched[r] = matched
@@ -270,12 +270,10 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
         nxt = dg.arr_next[r]
         dg.activated[r] = t
         fl_d.hold[k] -= 1
-        base = rq_d.key_ptr[r]
         # its content-keyed blocks become visible here (an equal block registered meanwhile
         # keeps serving hits; this one is a second copy of the key)
-        for j in range(dg.res_matched[r], rq_d.key_ptr[r + 1] - base):
-            pos = rq_d.bptr[r] + j
-            rq_d.bslot[pos] = rekey_slot_nb(pool_d, k, np.int64(rq_d.bslot[pos]), rq_d.keys[base + j])
+        register_nb(pool_d, k, rq_d.bslot, rq_d.bptr[r], dg.res_matched[r],
+                    rq_d.key_ptr[r + 1] - rq_d.key_ptr[r])
         _push(dg.rel_head, dg.rel_tail, dg.rel_next, dg.pre_idx[r], r)
         enqueue_waiting_nb(rq_d, rk_d, k, r)
         rq_d.status[r] = HANDED

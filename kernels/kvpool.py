@@ -421,17 +421,3 @@ def match_prefix_nb(pool, rank, keys, n):
         if slot_ref[sbase + s] > 0:
             active += 1
     return matched, active
-
-
-@njit(cache=True, _nrt=False)
-def rekey_slot_nb(pool, rank, s, new):
-    """Give the active private block in slot ``s`` the content key ``new`` and register it (as a
-    copy if ``new`` is already registered): a transferred block becomes visible at activation."""
-    sbase = rank * pool.cap
-    if pool.slot_intab[sbase + s]:
-        _unregister(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab,
-                    rank * (pool.tmask + 1), sbase, pool.tmask, s)
-    pool.slot_key[sbase + s] = new
-    _register(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, rank * (pool.tmask + 1),
-              sbase, pool.tmask, s)
-    return np.int64(s)

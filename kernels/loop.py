@@ -58,7 +58,7 @@ from fastsim.kernels.scheduler import (
     COMPLETED,
     REJECTED,
     TERM_COMPLETED,
-    block_key_nb,
+    _fill_keys,
     enqueue_waiting_nb,
     materialize_nb,
     rank_pass_nb,
@@ -292,10 +292,8 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
 
 @njit(cache=True, _nrt=False)
 def _fill_prompt_keys(rq, r, bs, kbuf):
-    nfull = rq.isl[r] // bs
-    for j in range(nfull):
-        kbuf[j] = block_key_nb(rq, r, j)
-    return nfull
+    """Keys of the full prompt blocks of ``r`` into ``kbuf``; returns their count."""
+    return _fill_keys(rq, r, np.int64(0), rq.isl[r] // bs, kbuf)
 
 
 @njit(cache=True, _nrt=False, inline="always")

@@ -121,13 +121,16 @@ class Ranks(NamedTuple):
     secdue: np.ndarray  # int32[R]: ... those of the pass in flight (stamped with its end)
     shold: np.ndarray  # int64[R]: no new steady members before this rank pass
     sback: np.ndarray  # int64[R]: current hold length after a fallback
-    seqc: np.ndarray  # int64[4]: [admission counter, fallbacks, steady passes, unused]
+    seqc: np.ndarray  # int64[3]: [admission counter, fallbacks, steady passes]
     # the last step times of each rank, reused while their inputs repeat (they often do)
     dkey: np.ndarray  # int64[R]: active blocks of the last decode time (-1: none)
     dctx: np.ndarray  # int64[R]: its mean context (grid timing only)
     dms: np.ndarray  # float64[R]: that decode time, modeled
     pkey: np.ndarray  # int64[R]: new prompt tokens of the last prefill time (-1: none)
     pms: np.ndarray  # float64[R]: that prefill time, modeled
+
+
+_HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
 
 
 def make_ranks(n_ranks, block_size):
@@ -142,13 +145,11 @@ def make_ranks(n_ranks, block_size):
         nsteady=np.zeros(n_ranks, dtype=np.int64), slen=np.zeros(n_ranks, dtype=np.int64),
         wheel=np.full(n_ranks * block_size, -1, dtype=np.int32), sechead=heads(), secdue=heads(),
         shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, _HOLD0, dtype=np.int64),
-        seqc=np.zeros(4, dtype=np.int64),
+        seqc=np.zeros(3, dtype=np.int64),
         dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
     )
 
-
-_HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
 
 
 class PassAcc(NamedTuple):
