@@ -66,6 +66,11 @@ def check(st, engine) -> None:
     primaries = (pool.slot_intab.reshape(-1, cap) != 0).sum(axis=1) - (pool.slot_cnext.reshape(-1, cap) != 0).sum(axis=1)
     if (entries != primaries).any():
         bad.append("KV hash table entries differ from the registered first copies")
+    runs = pool.slot_run.reshape(-1, cap).sum(axis=1)
+    if (runs > meta[:, NINACTIVE]).any():
+        bad.append("KV run nodes stand for more blocks than are inactive")
+    if ((pool.slot_run != 0) & ((pool.slot_ref != 0) | (pool.slot_intab != 0))).any():
+        bad.append("a KV run node is referenced or registered")
     if ((pool.slot_intab != 0) & (pool.slot_ref == 0) & (pool.slot_key == 0)).any():
         bad.append("a free KV slot is still registered")
     if (meta[:, NACTIVE] != 0).any():

@@ -229,7 +229,8 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
             pa.kbuf[j] = unique_key_nb(r, j)
         # the matched blocks are hits; the others are new and stay unregistered (invisible to
         # the prefix cache) until activation
-        alloc_nb(pool_d, k, pa.kbuf, nb, rq_d.bslot, rq_d.bptr[r], matched)
+        alloc_nb(pool_d, k, pa.kbuf, nb, rq_d.bslot, rq_d.bptr[r], matched,
+                 max(matched, min(rq_d.key_ptr[r + 1] - rq_d.key_ptr[r], nb)))
         rq_d.alloc[r] = isl
         dg.res_matched[r] = matched
         dg.reserved[r] = t

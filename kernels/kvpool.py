@@ -2,8 +2,8 @@
 
 Semantics of Dynamo 1.4.2's manual block manager (notes 5.3, verified doc Q5, Q6 and "findings" 6-7):
 
-* a slot is *active* (refcount > 0), *inactive* (refcount 0, still matchable, in the LRU) or free;
-* ``used = active + inactive <= capacity``; a new block takes a free slot, else evicts the oldest
+* a block is *active* (refcount > 0), *inactive* (refcount 0, still matchable, in the LRU) or free;
+* ``used = active + inactive <= capacity``; a new block takes a free block, else evicts the oldest
   inactive block; a `use` is all-or-nothing;
 * freeing a request releases its blocks tail first; a full block whose refcount drops to 0 becomes
   the newest inactive entry, a partial block (and any block when prefix caching is off) goes back to
@@ -17,6 +17,22 @@ key registered twice keeps its copies in registration order (``slot_cnext``): th
 the first copy still alive, which serves every hit; when it is evicted the next copy takes over
 (Dynamo's behaviour, checked against the naive engine on random traces).
 
+**Anonymous blocks.** A new block with a private key (the part of a request beyond its shareable
+prompt blocks: a synthetic prompt, the unique tail of a trace prompt, every output block) is held
+without a slot: the request's block table says -1, and the pool only counts it. Nobody can look
+it up while it is active. When its request finishes, its full private blocks are dead (no request
+can ever match them) but still take their place in the LRU: they go there as one *run* node (a
+slot whose ``slot_run`` counts the dead blocks it stands for, merged with a run at the LRU's
+tail), and an eviction at a run takes one block off its count. When its request is preempted
+instead, each full private block gets a slot and is registered under its key, exactly like a
+slot-held block, since the request may match it again. So the LRU order of every block that can
+still be hit is the same as if every block had its own slot, and a request's admission and
+completion cost O(shareable blocks + 1), not O(blocks).
+
+Accounting is in blocks (``NFREE``, ``NACTIVE``, ``NINACTIVE``: they sum to the capacity); slots
+come from their own free stack. Slots in use (slot-held blocks and run nodes) never exceed blocks
+in use, so ``cap`` slots per rank always suffice.
+
 All ranks' pools live in flat arrays; rank ``k`` owns slots ``[k * cap, (k + 1) * cap)`` and table
 entries ``[k * tsize, (k + 1) * tsize)``. Slot numbers inside a rank are local (0 .. cap - 1).
 """
@@ -25,6 +41,8 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+
+from fastsim.kernels.blocks import unique_key_nb
 
 
 class KvPool(NamedTuple):
@@ -40,7 +58,9 @@ class KvPool(NamedTuple):
     free_stack: np.ndarray  # int32[R * cap]: released slots
     slot_intab: np.ndarray  # int8[R * cap]: 1 if the slot is registered under its key
     slot_cnext: np.ndarray  # int32[R * cap]: next registered copy of the same key (slot + 1, 0: none)
-    # per rank: [n_free, n_active, n_inactive, lru_head, lru_tail, n_evicted, n_stack, next_new]
+    slot_run: np.ndarray  # int32[R * cap]: dead private blocks a run node stands for (0: a block)
+    # per rank: [free blocks, active blocks, inactive blocks, lru_head, lru_tail, evicted blocks,
+    # free slots on the stack, next never-used slot]
     meta: np.ndarray  # int64[R, 8]
 
 
@@ -72,6 +92,7 @@ def make_pool(n_ranks, cap):
         free_stack=np.zeros(n_ranks * cap, dtype=np.int32),
         slot_intab=np.zeros(n_ranks * cap, dtype=np.int8),
         slot_cnext=np.zeros(n_ranks * cap, dtype=np.int32),
+        slot_run=np.zeros(n_ranks * cap, dtype=np.int32),
         meta=meta,
     )
 
@@ -187,22 +208,72 @@ def _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _take_free(free_stack, meta, rank, sbase):
-    """A free slot: the last released one, else the next never-used one (caller checked NFREE)."""
-    meta[rank, NFREE] -= 1
+def _take_slot(free_stack, meta, rank, sbase):
+    """An unused slot: the last released one, else the next never-used one."""
     if meta[rank, NSTACK] > 0:
         meta[rank, NSTACK] -= 1
-        return free_stack[sbase + meta[rank, NSTACK]]
+        return np.int64(free_stack[sbase + meta[rank, NSTACK]])
     s = meta[rank, NEXTNEW]
     meta[rank, NEXTNEW] += 1
-    return np.int32(s)
+    return s
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _give_free(free_stack, meta, rank, sbase, s):
+def _give_slot(free_stack, meta, rank, sbase, s):
     free_stack[sbase + meta[rank, NSTACK]] = s
     meta[rank, NSTACK] += 1
-    meta[rank, NFREE] += 1
+
+
+@njit(cache=True, _nrt=False)
+def _evict(pool, rank, sbase, tbase, m):
+    """Evict ``m`` blocks from the LRU head (the caller checked there are that many); returns a
+    slot they left unused (the caller takes it over) or -1. Other slots freed go to the stack."""
+    meta = pool.meta
+    run = pool.slot_run
+    spare = np.int64(-1)
+    while m > 0:
+        h = meta[rank, HEAD]
+        c = run[sbase + h]
+        if c > 0:  # a run of dead private blocks: evict as many as needed from it
+            t = min(np.int64(c), m)
+            run[sbase + h] = c - t
+            m -= t
+            meta[rank, NINACTIVE] -= t
+            meta[rank, NEVICT] += t
+            if c > t:
+                break
+        else:
+            m -= 1
+            meta[rank, NINACTIVE] -= 1
+            meta[rank, NEVICT] += 1
+            if pool.slot_intab[sbase + h]:
+                _unregister(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, tbase,
+                            sbase, pool.tmask, h)
+            pool.slot_key[sbase + h] = 0
+        _lru_unlink(pool.lru_prev, pool.lru_next, meta, rank, sbase, h)
+        if spare >= 0:
+            _give_slot(pool.free_stack, meta, rank, sbase, spare)
+        spare = h
+    return spare
+
+
+@njit(cache=True, _nrt=False)
+def _new_blocks(pool, rank, sbase, tbase, m, want_slot):
+    """Take ``m`` blocks of capacity for new blocks (free ones first, then evictions); returns a
+    slot for one of them if ``want_slot`` (else -1)."""
+    meta = pool.meta
+    f = min(meta[rank, NFREE], m)
+    meta[rank, NFREE] -= f
+    spare = np.int64(-1)
+    if m > f:
+        spare = _evict(pool, rank, sbase, tbase, m - f)
+    if want_slot:
+        if spare < 0:
+            spare = _take_slot(pool.free_stack, meta, rank, sbase)
+        return spare
+    if spare >= 0:
+        _give_slot(pool.free_stack, meta, rank, sbase, spare)
+    return np.int64(-1)
 
 
 @njit(cache=True, _nrt=False)
@@ -279,13 +350,14 @@ def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
 
 
 @njit(cache=True, _nrt=False)
-def alloc_nb(pool, rank, keys, n, slots, off, n_hits):
-    """Make blocks ``keys[:n]`` active; the slot of block ``i`` goes to ``slots[off + i]``.
+def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed):
+    """Make ``n`` blocks active; the slot of block ``i`` goes to ``slots[off + i]``.
 
-    The first ``n_hits`` are prefix-cache hits: a reference to the key's primary block
-    (reactivated if cached). Every other block is new: a free slot, else the oldest inactive one
-    (evicted), not registered yet (``register_nb`` registers a block once it is fully computed).
-    The caller has checked ``can_use_nb``.
+    The first ``n_hits`` are prefix-cache hits on ``keys[:n_hits]``: a reference to the key's
+    primary block (reactivated if cached). Every other block is new: a free block, else the oldest
+    inactive one (evicted). New blocks below ``n_keyed`` get a slot holding ``keys[i]``, not
+    registered yet (``register_nb`` registers a block once it is fully computed); the rest are
+    anonymous private blocks (slot -1, keys not read). The caller has checked ``can_use_nb``.
     """
     table = pool.table
     slot_key = pool.slot_key
@@ -294,63 +366,60 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_hits):
     cnext = pool.slot_cnext
     lru_prev = pool.lru_prev
     lru_next = pool.lru_next
-    free_stack = pool.free_stack
     meta = pool.meta
     tmask = pool.tmask
     tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
-    for i in range(n):
-        key = keys[i]
-        if i < n_hits:
-            s = _find(table, slot_key, tbase, sbase, tmask, key)
-            if slot_ref[sbase + s] == 0:  # cached hit: reactivate
-                _lru_unlink(lru_prev, lru_next, meta, rank, sbase, np.int64(s))
-                meta[rank, NINACTIVE] -= 1
-                meta[rank, NACTIVE] += 1
-            slot_ref[sbase + s] += 1
-            slots[off + i] = s
-            continue
-        if meta[rank, NFREE] > 0:
-            s = np.int64(_take_free(free_stack, meta, rank, sbase))
-        else:
-            s = meta[rank, HEAD]  # evict the oldest inactive block
-            _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s)
-            if intab[sbase + s]:
-                _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
+    for i in range(n_hits):
+        s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
+        if slot_ref[sbase + s] == 0:  # cached hit: reactivate
+            _lru_unlink(lru_prev, lru_next, meta, rank, sbase, np.int64(s))
             meta[rank, NINACTIVE] -= 1
-            meta[rank, NEVICT] += 1
-        slot_key[sbase + s] = key
+            meta[rank, NACTIVE] += 1
+        slot_ref[sbase + s] += 1
+        slots[off + i] = s
+    for i in range(n_hits, n_keyed):
+        s = _new_blocks(pool, rank, sbase, tbase, np.int64(1), True)
+        slot_key[sbase + s] = keys[i]
         slot_ref[sbase + s] = 1
         intab[sbase + s] = 0
         meta[rank, NACTIVE] += 1
         slots[off + i] = s
+    m = n - max(n_hits, n_keyed)
+    if m > 0:
+        _new_blocks(pool, rank, sbase, tbase, m, False)
+        meta[rank, NACTIVE] += m
+        for i in range(n - m, n):
+            slots[off + i] = -1
 
 
 @njit(cache=True, _nrt=False)
 def register_nb(pool, rank, slots, off, j0, j1):
-    """Register blocks ``j0 .. j1-1`` of a request (``slots[off + j]``), those not yet registered."""
+    """Register blocks ``j0 .. j1-1`` of a request (``slots[off + j]``), those not yet registered
+    (anonymous blocks are not registered here: see ``free_slots_nb``)."""
     sbase = rank * pool.cap
     tbase = rank * (pool.tmask + 1)
     for j in range(j0, j1):
         s = np.int64(slots[off + j])
-        if not pool.slot_intab[sbase + s]:
+        if s >= 0 and not pool.slot_intab[sbase + s]:
             _register(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, tbase, sbase,
                       pool.tmask, s)
 
 
 @njit(cache=True, _nrt=False)
-def free_slots_nb(pool, rank, slots, off, nb, n_full, keep):
-    """Drop one reference to each block of a request, ``slots[off : off + nb]``, last block first
-    (Dynamo's release order). At refcount 0 block ``j`` becomes the newest inactive entry if
-    ``j < n_full`` (fully computed), else its slot is freed. ``keep``: the request may come back
-    (it was preempted), so its private cached blocks are registered to be found again; a finished
+def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row):
+    """Drop one reference to each block of request ``row``, ``slots[off : off + nb]``, last block
+    first (Dynamo's release order). At refcount 0 block ``j`` becomes the newest inactive entry if
+    ``j < n_full`` (fully computed), else it is freed. ``keep``: the request may come back (it was
+    preempted), so its private cached blocks are registered to be found again; a finished
     request's private blocks stay cached (they take their place in the LRU) but unregistered, as
-    no request can ask for them."""
+    no request can ask for them: its anonymous ones as one run node."""
     table = pool.table
     slot_key = pool.slot_key
     slot_ref = pool.slot_ref
     intab = pool.slot_intab
     cnext = pool.slot_cnext
+    run = pool.slot_run
     lru_prev = pool.lru_prev
     lru_next = pool.lru_next
     free_stack = pool.free_stack
@@ -358,22 +427,49 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep):
     tmask = pool.tmask
     tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
-    for j in range(nb - 1, -1, -1):
-        s = np.int64(slots[off + j])
-        slot_ref[sbase + s] -= 1
-        if slot_ref[sbase + s] > 0:
-            continue
+    j = nb - 1
+    # anonymous blocks (always the tail of the table): the partial one freed, the full ones cached
+    dead = 0
+    while j >= 0 and slots[off + j] < 0:
         meta[rank, NACTIVE] -= 1
-        if j < n_full:
-            if keep and not intab[sbase + s]:
-                _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
+        if j >= n_full:
+            meta[rank, NFREE] += 1
+        elif keep:
+            s = _take_slot(free_stack, meta, rank, sbase)
+            slot_key[sbase + s] = unique_key_nb(row, j)
+            slot_ref[sbase + s] = 0
+            _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
             _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
             meta[rank, NINACTIVE] += 1
         else:
-            if intab[sbase + s]:
-                _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
-            slot_key[sbase + s] = 0
-            _give_free(free_stack, meta, rank, sbase, s)
+            dead += 1
+        j -= 1
+    if dead > 0:
+        t = meta[rank, TAIL]
+        if t >= 0 and run[sbase + t] > 0:
+            run[sbase + t] += dead  # dead blocks next to each other: their order cannot matter
+        else:
+            s = _take_slot(free_stack, meta, rank, sbase)
+            run[sbase + s] = dead
+            _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
+        meta[rank, NINACTIVE] += dead
+    while j >= 0:
+        s = np.int64(slots[off + j])
+        slot_ref[sbase + s] -= 1
+        if slot_ref[sbase + s] == 0:
+            meta[rank, NACTIVE] -= 1
+            if j < n_full:
+                if keep and not intab[sbase + s]:
+                    _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
+                _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
+                meta[rank, NINACTIVE] += 1
+            else:
+                if intab[sbase + s]:
+                    _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
+                slot_key[sbase + s] = 0
+                _give_slot(free_stack, meta, rank, sbase, s)
+                meta[rank, NFREE] += 1
+        j -= 1
 
 
 @njit(cache=True)
@@ -383,7 +479,7 @@ def use_nb(pool, rank, keys, n):
     sbase = rank * pool.cap
     for i in range(n):  # blocks present are hits, the others new blocks registered at once
         hit = lookup_nb(pool, rank, keys[i]) >= 0
-        alloc_nb(pool, rank, keys[i:i + 1], 1, slots, i, 1 if hit else 0)
+        alloc_nb(pool, rank, keys[i:i + 1], 1, slots, i, 1 if hit else 0, 1)
         if not hit and not pool.slot_intab[sbase + slots[i]]:
             register_nb(pool, rank, slots, 0, i, i + 1)
 
@@ -395,7 +491,7 @@ def release_nb(pool, rank, key, cacheable):
     s = lookup_nb(pool, rank, key)
     slots = np.empty(1, dtype=np.int64)
     slots[0] = s
-    free_slots_nb(pool, rank, slots, 0, 1, 1 if cacheable else 0, True)
+    free_slots_nb(pool, rank, slots, 0, 1, 1 if cacheable else 0, True, 0)
 
 
 @njit(cache=True, _nrt=False)

@@ -283,7 +283,7 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     bs = p.block_size
     nb = _ceil_div(rq.alloc[r], bs)
     n_full = rq.alloc[r] // bs if p.caching else 0
-    free_slots_nb(pool, k, rq.bslot, rq.bptr[r], nb, n_full, np.bool_(keep))
+    free_slots_nb(pool, k, rq.bslot, rq.bptr[r], nb, n_full, np.bool_(keep), r)
     rq.alloc[r] = 0
 
 
@@ -366,11 +366,14 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         if j1 <= j0:  # the target stays inside the last allocated block
             rq.alloc[r] = target
             break
-        n = _fill_keys(rq, np.int64(r), j0, j1, pa.kbuf)
-        # blocks of the cached prefix are hits; every other block is a new physical block
+        n = j1 - j0
+        # blocks of the cached prefix are hits; every other block is a new physical block, with
+        # a slot if its key is shareable, else anonymous (kvpool): only those keys are needed
         n_hits = min(max(cached // bs - j0, 0), n)
+        n_keyed = max(n_hits, min(max(rq.key_ptr[r + 1] - rq.key_ptr[r] - j0, 0), n))
+        _fill_keys(rq, np.int64(r), j0, j0 + n_keyed, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n, n_hits):
-            alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.bptr[r] + j0, n_hits)
+            alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.bptr[r] + j0, n_hits, n_keyed)
             rq.alloc[r] = target
             break
         # (preemption happens only while every running request is explicit: see the pass)
@@ -800,7 +803,6 @@ def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
     if this step starts one (the pool has room: checked by ``_steady_ok``)."""
     bs = p.block_size
     length = rq.isl[w] + rq.generated[w] + (pass_idx - rq.sbase[w])
-    if (length - 1) % bs == 0:
+    if (length - 1) % bs == 0:  # an output block: private, so anonymous
         j = (length - 1) // bs
-        kbuf[0] = block_key_nb(rq, w, j)
-        alloc_nb(pool, k, kbuf, np.int64(1), rq.bslot, rq.bptr[w] + j, np.int64(0))
+        alloc_nb(pool, k, kbuf, np.int64(1), rq.bslot, rq.bptr[w] + j, np.int64(0), np.int64(0))

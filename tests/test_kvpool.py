@@ -147,3 +147,42 @@ def test_random_operations_match_slow_reference(seed):
         assert pool.meta[0, NINACTIVE] == len(ref.inactive)
     for k in range(1, 40):
         assert (lookup_nb(pool, 0, np.uint64(k)) >= 0) == (k in ref.active or k in ref.inactive)
+
+
+def test_anonymous_blocks_keep_their_lru_place():
+    """Private blocks are held without slots; a finished request's become one dead run in the LRU
+    (evicted block by block, in LRU order), a preempted request's are registered under their keys."""
+    from fastsim.kernels.blocks import unique_key_nb
+    from fastsim.kernels.kvpool import NFREE, alloc_nb, free_slots_nb
+
+    pool = make_pool(1, 8)
+    table = np.zeros(16, dtype=np.int32)
+    kbuf = np.zeros(4, dtype=np.uint64)
+    # row 0: three private blocks, all anonymous; it finishes: one run node of 3 dead blocks
+    alloc_nb(pool, 0, kbuf, 3, table, 0, 0, 0)
+    assert table[:3].tolist() == [-1, -1, -1]
+    assert pool.meta[0, NACTIVE] == 3 and pool.meta[0, NFREE] == 5
+    free_slots_nb(pool, 0, table, 0, 3, 3, False, 0)
+    assert pool.meta[0, NINACTIVE] == 3 and pool.slot_run.sum() == 3
+    # row 1: a shared block K and two private ones; it is preempted: all three stay findable
+    kbuf[0] = 77
+    alloc_nb(pool, 0, kbuf, 3, table, 4, 0, 1)
+    assert table[4] >= 0 and table[5] == -1 and table[6] == -1
+    free_slots_nb(pool, 0, table, 4, 3, 3, True, 1)
+    own = _keys([77, unique_key_nb(1, 1), unique_key_nb(1, 2)])
+    assert match_prefix_nb(pool, 0, own, 3) == (3, 0)
+    assert pool.meta[0, NINACTIVE] == 6 and pool.meta[0, NFREE] == 2
+    # row 2 takes 4 new blocks: 2 free ones, then 2 evicted from the oldest entry (the run)
+    alloc_nb(pool, 0, kbuf, 4, table, 8, 0, 0)
+    assert pool.meta[0, NEVICT] == 2 and pool.slot_run.sum() == 1
+    assert match_prefix_nb(pool, 0, own, 3) == (3, 0)
+    # 2 more: the run's last block, then row 1's last block (released first, so older than K)
+    alloc_nb(pool, 0, kbuf, 2, table, 12, 0, 0)
+    assert pool.meta[0, NEVICT] == 4 and pool.slot_run.sum() == 0
+    assert match_prefix_nb(pool, 0, own, 3) == (2, 0)
+    assert pool.meta[0, NACTIVE] == 6 and pool.meta[0, NINACTIVE] == 2 and pool.meta[0, NFREE] == 0
+    # a re-admitted row 1 reactivates its two cached blocks and allocates the third anew
+    free_slots_nb(pool, 0, table, 8, 4, 0, False, 2)  # (row 2 released as partial: freed)
+    alloc_nb(pool, 0, own, 3, table, 4, 2, 2)
+    assert pool.meta[0, NINACTIVE] == 0 and pool.meta[0, NACTIVE] == 5
+    assert table[6] == -1
