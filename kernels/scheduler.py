@@ -341,6 +341,22 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
 
 
 @njit(cache=True, _nrt=False)
+def _make_room(p, pool, rq, rk, k, r, pass_id, pa):
+    """An allocation for ``r`` failed: preempt the next victim. Returns 0 (another request was
+    preempted: try again), 1 (``r`` preempted itself) or -1 (no victim left)."""
+    # (preemption happens only while every running request is explicit: see the pass)
+    victim = rk.xtail[k] if p.lifo else rk.xhead[k]
+    if victim < 0:
+        return -1
+    if victim != r and not p.lifo and rq.status[r] == RUNNING:
+        pa.acc[AHEAD] += 1  # Dynamo's loop is index based: the list shifts under it
+    _preempt(p, pool, rq, rk, k, victim, pass_id, pa)
+    return 1 if victim == r else 0
+
+
+# Inlined into the pass: a call would pass every column of the state tables (hundreds of
+# arguments), which cost more than the function's own work; the rare preemption path stays a call.
+@njit(cache=True, _nrt=False, inline="always")
 def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
     """Dynamo's ``schedule_request`` for ``r`` (``cached`` > 0 only for a request from waiting)."""
     acc = pa.acc
@@ -376,17 +392,12 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
             alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.bptr[r] + j0, n_hits, n_keyed)
             rq.alloc[r] = target
             break
-        # (preemption happens only while every running request is explicit: see the pass)
-        victim = rk.xtail[k] if p.lifo else rk.xhead[k]
-        if victim < 0:
+        room = _make_room(p, pool, rq, rk, k, r, pass_id, pa)
+        if room < 0:
             actual = ecb
             break
-        if victim != r and not p.lifo and rq.status[r] == RUNNING:
-            acc[AHEAD] += 1  # Dynamo's loop is index based: the list shifts under it
-        _preempt(p, pool, rq, rk, k, victim, pass_id, pa)
-        if victim == r:
+        if room == 1:
             return SELF_PREEMPTED
-        budget = acc[BUDGET]
     tokens_used = actual - ecb
     if tokens_used == 0 and actual < length:
         return BLOCKED
