@@ -128,13 +128,18 @@ class Ranks(NamedTuple):
     dms: np.ndarray  # float64[R]: that decode time, modeled
     pkey: np.ndarray  # int64[R]: new prompt tokens of the last prefill time (-1: none)
     pms: np.ndarray  # float64[R]: that prefill time, modeled
+    # polynomial timing: the decode time depends only on the active block count (the same for
+    # every rank of the pool), so it is tabulated by that count as it is met (NaN: not yet)
+    dtab: np.ndarray  # float64[cap + 1] (empty above _DTAB_MAX blocks: the memo above serves)
 
 
 _HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
+_DTAB_MAX = 1 << 22
 
 
-def make_ranks(n_ranks, block_size):
-    """Empty per-rank queues and steady-decoding state for ``n_ranks`` ranks."""
+def make_ranks(n_ranks, block_size, cap):
+    """Empty per-rank queues and steady-decoding state for ``n_ranks`` ranks of ``cap`` KV
+    blocks each."""
     def heads():
         return np.full(n_ranks, -1, dtype=np.int32)
 
@@ -148,6 +153,7 @@ def make_ranks(n_ranks, block_size):
         seqc=np.zeros(3, dtype=np.int64),
         dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
+        dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
     )
 
 
@@ -758,7 +764,14 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         if p.stage != PREFILL:  # a prefill worker's extra steps take no time (cluster doc C5)
             nact = pool.meta[k, NACTIVE]
             ctx = total_len // n_ready if perf.kind != POLYNOMIAL else 0
-            if nact == rk.dkey[k] and ctx == rk.dctx[k]:
+            if perf.kind == POLYNOMIAL and nact < rk.dtab.shape[0]:
+                decode_ms = rk.dtab[nact]
+                if decode_ms != decode_ms:
+                    raw = decode_time_nb(perf, float(nact * p.block_size), 0.0,
+                                         float(p.cap * p.block_size))
+                    decode_ms = modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+                    rk.dtab[nact] = decode_ms
+            elif nact == rk.dkey[k] and ctx == rk.dctx[k]:
                 decode_ms = rk.dms[k]
             else:
                 raw = decode_time_nb(perf, float(nact * p.block_size), float(ctx),
