@@ -116,6 +116,10 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
     n = workload.isl.shape[0]
     isl = np.asarray(workload.isl, dtype=np.int64)
     osl = np.asarray(workload.osl if osl is None else osl, dtype=np.int64)
+    if n and int((isl + osl).max()) >= 2**31:
+        row = int(np.argmax(isl + osl))
+        raise InputError(f"request {row}: input plus output length {int(isl[row] + osl[row])} tokens; "
+                         f"at most {2**31 - 1} are supported")
     # room for every block a request can hold: its prompt and all its output
     bptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum((isl + osl + block_size - 1) // block_size, out=bptr[1:])
@@ -126,23 +130,26 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
     def i64():
         return np.zeros(n, dtype=np.int64)
 
+    def i32():  # token counts of one request (at most max_model_len, or isl + osl)
+        return np.zeros(n, dtype=np.int32)
+
     return Reqs(
         isl=isl,
         osl=osl,
         key_ptr=key_ptr,
         keys=keys,
-        computed=i64(),
-        generated=i64(),
-        alloc=i64(),
+        computed=i32(),
+        generated=i32(),
+        alloc=i32(),
         status=np.zeros(n, dtype=np.int8),
         rank=np.full(n, -1, dtype=np.int32),
         qnext=np.full(n, -1, dtype=np.int32),
         qprev=np.full(n, -1, dtype=np.int32),
         npreempt=np.zeros(n, dtype=np.int32),
         sched_pass=np.full(n, -1, dtype=np.int64),
-        sched_tokens=i64(),
-        sched_prompt=i64(),
-        sched_prefix=i64(),
+        sched_tokens=i32(),
+        sched_prompt=i32(),
+        sched_prefix=i32(),
         arrival=f64(),
         first_admit=f64(),
         first_token=f64(),
@@ -579,7 +586,7 @@ def _request_columns(rq, workload, dp, single_path):
         "status": status,
         "input_length": rq.isl,
         "requested_output_length": rq.osl,
-        "output_length": rq.generated.copy(),
+        "output_length": rq.generated.astype(np.int64),
         "reused_tokens": rq.reused,
         "first_reused_tokens": rq.first_reused,
         "worker_idx": worker_idx,

@@ -190,7 +190,7 @@ def simulate_disagg(
         "status": status_col,
         "input_length": rq_p.isl,
         "requested_output_length": rq_p.osl,
-        "output_length": rq_d.generated.copy(),
+        "output_length": rq_d.generated.astype(np.int64),
         "reused_tokens": rq_p.reused,
         "ratio_reused_tokens": np.maximum(rq_p.reused, rq_d.reused),
         "first_reused_tokens": rq_p.first_reused,

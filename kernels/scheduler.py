@@ -68,18 +68,18 @@ class Reqs(NamedTuple):
     osl: np.ndarray  # int64
     key_ptr: np.ndarray  # int64[n + 1]: content keys of full prompt blocks (CSR)
     keys: np.ndarray  # uint64
-    computed: np.ndarray  # int64
-    generated: np.ndarray  # int64
-    alloc: np.ndarray  # int64: tokens covered by allocated blocks
+    computed: np.ndarray  # int32
+    generated: np.ndarray  # int32
+    alloc: np.ndarray  # int32: tokens covered by allocated blocks
     status: np.ndarray  # int8
     rank: np.ndarray  # int32
     qnext: np.ndarray  # int32: waiting/running queue links
     qprev: np.ndarray  # int32
     npreempt: np.ndarray  # int32
     sched_pass: np.ndarray  # int64: id of the pass that last scheduled the request
-    sched_tokens: np.ndarray  # int64
-    sched_prompt: np.ndarray  # int64
-    sched_prefix: np.ndarray  # int64
+    sched_tokens: np.ndarray  # int32
+    sched_prompt: np.ndarray  # int32
+    sched_prefix: np.ndarray  # int32
     arrival: np.ndarray  # float64
     first_admit: np.ndarray
     first_token: np.ndarray

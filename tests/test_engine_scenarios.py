@@ -792,3 +792,16 @@ def test_vllm_scheduler_small_cases(tmp_path, rows, engine, first, last, admit):
     assert col(recs, "first_admit_ms") == admit
     if first == [None]:
         assert (recs[0]["terminal_time_ms"], recs[0]["terminal_status"]) == (16.56216, "completed")
+
+
+def test_token_counts_beyond_int32_are_an_input_error():
+    import numpy as np
+
+    import fastsim.api
+    from fastsim.errors import InputError
+    from fastsim.workload import _single_turn_workload
+
+    wl = _single_turn_workload(np.array([16, 2**31 - 10]), np.array([2, 20]), [0.0, 1.0], [1, 2],
+                               16, "test")
+    with pytest.raises(InputError, match=r"request 1: input plus output length 2147483658"):
+        fastsim.api.simulate_workload(wl)
