@@ -319,9 +319,13 @@ def simulate(
         from fastsim.invariants import check
 
         check(st, engine)
+    # only the per-request results and the gap statistics go on: the rest of the state is freed
+    # before the report's own arrays are made (peak memory)
+    cols, gaps, fl = _request_columns(st.rq, workload, dp, single_path), st.gaps, st.fl
+    del st
     report = build_report(
-        _request_columns(st.rq, workload, dp, single_path),
-        _gap_columns(st.gaps),
+        cols,
+        _gap_columns(gaps),
         {
             "num_workers": num_workers,
             "single_path": single_path,
@@ -335,7 +339,6 @@ def simulate(
             "sla_e2e_ms": sla[2],
         },
     )
-    fl = st.fl
     report.workers = (lambda: _telemetry_frame(fl)) if telemetry_interval_ms else None
     report.fleet = lambda: _fleet_frame(fl)
     return report
