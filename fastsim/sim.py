@@ -120,9 +120,6 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
         row = int(np.argmax(isl + osl))
         raise InputError(f"request {row}: input plus output length {int(isl[row] + osl[row])} tokens; "
                          f"at most {2**31 - 1} are supported")
-    # room for every block a request can hold: its prompt and all its output
-    bptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum((isl + osl + block_size - 1) // block_size, out=bptr[1:])
 
     def f64():
         return np.full(n, np.nan)
@@ -160,8 +157,8 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
         first_reused=i64(),
         tnext=np.full(n, -1, dtype=np.int32),
         term_kind=np.zeros(n, dtype=np.int8),
-        bptr=bptr,
-        bslot=np.zeros(int(bptr[-1]), dtype=np.int32),
+        bslot=np.zeros(keys.shape[0], dtype=np.int32),
+        nheld=i32(),
         seq=i64(),
         sbase=np.full(n, -1, dtype=np.int64),
         wnext=np.full(n, -1, dtype=np.int32),

@@ -229,8 +229,10 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
             pa.kbuf[j] = unique_key_nb(r, j)
         # the matched blocks are hits; the others are new and stay unregistered (invisible to
         # the prefix cache) until activation
-        alloc_nb(pool_d, k, pa.kbuf, nb, rq_d.bslot, rq_d.bptr[r], matched,
-                 max(matched, min(rq_d.key_ptr[r + 1] - rq_d.key_ptr[r], nb)))
+        nkeys = rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]
+        n_keyed = max(matched, min(nkeys, nb))
+        alloc_nb(pool_d, k, pa.kbuf, nb, rq_d.bslot, rq_d.key_ptr[r], matched, n_keyed, nkeys)
+        rq_d.nheld[r] = n_keyed
         rq_d.alloc[r] = isl
         dg.res_matched[r] = matched
         dg.reserved[r] = t
@@ -273,7 +275,7 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
         fl_d.hold[k] -= 1
         # its content-keyed blocks become visible here (an equal block registered meanwhile
         # keeps serving hits; this one is a second copy of the key)
-        register_nb(pool_d, k, rq_d.bslot, rq_d.bptr[r], dg.res_matched[r],
+        register_nb(pool_d, k, rq_d.bslot, rq_d.key_ptr[r], dg.res_matched[r],
                     rq_d.key_ptr[r + 1] - rq_d.key_ptr[r])
         _push(dg.rel_head, dg.rel_tail, dg.rel_next, dg.pre_idx[r], r)
         enqueue_waiting_nb(rq_d, rk_d, k, r)

@@ -9,7 +9,8 @@ Semantics of Dynamo 1.4.2's manual block manager (notes 5.3, verified doc Q5, Q6
   the newest inactive entry, a partial block (and any block when prefix caching is off) goes back to
   the free list.
 
-Callers hold each request's block table (the slot of each of its blocks) and release by slot. A
+Callers hold each request's block table (the slot of each of its shareable blocks) and release
+by slot. A
 new block is registered under its key once it is fully computed (``register_nb``): a content key
 (top bit clear) always, a private key (``blocks.unique_key_nb``, top bit set) only when its
 request is preempted while the block is cached, since only that request can match it again. A
@@ -19,7 +20,8 @@ the first copy still alive, which serves every hit; when it is evicted the next 
 
 **Anonymous blocks.** A new block with a private key (the part of a request beyond its shareable
 prompt blocks: a synthetic prompt, the unique tail of a trace prompt, every output block) is held
-without a slot: the request's block table says -1, and the pool only counts it. Nobody can look
+without a slot: the pool only counts it (a request's slot-held blocks are always a prefix of its
+blocks). Nobody can look
 it up while it is active. When its request finishes, its full private blocks are dead (no request
 can ever match them) but still take their place in the LRU: they go there as one *run* node (a
 slot whose ``slot_run`` counts the dead blocks it stands for, merged with a run at the LRU's
@@ -350,14 +352,15 @@ def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
 
 
 @njit(cache=True, _nrt=False)
-def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed):
-    """Make ``n`` blocks active; the slot of block ``i`` goes to ``slots[off + i]``.
+def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store):
+    """Make ``n`` blocks active; the slot of block ``i < n_store`` goes to ``slots[off + i]``
+    (the others are found again by their key: see ``free_slots_nb``).
 
     The first ``n_hits`` are prefix-cache hits on ``keys[:n_hits]``: a reference to the key's
     primary block (reactivated if cached). Every other block is new: a free block, else the oldest
     inactive one (evicted). New blocks below ``n_keyed`` get a slot holding ``keys[i]``, not
     registered yet (``register_nb`` registers a block once it is fully computed); the rest are
-    anonymous private blocks (slot -1, keys not read). The caller has checked ``can_use_nb``.
+    anonymous private blocks (no slot, keys not read). The caller has checked ``can_use_nb``.
     """
     table = pool.table
     slot_key = pool.slot_key
@@ -377,20 +380,20 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed):
             meta[rank, NINACTIVE] -= 1
             meta[rank, NACTIVE] += 1
         slot_ref[sbase + s] += 1
-        slots[off + i] = s
+        if i < n_store:
+            slots[off + i] = s
     for i in range(n_hits, n_keyed):
         s = _new_blocks(pool, rank, sbase, tbase, np.int64(1), True)
         slot_key[sbase + s] = keys[i]
         slot_ref[sbase + s] = 1
         intab[sbase + s] = 0
         meta[rank, NACTIVE] += 1
-        slots[off + i] = s
+        if i < n_store:
+            slots[off + i] = s
     m = n - max(n_hits, n_keyed)
     if m > 0:
         _new_blocks(pool, rank, sbase, tbase, m, False)
         meta[rank, NACTIVE] += m
-        for i in range(n - m, n):
-            slots[off + i] = -1
 
 
 @njit(cache=True, _nrt=False)
@@ -407,13 +410,15 @@ def register_nb(pool, rank, slots, off, j0, j1):
 
 
 @njit(cache=True, _nrt=False)
-def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row):
-    """Drop one reference to each block of request ``row``, ``slots[off : off + nb]``, last block
-    first (Dynamo's release order). At refcount 0 block ``j`` becomes the newest inactive entry if
-    ``j < n_full`` (fully computed), else it is freed. ``keep``: the request may come back (it was
-    preempted), so its private cached blocks are registered to be found again; a finished
-    request's private blocks stay cached (they take their place in the LRU) but unregistered, as
-    no request can ask for them: its anonymous ones as one run node."""
+def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store):
+    """Drop one reference to each of the ``nb`` blocks of request ``row``, last block first
+    (Dynamo's release order). Blocks ``j < n_held`` hold slots: ``slots[off + j]`` for
+    ``j < n_store``, else the block is found by its (private, registered) key; the rest are
+    anonymous. At refcount 0 block ``j`` becomes the newest inactive entry if ``j < n_full``
+    (fully computed), else it is freed. ``keep``: the request may come back (it was preempted),
+    so its private cached blocks are registered to be found again; a finished request's private
+    blocks stay cached (they take their place in the LRU) but unregistered, as no request can ask
+    for them: its anonymous ones as one run node."""
     table = pool.table
     slot_key = pool.slot_key
     slot_ref = pool.slot_ref
@@ -430,7 +435,7 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row):
     j = nb - 1
     # anonymous blocks (always the tail of the table): the partial one freed, the full ones cached
     dead = 0
-    while j >= 0 and slots[off + j] < 0:
+    while j >= n_held:
         meta[rank, NACTIVE] -= 1
         if j >= n_full:
             meta[rank, NFREE] += 1
@@ -454,7 +459,10 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row):
             _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
         meta[rank, NINACTIVE] += dead
     while j >= 0:
-        s = np.int64(slots[off + j])
+        if j < n_store:
+            s = np.int64(slots[off + j])
+        else:  # a private block hit again after a preemption: the primary of its key (held)
+            s = _find(table, slot_key, tbase, sbase, tmask, unique_key_nb(row, j))
         slot_ref[sbase + s] -= 1
         if slot_ref[sbase + s] == 0:
             meta[rank, NACTIVE] -= 1
@@ -479,7 +487,7 @@ def use_nb(pool, rank, keys, n):
     sbase = rank * pool.cap
     for i in range(n):  # blocks present are hits, the others new blocks registered at once
         hit = lookup_nb(pool, rank, keys[i]) >= 0
-        alloc_nb(pool, rank, keys[i:i + 1], 1, slots, i, 1 if hit else 0, 1)
+        alloc_nb(pool, rank, keys[i:i + 1], 1, slots, i, 1 if hit else 0, 1, 1)
         if not hit and not pool.slot_intab[sbase + slots[i]]:
             register_nb(pool, rank, slots, 0, i, i + 1)
 
@@ -491,7 +499,7 @@ def release_nb(pool, rank, key, cacheable):
     s = lookup_nb(pool, rank, key)
     slots = np.empty(1, dtype=np.int64)
     slots[0] = s
-    free_slots_nb(pool, rank, slots, 0, 1, 1 if cacheable else 0, True, 0)
+    free_slots_nb(pool, rank, slots, 0, 1, 1 if cacheable else 0, True, 0, 1, 1)
 
 
 @njit(cache=True, _nrt=False)

@@ -90,8 +90,8 @@ class Reqs(NamedTuple):
     first_reused: np.ndarray  # int64
     tnext: np.ndarray  # int32: pending-terminal list link
     term_kind: np.ndarray  # int8
-    bptr: np.ndarray  # int64[n + 1]: CSR offsets of each request's block slots
-    bslot: np.ndarray  # int32: the pool slot of each allocated block (the request's block table)
+    bslot: np.ndarray  # int32[len(keys)]: pool slots of the shareable blocks (offsets: key_ptr)
+    nheld: np.ndarray  # int32: leading blocks that hold a slot (the rest are anonymous: kvpool)
     # steady decoding (see below)
     seq: np.ndarray  # int64: admission order into the running list
     sbase: np.ndarray  # int64: rank pass at which ``generated`` is exact; -1 = explicit
@@ -289,7 +289,9 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     bs = p.block_size
     nb = _ceil_div(rq.alloc[r], bs)
     n_full = rq.alloc[r] // bs if p.caching else 0
-    free_slots_nb(pool, k, rq.bslot, rq.bptr[r], nb, n_full, np.bool_(keep), r)
+    free_slots_nb(pool, k, rq.bslot, rq.key_ptr[r], nb, n_full, np.bool_(keep), r,
+                  np.int64(rq.nheld[r]), rq.key_ptr[r + 1] - rq.key_ptr[r])
+    rq.nheld[r] = 0
     rq.alloc[r] = 0
 
 
@@ -395,7 +397,11 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         n_keyed = max(n_hits, min(max(rq.key_ptr[r + 1] - rq.key_ptr[r] - j0, 0), n))
         _fill_keys(rq, np.int64(r), j0, j0 + n_keyed, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n, n_hits):
-            alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.bptr[r] + j0, n_hits, n_keyed)
+            nkeys = rq.key_ptr[r + 1] - rq.key_ptr[r]
+            alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.key_ptr[r] + j0, n_hits, n_keyed,
+                     max(nkeys - j0, 0))
+            if n_keyed > 0:
+                rq.nheld[r] = j0 + n_keyed
             rq.alloc[r] = target
             break
         room = _make_room(p, pool, rq, rk, k, r, pass_id, pa)
@@ -409,7 +415,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         return BLOCKED
     rq.computed[r] = actual
     if p.caching:  # prompt blocks now fully computed become visible to the prefix cache
-        register_nb(pool, k, rq.bslot, rq.bptr[r], ecb // bs,
+        register_nb(pool, k, rq.bslot, rq.key_ptr[r], ecb // bs,
                     min(actual // bs, rq.key_ptr[r + 1] - rq.key_ptr[r]))
     prompt_tokens = min(actual, prompt) - prompt_before
     rq.sched_pass[r] = pass_id
@@ -829,4 +835,5 @@ def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
     length = rq.isl[w] + rq.generated[w] + (pass_idx - rq.sbase[w])
     if (length - 1) % bs == 0:  # an output block: private, so anonymous
         j = (length - 1) // bs
-        alloc_nb(pool, k, kbuf, np.int64(1), rq.bslot, rq.bptr[w] + j, np.int64(0), np.int64(0))
+        alloc_nb(pool, k, kbuf, np.int64(1), rq.bslot, np.int64(0), np.int64(0), np.int64(0),
+                 np.int64(0))
