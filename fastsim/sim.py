@@ -186,6 +186,7 @@ def _load_kernels():
     import sys
     from pathlib import Path
 
+    import fastsim.kernels  # noqa: F401 (chooses NUMBA_CACHE_DIR, read below)
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
 

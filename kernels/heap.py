@@ -9,7 +9,7 @@ size lives in ``count[slot]`` so that the callers keep all their scalars in stat
 from numba import njit
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False)
 def heap_less_nb(key, tie, a, b):
     """``a`` orders before ``b``."""
     if key[a] != key[b]:

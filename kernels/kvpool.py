@@ -99,13 +99,13 @@ def make_pool(n_ranks, cap):
     )
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _fp(key):
     """32-bit fingerprint of a block key; its low bits are the key's home in the table."""
     return (key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _entry(key, s):
     return (_fp(key) << np.uint64(32)) | np.uint64(s + 1)
 
@@ -209,7 +209,7 @@ def _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s):
     meta[rank, TAIL] = s
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False)
 def _take_slot(free_stack, meta, rank, sbase):
     """An unused slot: the last released one, else the next never-used one."""
     if meta[rank, NSTACK] > 0:
@@ -220,7 +220,7 @@ def _take_slot(free_stack, meta, rank, sbase):
     return s
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False)
 def _give_slot(free_stack, meta, rank, sbase, s):
     free_stack[sbase + meta[rank, NSTACK]] = s
     meta[rank, NSTACK] += 1

@@ -121,7 +121,7 @@ class Gaps(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- heaps
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _mark(cl, g):
     """Group ``g`` may be drivable now (it became idle or was given work)."""
     if not cl.dirty[g]:
@@ -132,7 +132,7 @@ def _mark(cl, g):
 
 
 # ----------------------------------------------------------------------------- arrivals
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False)
 def _next_arrival(ss, cl):
     """Row of the earliest pending arrival (static first turns merged with the heap), or -1."""
     best = -1
@@ -146,7 +146,7 @@ def _next_arrival(ss, cl):
     return best
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False)
 def pop_arrival_nb(ss, cl, now):
     """Take the next arrival due at or before ``now`` (in arrival order), or return -1."""
     r = _next_arrival(ss, cl)
@@ -198,7 +198,7 @@ def _on_terminal(ss, cl, r, t):
 
 
 # ----------------------------------------------------------------------------- effects
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False)
 def _pool_value(acc, n_acc, hist, v, i, c):
     """Add ``c`` copies of value ``v`` (histogram index ``i``) to one pooled statistic:
     ``acc`` = [sum, sum of squares (both about the shift), min, max, shift, shift set]."""

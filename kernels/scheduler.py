@@ -176,7 +176,7 @@ BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD = 0, 1,
 # ----------------------------------------------------------------------------- queues
 # Intrusive doubly linked lists over request rows: ``nxt``/``prv`` are the link columns (qnext/qprev
 # for the waiting and running lists, xnext/xprev for the explicit running list).
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _unlink(nxt, prv, heads, tails, k, r):
     p = prv[r]
     n = nxt[r]
@@ -192,7 +192,7 @@ def _unlink(nxt, prv, heads, tails, k, r):
     nxt[r] = -1
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _push_back(nxt, prv, heads, tails, k, r):
     t = tails[k]
     prv[r] = t
@@ -204,7 +204,7 @@ def _push_back(nxt, prv, heads, tails, k, r):
     tails[k] = r
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _push_front(nxt, prv, heads, tails, k, r):
     h = heads[k]
     nxt[r] = h
@@ -252,7 +252,7 @@ def enqueue_waiting_nb(rq, rk, k, r):
 
 
 # ----------------------------------------------------------------------------- blocks
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def block_key_nb(rq, r, j):
     """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique.
 
@@ -266,7 +266,7 @@ def block_key_nb(rq, r, j):
     return unique_key_nb(r, j)
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _ceil_div(a, b):
     return (a + b - 1) // b
 
@@ -317,7 +317,7 @@ def _cached_tokens(p, pool, rq, k, r, kbuf):
     return cached, min(active, cached // p.block_size), active
 
 
-@njit(cache=True, inline="always", _nrt=False)
+@njit(cache=True, _nrt=False)
 def _generation_complete(p, rq, r):
     if rq.generated[r] >= rq.osl[r]:
         return True

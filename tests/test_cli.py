@@ -262,3 +262,15 @@ def test_run_synthetic_trace_replay_validation():
         run_synthetic_trace_replay(16, 2, 3, arrival_interval_ms=1.0, router_mode="kv_router")
     with pytest.raises(InputError, match="did you mean 'arrival_interval_ms'"):
         run_synthetic_trace_replay(16, 2, 3, arrival_interval=1.0)
+
+
+def test_compile_notice_only_when_compiling():
+    """The Python API announces a compile only on a cold cache (it once announced one on every
+    run when fastsim.kernels had not been imported yet)."""
+    import subprocess
+    import sys
+
+    code = "from fastsim.sim import _load_kernels; _load_kernels()"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)  # warms the cache
+    again = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert "compiling" not in again.stderr
