@@ -18,7 +18,7 @@ _TOP = np.uint64(1) << np.uint64(63)
 _LOW = ~_TOP
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def mix64_nb(x):
     """splitmix64 finaliser: a bijective, well-spread 64-bit mix."""
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)

@@ -114,7 +114,7 @@ class Disagg(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- small lists / heap
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _push(head, tail, nxt, k, r):
     nxt[r] = -1
     if tail[k] >= 0:
@@ -125,7 +125,7 @@ def _push(head, tail, nxt, k, r):
 
 
 # ----------------------------------------------------------------------------- lifecycle steps
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _final(rq_d, ss, cl, r, status, t):
     rq_d.status[r] = status
     rq_d.terminal[r] = t
@@ -133,7 +133,7 @@ def _final(rq_d, ss, cl, r, status, t):
     _on_terminal(ss, cl, r, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _score_decode(rt_d, fl_d, n_dec, nfull):
     """Decode router cost (derived config: no overlap credit, no dedup, no prefill load):
     the worker's active prompt blocks plus the candidate's full blocks (active workers only)."""
@@ -142,7 +142,7 @@ def _score_decode(rt_d, fl_d, n_dec, nfull):
         rt_d.cost[k] = float(rt_d.active[k] + nfull) if fl_d.gstate[k] == ACTIVE else np.inf
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
     k = 0
     if rt_p.mode == KV_ROUTER:
@@ -163,7 +163,7 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
     cl.stalled[k] = False
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _release_source(pp, pool_p, rq_p, fl_p, dg, pa, k, t):
     """Scheduling point of prefill worker ``k``: free the KV of copies activated downstream."""
     r = dg.rel_head[k]
@@ -179,7 +179,7 @@ def _release_source(pp, pool_p, rq_p, fl_p, dg, pa, k, t):
     return changed
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, r, t):
     """The prefill copy emitted its last token at ``t``: choose a decode worker and queue the
     reservation there (or fail / reject the request as Dynamo does)."""
@@ -211,7 +211,7 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
     cl.stalled[dg.n_pre + k] = False
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
     """Scheduling point of decode worker ``k``: reserve KV for queued handoffs, in order, while
     they fit (blocks already registered here are shared and discounted, as in admission)."""
@@ -254,7 +254,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
     return changed
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
     """The transfer finished: the request awaits activation at decode worker ``k``'s next
     scheduling point (now if it is idle)."""
@@ -263,7 +263,7 @@ def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
     cl.stalled[dg.n_pre + k] = False
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
     """Scheduling point of decode worker ``k``: transferred requests are activated (their blocks
     are registered, their prefill source is released) and wait for a seat (HANDED)."""

@@ -147,7 +147,7 @@ def retire_drained_nb(fl, busy, n_run, n_wait, dp, g0):
     return changed
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def apply_schedule_nb(fl, now):
     """Apply the scaling-schedule steps due at or before ``now``; True if any was."""
     applied = False
@@ -174,7 +174,7 @@ def next_fleet_event_nb(fl):
     return t
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def sample_nb(fl, pool, n_run, n_wait, dp, t):
     """Record one telemetry row per live worker at time ``t``; False if the buffers are full."""
     n = fl.fs[TELN]

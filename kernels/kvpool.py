@@ -99,13 +99,13 @@ def make_pool(n_ranks, cap):
     )
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _fp(key):
     """32-bit fingerprint of a block key; its low bits are the key's home in the table."""
     return (key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _entry(key, s):
     return (_fp(key) << np.uint64(32)) | np.uint64(s + 1)
 
@@ -117,7 +117,7 @@ def _entry(key, s):
 # A table entry is ``fingerprint << 32 | (local slot + 1)`` (0 = empty): a probe compares
 # fingerprints in the table itself and reads the slot's key only on a fingerprint match, and a
 # deletion recomputes homes from the entries alone.
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _find(table, slot_key, tbase, sbase, tmask, key):
     fp = _fp(key)
     i = np.int64(fp & np.uint64(tmask))
@@ -132,7 +132,7 @@ def _find(table, slot_key, tbase, sbase, tmask, key):
         i = (i + 1) & tmask
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _table_insert(table, tbase, tmask, key, s):
     e = _entry(key, s)
     i = np.int64((e >> np.uint64(32)) & np.uint64(tmask))
@@ -141,7 +141,7 @@ def _table_insert(table, tbase, tmask, key, s):
     table[tbase + i] = e
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _table_pos(table, tbase, tmask, key, s):
     """Position of the entry of ``key`` held in slot ``s``, or -1."""
     e0 = _entry(key, s)
@@ -155,7 +155,7 @@ def _table_pos(table, tbase, tmask, key, s):
         i = (i + 1) & tmask
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _delete_at(table, tbase, tmask, i):
     """Empty position ``i`` (linear probing with backward-shift deletion: no tombstones, probes
     stay short)."""
@@ -173,7 +173,7 @@ def _delete_at(table, tbase, tmask, i):
     table[tbase + i] = 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _table_delete(table, tbase, tmask, key, s):
     """Remove the entry of ``key`` held in slot ``s`` (if present)."""
     i = _table_pos(table, tbase, tmask, key, s)
@@ -181,7 +181,7 @@ def _table_delete(table, tbase, tmask, key, s):
         _delete_at(table, tbase, tmask, i)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s):
     p = lru_prev[sbase + s] - 1
     n = lru_next[sbase + s] - 1
@@ -197,7 +197,7 @@ def _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s):
     lru_next[sbase + s] = 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s):
     t = meta[rank, TAIL]
     lru_prev[sbase + s] = t + 1
@@ -209,7 +209,7 @@ def _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s):
     meta[rank, TAIL] = s
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _take_slot(free_stack, meta, rank, sbase):
     """An unused slot: the last released one, else the next never-used one."""
     if meta[rank, NSTACK] > 0:
@@ -220,13 +220,13 @@ def _take_slot(free_stack, meta, rank, sbase):
     return s
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _give_slot(free_stack, meta, rank, sbase, s):
     free_stack[sbase + meta[rank, NSTACK]] = s
     meta[rank, NSTACK] += 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _evict(pool, rank, sbase, tbase, m):
     """Evict ``m`` blocks from the LRU head (the caller checked there are that many); returns a
     slot they left unused (the caller takes it over) or -1. Other slots freed go to the stack."""
@@ -259,7 +259,7 @@ def _evict(pool, rank, sbase, tbase, m):
     return spare
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _new_blocks(pool, rank, sbase, tbase, m, want_slot):
     """Take ``m`` blocks of capacity for new blocks (free ones first, then evictions); returns a
     slot for one of them if ``want_slot`` (else -1)."""
@@ -305,7 +305,7 @@ def can_use_nb(pool, rank, keys, n, n_hits):
     return pool.meta[rank, NACTIVE] + extra <= pool.cap
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
     """Register slot ``s`` under its key: as the key's primary if the key is absent, else as its
     newest copy (hits go to the primary; a copy takes over when the primary leaves)."""
@@ -330,7 +330,7 @@ def _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
         i = (i + 1) & tmask
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
     """Remove registered slot ``s`` from its key (its next copy becomes the primary)."""
     key = slot_key[sbase + s]
@@ -396,7 +396,7 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store):
         meta[rank, NACTIVE] += m
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def register_nb(pool, rank, slots, off, j0, j1):
     """Register blocks ``j0 .. j1-1`` of a request (``slots[off + j]``), those not yet registered
     (anonymous blocks are not registered here: see ``free_slots_nb``)."""

@@ -121,7 +121,7 @@ class Gaps(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- heaps
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _mark(cl, g):
     """Group ``g`` may be drivable now (it became idle or was given work)."""
     if not cl.dirty[g]:
@@ -132,7 +132,7 @@ def _mark(cl, g):
 
 
 # ----------------------------------------------------------------------------- arrivals
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _next_arrival(ss, cl):
     """Row of the earliest pending arrival (static first turns merged with the heap), or -1."""
     best = -1
@@ -146,7 +146,7 @@ def _next_arrival(ss, cl):
     return best
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def pop_arrival_nb(ss, cl, now):
     """Take the next arrival due at or before ``now`` (in arrival order), or return -1."""
     r = _next_arrival(ss, cl)
@@ -160,7 +160,7 @@ def pop_arrival_nb(ss, cl, now):
     return r
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def start_arrivals_nb(ss, cl):
     """Arm the first arrivals: the first ``concurrency`` sessions at 0 (closed loop), else every
     session's first turn at its trace time."""
@@ -175,14 +175,14 @@ def start_arrivals_nb(ss, cl):
             ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _activate_session(ss, cl, s, t):
     r = ss.rows[ss.ptr[s]]
     ss.ready_at[r] = t
     heap_push_nb(ss.heap, cl.state, np.int64(NHEAP), ss.ready_at, ss.tie, r)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _on_terminal(ss, cl, r, t):
     """A turn ended (completed or rejected): release the session's next turn or free its slot."""
     s = ss.session[r]
@@ -198,7 +198,7 @@ def _on_terminal(ss, cl, r, t):
 
 
 # ----------------------------------------------------------------------------- effects
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _pool_value(acc, n_acc, hist, v, i, c):
     """Add ``c`` copies of value ``v`` (histogram index ``i``) to one pooled statistic:
     ``acc`` = [sum, sum of squares (both about the shift), min, max, shift, shift set]."""
@@ -219,7 +219,7 @@ def _pool_value(acc, n_acc, hist, v, i, c):
         hist[i] += c
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _pool_gaps(gaps, gap, c, g):
     """Add ``c`` inter-token gaps of value ``gap`` (of group ``g``) to the pooled ITL and 1000/gap
     statistics."""
@@ -290,7 +290,7 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
         rk.secdue[k] = -1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _fill_prompt_keys(rq, r, bs, kbuf):
     """Keys of the full prompt blocks of ``r`` into ``kbuf``; returns their count."""
     return _fill_keys(rq, r, np.int64(0), rq.isl[r] // bs, kbuf)
@@ -328,7 +328,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
             _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     """Route request ``r`` to the cheapest target now and submit it there."""
     bs = p.block_size

@@ -176,7 +176,7 @@ BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD = 0, 1,
 # ----------------------------------------------------------------------------- queues
 # Intrusive doubly linked lists over request rows: ``nxt``/``prv`` are the link columns (qnext/qprev
 # for the waiting and running lists, xnext/xprev for the explicit running list).
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _unlink(nxt, prv, heads, tails, k, r):
     p = prv[r]
     n = nxt[r]
@@ -192,7 +192,7 @@ def _unlink(nxt, prv, heads, tails, k, r):
     nxt[r] = -1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _push_back(nxt, prv, heads, tails, k, r):
     t = tails[k]
     prv[r] = t
@@ -204,7 +204,7 @@ def _push_back(nxt, prv, heads, tails, k, r):
     tails[k] = r
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _push_front(nxt, prv, heads, tails, k, r):
     h = heads[k]
     nxt[r] = h
@@ -216,13 +216,13 @@ def _push_front(nxt, prv, heads, tails, k, r):
     heads[k] = r
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _unlink_waiting(rq, rk, k, r):
     _unlink(rq.qnext, rq.qprev, rk.wait_head, rk.wait_tail, k, r)
     rk.n_wait[k] -= 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _start_running(rq, rk, k, r):
     """Append ``r`` to rank ``k``'s running list (and its explicit part)."""
     _push_back(rq.qnext, rq.qprev, rk.run_head, rk.run_tail, k, r)
@@ -233,7 +233,7 @@ def _start_running(rq, rk, k, r):
     rk.seqc[0] += 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _stop_running(rq, rk, k, r, explicit):
     _unlink(rq.qnext, rq.qprev, rk.run_head, rk.run_tail, k, r)
     if explicit:
@@ -241,7 +241,7 @@ def _stop_running(rq, rk, k, r, explicit):
     rk.n_run[k] -= 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def enqueue_waiting_nb(rq, rk, k, r):
     """Submit request ``r`` to rank ``k``'s waiting queue (Dynamo's ``receive``)."""
     rq.status[r] = WAITING
@@ -252,7 +252,7 @@ def enqueue_waiting_nb(rq, rk, k, r):
 
 
 # ----------------------------------------------------------------------------- blocks
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def block_key_nb(rq, r, j):
     """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique.
 
@@ -266,19 +266,19 @@ def block_key_nb(rq, r, j):
     return unique_key_nb(r, j)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _ceil_div(a, b):
     return (a + b - 1) // b
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _fill_keys(rq, r, j0, j1, kbuf):
     for j in range(j0, j1):
         kbuf[j - j0] = block_key_nb(rq, r, j)
     return j1 - j0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def free_blocks_nb(p, pool, rq, k, r, keep):
     """Release every allocated block of ``r`` on rank ``k``, tail first (Dynamo's Deref order);
     ``keep``: ``r`` will be scheduled again (preempted), so its cached blocks stay findable.
@@ -295,7 +295,7 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     rq.alloc[r] = 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _cached_tokens(p, pool, rq, k, r, kbuf):
     """Prefix-cache hit of a request about to be admitted:
     (cached_tokens, active_cached_blocks, active_matched_blocks)."""
@@ -317,7 +317,7 @@ def _cached_tokens(p, pool, rq, k, r, kbuf):
     return cached, min(active, cached // p.block_size), active
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _generation_complete(p, rq, r):
     if rq.generated[r] >= rq.osl[r]:
         return True
@@ -325,7 +325,7 @@ def _generation_complete(p, rq, r):
 
 
 # ----------------------------------------------------------------------------- preemption
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
     """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front."""
     acc = pa.acc
@@ -348,7 +348,7 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
     acc[PROGRESS] = 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _make_room(p, pool, rq, rk, k, r, pass_id, pa):
     """An allocation for ``r`` failed: preempt the next victim. Returns 0 (another request was
     preempted: try again), 1 (``r`` preempted itself) or -1 (no victim left)."""
@@ -446,7 +446,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
 # member explicit again (``materialize_nb``) and runs the one-at-a-time pass, and stays explicit
 # for a while (doubling holds). Allocations, completions and block releases still happen one
 # request at a time, in running order (by ``seq``).
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _end_gen(p, rq, r):
     """Tokens ``r`` has generated when it finishes (its output length, or the model-length cap)."""
     e = rq.osl[r]
@@ -455,7 +455,7 @@ def _end_gen(p, rq, r):
     return e
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _wheel_push(p, rq, rk, k, r, q):
     """File steady member ``r`` under its first event at rank pass >= ``q``: the pass whose decode
     step starts a new block, or the pass that emits its last token (both less than
@@ -473,7 +473,7 @@ def _wheel_push(p, rq, rk, k, r, q):
     rk.wheel[b] = r
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def materialize_nb(p, rq, rk, k, pass_idx, prev_end):
     """Make every steady member of rank ``k`` explicit, with its exact state before rank pass
     ``pass_idx``; ``prev_end`` is the end of the rank's last pass (their last token)."""
@@ -510,7 +510,7 @@ def materialize_nb(p, rq, rk, k, pass_idx, prev_end):
     rk.secdue[k] = -1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _steady_ok(p, pool, rq, rk, k, pass_idx):
     """True if this pass's outcome cannot depend on the running order: the explicit members' whole
     demand and one token per steady member fit the budget, and every block anyone may allocate
@@ -537,7 +537,7 @@ def _steady_ok(p, pool, rq, rk, k, pass_idx):
 
 
 # ----------------------------------------------------------------------------- the pass
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, kbuf, explicit):
     """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
     if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
@@ -827,7 +827,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     return (now + prefill_ms) + decode_ms
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
     """The decode step of steady member ``w`` in a pass where it is due: allocate its next block
     if this step starts one (the pool has room: checked by ``_steady_ok``)."""
