@@ -235,7 +235,7 @@ def _pool_gaps(gaps, gap, c, g):
         _pool_value(gaps.otpu, gaps.otpu_n, gaps.otpu_hist, memo[2], np.int64(memo[3]), c)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
     """Stamp one token at time ``t`` on each of ``rows[:n]`` and on the ``ncommon`` steady
     members of ranks ``k0 .. k1-1`` (whose last token was at ``prev_end``, the group's previous

@@ -432,6 +432,13 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
     return SCHEDULED
 
 
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def _schedule_running(p, pool, rq, rk, k, r, pass_id, pa):
+    """``_schedule`` of a running request that is not a plain decode step inside its blocks (a
+    prefill chunk, a step into a new block): rarer than admissions, so a call."""
+    return _schedule(p, pool, rq, rk, k, r, np.int64(0), pass_id, pa)
+
+
 # ----------------------------------------------------------------------------- steady decoding
 # A running request whose prompt is computed and whose KV ends exactly at its last computed token
 # takes one budget token per pass, emits one token per pass, and needs a new block every
@@ -647,7 +654,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             continue
         acc[BUDGET] = budget
         acc[AHEAD] = 0
-        res = _schedule(p, pool, rq, rk, k, np.int64(cur), np.int64(0), pass_id, pa)
+        res = _schedule_running(p, pool, rq, rk, k, np.int64(cur), pass_id, pa)
         budget = acc[BUDGET]
         if res == SCHEDULED:
             cur = xnext[cur]
