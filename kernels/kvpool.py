@@ -259,23 +259,17 @@ def _evict(pool, rank, sbase, tbase, m):
     return spare
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def _new_blocks(pool, rank, sbase, tbase, m, want_slot):
-    """Take ``m`` blocks of capacity for new blocks (free ones first, then evictions); returns a
-    slot for one of them if ``want_slot`` (else -1)."""
+@njit(cache=True, _nrt=False, inline="always")
+def _new_blocks(pool, rank, sbase, tbase, m):
+    """Take ``m`` blocks of capacity for new blocks: free ones first, then evictions (the slots
+    they leave unused go to the slot stack)."""
     meta = pool.meta
     f = min(meta[rank, NFREE], m)
     meta[rank, NFREE] -= f
-    spare = np.int64(-1)
     if m > f:
         spare = _evict(pool, rank, sbase, tbase, m - f)
-    if want_slot:
-        if spare < 0:
-            spare = _take_slot(pool.free_stack, meta, rank, sbase)
-        return spare
-    if spare >= 0:
-        _give_slot(pool.free_stack, meta, rank, sbase, spare)
-    return np.int64(-1)
+        if spare >= 0:
+            _give_slot(pool.free_stack, meta, rank, sbase, spare)
 
 
 @njit(cache=True, _nrt=False)
@@ -351,7 +345,15 @@ def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
     intab[sbase + s] = 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
+def alloc_anon_nb(pool, rank, m):
+    """Make ``m`` new anonymous (private) blocks active (``alloc_nb`` without keys or slots).
+    The caller has checked that they fit."""
+    _new_blocks(pool, rank, rank * pool.cap, rank * (pool.tmask + 1), m)
+    pool.meta[rank, NACTIVE] += m
+
+
+@njit(cache=True, _nrt=False, inline="always")
 def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store):
     """Make ``n`` blocks active; the slot of block ``i < n_store`` goes to ``slots[off + i]``
     (the others are found again by their key: see ``free_slots_nb``).
@@ -382,18 +384,18 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store):
         slot_ref[sbase + s] += 1
         if i < n_store:
             slots[off + i] = s
+    if n > n_hits:
+        # capacity for every new block at once (the blocks evicted are the same either way:
+        # new blocks enter the LRU only when released), then slots for the keyed ones
+        _new_blocks(pool, rank, sbase, tbase, n - n_hits)
+        meta[rank, NACTIVE] += n - n_hits
     for i in range(n_hits, n_keyed):
-        s = _new_blocks(pool, rank, sbase, tbase, np.int64(1), True)
+        s = _take_slot(pool.free_stack, meta, rank, sbase)
         slot_key[sbase + s] = keys[i]
         slot_ref[sbase + s] = 1
         intab[sbase + s] = 0
-        meta[rank, NACTIVE] += 1
         if i < n_store:
             slots[off + i] = s
-    m = n - max(n_hits, n_keyed)
-    if m > 0:
-        _new_blocks(pool, rank, sbase, tbase, m, False)
-        meta[rank, NACTIVE] += m
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -409,7 +411,7 @@ def register_nb(pool, rank, slots, off, j0, j1):
                       pool.tmask, s)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store):
     """Drop one reference to each of the ``nb`` blocks of request ``row``, last block first
     (Dynamo's release order). Blocks ``j < n_held`` hold slots: ``slots[off + j]`` for

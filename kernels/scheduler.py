@@ -25,10 +25,11 @@ from numba import njit
 from fastsim.kernels.blocks import unique_key_nb
 from fastsim.kernels.kvpool import (
     NACTIVE,
-    can_use_nb,
-    match_prefix_nb,
+    alloc_anon_nb,
     alloc_nb,
+    can_use_nb,
     free_slots_nb,
+    match_prefix_nb,
     register_nb,
 )
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
@@ -841,6 +842,4 @@ def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
     bs = p.block_size
     length = rq.isl[w] + rq.generated[w] + (pass_idx - rq.sbase[w])
     if (length - 1) % bs == 0:  # an output block: private, so anonymous
-        j = (length - 1) // bs
-        alloc_nb(pool, k, kbuf, np.int64(1), rq.bslot, np.int64(0), np.int64(0), np.int64(0),
-                 np.int64(0))
+        alloc_anon_nb(pool, k, np.int64(1))
