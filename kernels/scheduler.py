@@ -122,6 +122,7 @@ class Ranks(NamedTuple):
     secdue: np.ndarray  # int32[R]: ... those of the pass in flight (stamped with its end)
     shold: np.ndarray  # int64[R]: no new steady members before this rank pass
     sback: np.ndarray  # int64[R]: current hold length after a fallback
+    smax: np.ndarray  # int64[R]: at least the largest running order (seq) of a steady member
     seqc: np.ndarray  # int64[3]: [admission counter, fallbacks, steady passes]
     # the last step times of each rank, reused while their inputs repeat (they often do)
     dkey: np.ndarray  # int64[R]: active blocks of the last decode time (-1: none)
@@ -151,6 +152,7 @@ def make_ranks(n_ranks, block_size, cap):
         nsteady=np.zeros(n_ranks, dtype=np.int64), slen=np.zeros(n_ranks, dtype=np.int64),
         wheel=np.full(n_ranks * block_size, -1, dtype=np.int32), sechead=heads(), secdue=heads(),
         shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, _HOLD0, dtype=np.int64),
+        smax=np.full(n_ranks, -1, dtype=np.int64),
         seqc=np.zeros(3, dtype=np.int64),
         dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
@@ -513,6 +515,7 @@ def materialize_nb(p, rq, rk, k, pass_idx, prev_end):
     for b in range(k * bs, (k + 1) * bs):
         rk.wheel[b] = -1
     rk.nsteady[k] = 0
+    rk.smax[k] = -1
     rk.slen[k] = 0
     rk.sechead[k] = -1
     rk.secdue[k] = -1
@@ -520,8 +523,10 @@ def materialize_nb(p, rq, rk, k, pass_idx, prev_end):
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _steady_ok(p, pool, rq, rk, k, pass_idx):
-    """True if this pass's outcome cannot depend on the running order: the explicit members' whole
-    demand and one token per steady member fit the budget, and every block anyone may allocate
+    """True if this pass's outcome cannot depend on where the steady members stand in the running
+    order: every steady member gets its token (the explicit members ahead of the last steady one
+    get their whole demand and still leave one token per steady member; those behind it share
+    what is left, in order, as in the one-at-a-time pass), and every block anyone may allocate
     fits the pool (so no allocation fails and nothing is preempted)."""
     bs = p.block_size
     isl = rq.isl
@@ -533,10 +538,12 @@ def _steady_ok(p, pool, rq, rk, k, pass_idx):
             need += 1
         w = rq.wnext[w]
     demand = rk.nsteady[k]
+    smax = rk.smax[k]
     cur = rk.xhead[k]
     while cur >= 0:
         length = isl[cur] + gen[cur]
-        demand += length - rq.computed[cur]
+        if rq.seq[cur] < smax:
+            demand += length - rq.computed[cur]
         nb = _ceil_div(length, bs) - _ceil_div(rq.alloc[cur], bs)
         if nb > 0:
             need += nb
@@ -766,6 +773,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
                     _unlink(xnext, rq.xprev, rk.xhead, rk.xtail, k, cur)
                     sbase[cur] = P + 1
                     _wheel_push(p, rq, rk, k, cur, P + 1)
+                    if seq[cur] > rk.smax[k]:
+                        rk.smax[k] = seq[cur]
                     conv_n += 1
                     conv_len += length + 1
                     if gen[cur] == 1:

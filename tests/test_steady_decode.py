@@ -160,3 +160,21 @@ def test_both_paths_are_exercised(monkeypatch):
     steady, fallbacks = _counted(monkeypatch, synthetic(256, 300, 300, arrival_interval_ms=5.0),
                                  EngineArgs(block_size=16, num_gpu_blocks=400))
     assert steady > 1_000 and fallbacks > 100
+
+
+def test_chunked_prefill_next_to_steady_members(monkeypatch, tmp_path):
+    """Long prompts chunked under a binding token budget while others decode: a pass stays steady
+    when every chunking request is behind the last steady member in the running order (it gets
+    what the steady members leave, as in the one-pass-at-a-time pass). Counting the chunk's whole
+    demand against the budget instead made every such pass fall back."""
+    rows, hid = [], 0
+    for i in range(120):
+        isl = 2_000 + 37 * i if i % 3 == 0 else 64 + i
+        n = -(-isl // 16)
+        rows.append({"timestamp": 40 * i, "input_length": isl, "output_length": 150 + (i % 7) * 20,
+                     "hash_ids": list(range(hid, hid + n))})
+        hid += n
+    wl = load_mooncake(_trace(tmp_path, rows), trace_block_size=16)
+    engine = EngineArgs(block_size=16, max_num_batched_tokens=512)
+    steady, fallbacks = _counted(monkeypatch, wl, engine)
+    assert steady > 600 and fallbacks == 0
