@@ -484,6 +484,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     emit_cap = dp * min(params.max_seqs, max(n, 1)) + 1
     pa = PassAcc(
         kbuf=np.zeros(max_blocks, dtype=np.uint64),
+        hslot=np.full(max_blocks, -1, dtype=np.int64),
         acc=np.zeros(8, dtype=np.int64),
         emit=np.zeros(emit_cap, dtype=np.int32),
         emit_n=np.zeros(1, dtype=np.int64),

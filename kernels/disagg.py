@@ -44,7 +44,7 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_prefix_nb, register_nb
+from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
 from fastsim.kernels.loop import (
     DEAD_END,
     NCHEAP,
@@ -222,7 +222,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         isl = rq_d.isl[r]
         nb = (isl + bs - 1) // bs
         nfull = _fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
-        matched, active = match_prefix_nb(pool_d, k, pa.kbuf, nfull)
+        matched, active = match_slots_nb(pool_d, k, pa.kbuf, nfull, pa.hslot)
         if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
             break
         for j in range(nfull, nb):  # the prompt's partial last block
@@ -231,7 +231,8 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         # the prefix cache) until activation
         nkeys = rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]
         n_keyed = max(matched, min(nkeys, nb))
-        alloc_nb(pool_d, k, pa.kbuf, nb, rq_d.bslot, rq_d.key_ptr[r], matched, n_keyed, nkeys)
+        alloc_nb(pool_d, k, pa.kbuf, nb, rq_d.bslot, rq_d.key_ptr[r], matched, n_keyed, nkeys,
+                 pa.hslot)
         rq_d.nheld[r] = n_keyed
         rq_d.alloc[r] = isl
         dg.res_matched[r] = matched

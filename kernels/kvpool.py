@@ -354,12 +354,13 @@ def alloc_anon_nb(pool, rank, m):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store):
+def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store, hit_slots):
     """Make ``n`` blocks active; the slot of block ``i < n_store`` goes to ``slots[off + i]``
     (the others are found again by their key: see ``free_slots_nb``).
 
     The first ``n_hits`` are prefix-cache hits on ``keys[:n_hits]``: a reference to the key's
-    primary block (reactivated if cached). Every other block is new: a free block, else the oldest
+    primary block (reactivated if cached), which ``hit_slots[i]`` names if it was just looked up
+    (``match_slots_nb``; -1 or a slot that no longer holds the key: looked up again). Every other block is new: a free block, else the oldest
     inactive one (evicted). New blocks below ``n_keyed`` get a slot holding ``keys[i]``, not
     registered yet (``register_nb`` registers a block once it is fully computed); the rest are
     anonymous private blocks (no slot, keys not read). The caller has checked ``can_use_nb``.
@@ -376,7 +377,9 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store):
     tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
     for i in range(n_hits):
-        s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
+        s = hit_slots[i]
+        if s < 0 or slot_key[sbase + s] != keys[i]:  # (a slot keeps its key until it is freed)
+            s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
         if slot_ref[sbase + s] == 0:  # cached hit: reactivate
             _lru_unlink(lru_prev, lru_next, meta, rank, sbase, np.int64(s))
             meta[rank, NINACTIVE] -= 1
@@ -486,10 +489,11 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store
 def use_nb(pool, rank, keys, n):
     """``alloc_nb`` with every key looked up, slots discarded (for tests and tools)."""
     slots = np.empty(max(n, 1), dtype=np.int64)
+    none = np.full(1, -1, dtype=np.int64)
     sbase = rank * pool.cap
     for i in range(n):  # blocks present are hits, the others new blocks registered at once
         hit = lookup_nb(pool, rank, keys[i]) >= 0
-        alloc_nb(pool, rank, keys[i:i + 1], 1, slots, i, 1 if hit else 0, 1, 1)
+        alloc_nb(pool, rank, keys[i:i + 1], 1, slots, i, 1 if hit else 0, 1, 1, none)
         if not hit and not pool.slot_intab[sbase + slots[i]]:
             register_nb(pool, rank, slots, 0, i, i + 1)
 
@@ -502,6 +506,29 @@ def release_nb(pool, rank, key, cacheable):
     slots = np.empty(1, dtype=np.int64)
     slots[0] = s
     free_slots_nb(pool, rank, slots, 0, 1, 1 if cacheable else 0, True, 0, 1, 1)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def match_slots_nb(pool, rank, keys, n, out):
+    """``match_prefix_nb`` that also writes the slot of each matched block to ``out`` (for
+    ``alloc_nb``'s hits)."""
+    table = pool.table
+    slot_key = pool.slot_key
+    slot_ref = pool.slot_ref
+    tmask = pool.tmask
+    tbase = rank * (tmask + 1)
+    sbase = rank * pool.cap
+    matched = 0
+    active = 0
+    for i in range(n):
+        s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
+        if s < 0:
+            break
+        out[i] = s
+        matched += 1
+        if slot_ref[sbase + s] > 0:
+            active += 1
+    return matched, active
 
 
 @njit(cache=True, _nrt=False)

@@ -29,7 +29,7 @@ from fastsim.kernels.kvpool import (
     alloc_nb,
     can_use_nb,
     free_slots_nb,
-    match_prefix_nb,
+    match_slots_nb,
     register_nb,
 )
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
@@ -165,6 +165,7 @@ class PassAcc(NamedTuple):
     """Scratch of one pass (reset by the caller)."""
 
     kbuf: np.ndarray  # uint64[max blocks of a request]
+    hslot: np.ndarray  # int64[max blocks of a request]: slots of the blocks matched at admission
     # [budget, batch_count, batch_isl, batch_prefix, preempted_any, progress, self_next]
     acc: np.ndarray  # int64[8]
     emit: np.ndarray  # int32[...] rows that emitted a token in this group pass
@@ -299,16 +300,17 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def _cached_tokens(p, pool, rq, k, r, kbuf):
+def _cached_tokens(p, pool, rq, k, r, kbuf, hslot):
     """Prefix-cache hit of a request about to be admitted:
-    (cached_tokens, active_cached_blocks, active_matched_blocks)."""
+    (cached_tokens, active_cached_blocks, active_matched_blocks); the matched blocks' slots go
+    to ``hslot``."""
     if not p.caching:
         return 0, 0, 0
     if rq.npreempt[r] == 0 and rq.key_ptr[r + 1] == rq.key_ptr[r]:
         return 0, 0, 0  # its first block is unique to it and was never allocated: no hit
     length = rq.isl[r] + rq.generated[r]
     n = _fill_keys(rq, np.int64(r), np.int64(0), length // p.block_size, kbuf)
-    matched, active = match_prefix_nb(pool, k, kbuf, n)
+    matched, active = match_slots_nb(pool, k, kbuf, n, hslot)
     cached = matched * p.block_size
     if not _generation_complete(p, rq, r):
         # logits are needed: a fully cached context recomputes its last block (notes 3.5)
@@ -401,8 +403,9 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         _fill_keys(rq, np.int64(r), j0, j0 + n_keyed, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n, n_hits):
             nkeys = rq.key_ptr[r + 1] - rq.key_ptr[r]
+            # hits occur only from the first block (an admission): ``hslot`` holds their slots
             alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.key_ptr[r] + j0, n_hits, n_keyed,
-                     max(nkeys - j0, 0))
+                     max(nkeys - j0, 0), pa.hslot)
             if n_keyed > 0:
                 rq.nheld[r] = j0 + n_keyed
             rq.alloc[r] = target
@@ -710,7 +713,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
                     pa.kbuf, np.bool_(True))
             acc[PROGRESS] = 1
             continue
-        cached, active_cached, active = _cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf)
+        cached, active_cached, active = _cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf,
+                                                       pa.hslot)
         needed = _ceil_div(length, p.block_size) - active_cached
         if needed > p.cap - pool.meta[k, NACTIVE]:
             break  # head-of-line blocking: wait, never preempt for a waiting request

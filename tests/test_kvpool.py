@@ -158,33 +158,34 @@ def test_anonymous_blocks_keep_their_lru_place():
     pool = make_pool(1, 8)
     table = np.full(4, -7, dtype=np.int32)  # slots of shareable blocks only
     kbuf = np.zeros(4, dtype=np.uint64)
+    none = np.full(4, -1, dtype=np.int64)  # no slots of hits known: alloc_nb looks them up
     # row 0: three private blocks, all anonymous; it finishes: one run node of 3 dead blocks
-    alloc_nb(pool, 0, kbuf, 3, table, 0, 0, 0, 0)
+    alloc_nb(pool, 0, kbuf, 3, table, 0, 0, 0, 0, none)
     assert (table == -7).all()
     assert pool.meta[0, NACTIVE] == 3 and pool.meta[0, NFREE] == 5
     free_slots_nb(pool, 0, table, 0, 3, 3, False, 0, 0, 0)
     assert pool.meta[0, NINACTIVE] == 3 and pool.slot_run.sum() == 3
     # row 1: a shared block K and two private ones; it is preempted: all three stay findable
     kbuf[0] = 77
-    alloc_nb(pool, 0, kbuf, 3, table, 0, 0, 1, 1)
+    alloc_nb(pool, 0, kbuf, 3, table, 0, 0, 1, 1, none)
     assert table[0] >= 0 and (table[1:] == -7).all()
     free_slots_nb(pool, 0, table, 0, 3, 3, True, 1, 1, 1)
     own = _keys([77, unique_key_nb(1, 1), unique_key_nb(1, 2)])
     assert match_prefix_nb(pool, 0, own, 3) == (3, 0)
     assert pool.meta[0, NINACTIVE] == 6 and pool.meta[0, NFREE] == 2
     # row 2 takes 4 new blocks: 2 free ones, then 2 evicted from the oldest entry (the run)
-    alloc_nb(pool, 0, kbuf, 4, table, 1, 0, 0, 0)
+    alloc_nb(pool, 0, kbuf, 4, table, 1, 0, 0, 0, none)
     assert pool.meta[0, NEVICT] == 2 and pool.slot_run.sum() == 1
     assert match_prefix_nb(pool, 0, own, 3) == (3, 0)
     # 2 more: the run's last block, then row 1's last block (released first, so older than K)
-    alloc_nb(pool, 0, kbuf, 2, table, 1, 0, 0, 0)
+    alloc_nb(pool, 0, kbuf, 2, table, 1, 0, 0, 0, none)
     assert pool.meta[0, NEVICT] == 4 and pool.slot_run.sum() == 0
     assert match_prefix_nb(pool, 0, own, 3) == (2, 0)
     assert pool.meta[0, NACTIVE] == 6 and pool.meta[0, NINACTIVE] == 2 and pool.meta[0, NFREE] == 0
     free_slots_nb(pool, 0, table, 1, 6, 0, False, 2, 0, 0)  # (row 2 released as partial: freed)
     # a re-admitted row 1 reactivates its two cached blocks (K has a slot in its table, its
     # private block is found by key) and allocates the third anew
-    alloc_nb(pool, 0, own, 3, table, 0, 2, 2, 1)
+    alloc_nb(pool, 0, own, 3, table, 0, 2, 2, 1, none)
     assert pool.meta[0, NINACTIVE] == 0 and pool.meta[0, NACTIVE] == 3
     free_slots_nb(pool, 0, table, 0, 3, 3, False, 1, 2, 1)
     assert pool.meta[0, NACTIVE] == 0 and pool.meta[0, NINACTIVE] == 3
