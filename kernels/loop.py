@@ -314,10 +314,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
         rq.terminal[r] = t
         cl.state[NDONE] += 1
         if rt.mode == KV_ROUTER:
-            k = rq.rank[r]
-            release_prefill_nb(rt, r, k)
-            nfull = _fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
-            release_blocks_nb(rt, pa.kbuf, nfull, min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r]), k)
+            _release_kv(p, rq, rt, pa, r)
         _on_terminal(ss, cl, r, t)
         r = nxt
     cl.pend_head[g] = -1
@@ -326,6 +323,15 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
         n_targets = rk.n_run.shape[0]
         while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
             _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def _release_kv(p, rq, rt, pa, r):
+    """kv_router: request ``r``'s prefill load and prompt blocks leave the router."""
+    k = rq.rank[r]
+    release_prefill_nb(rt, r, k)
+    nfull = _fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
+    release_blocks_nb(rt, pa.kbuf, nfull, min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r]), k)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -393,6 +399,23 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
 def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     """Send an arriving request to a target: round robin, or kv_router (maybe via its queue)."""
     if rt.mode == KV_ROUTER:
+        _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now)
+        return
+    # Dynamo's next_worker: idx = counter % len(active); counter = idx + 1; then the worker's rank
+    idx = cl.state[RR] % fl.fs[NACT]
+    cl.state[RR] = idx + 1
+    w = nth_active_nb(fl, idx)
+    k = w * cl.dp + cl.wctr[w] % cl.dp
+    cl.wctr[w] += 1
+    enqueue_waiting_nb(rq, rk, k, r)
+    cl.stalled[w] = False
+    _mark(cl, w)
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
+    """kv_router: dispatch now, or queue the request while every target is busy."""
+    if True:  # (the body of _route's kv_router branch, kept out of the inlined loop)
         n_targets = rk.n_run.shape[0]
         if rt.state[2] > 0 or all_busy_nb(rt, n_targets):
             if rt.policy == FCFS:
@@ -413,16 +436,6 @@ def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
             queue_push_nb(rt, r, key)
             return
         _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r)
-        return
-    # Dynamo's next_worker: idx = counter % len(active); counter = idx + 1; then the worker's rank
-    idx = cl.state[RR] % fl.fs[NACT]
-    cl.state[RR] = idx + 1
-    w = nth_active_nb(fl, idx)
-    k = w * cl.dp + cl.wctr[w] % cl.dp
-    cl.wctr[w] += 1
-    enqueue_waiting_nb(rq, rk, k, r)
-    cl.stalled[w] = False
-    _mark(cl, w)
 
 
 @njit(cache=True, _nrt=False, inline="always")
