@@ -193,7 +193,7 @@ def _load_kernels():
     cache = Path(os.environ.get("NUMBA_CACHE_DIR", ""))
     if not cache.is_dir() or not any(cache.rglob("*loop*.nbi")):
         sys.stderr.write("fastsim: compiling the simulation kernels for this machine "
-                         "(first run only, about 30 s; later runs load them from the cache)\n")
+                         "(first run only, about 30-35 s; later runs load them from the cache)\n")
         sys.stderr.flush()
     w = synthetic(16, 2, 1, arrival_interval_ms=1.0)
     # a one-row trace too, so that the block-identity kernel of trace replays is loaded as well
