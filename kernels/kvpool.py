@@ -508,10 +508,8 @@ def release_nb(pool, rank, key, cacheable):
     free_slots_nb(pool, rank, slots, 0, 1, 1 if cacheable else 0, True, 0, 1, 1)
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def match_slots_nb(pool, rank, keys, n, out):
-    """``match_prefix_nb`` that also writes the slot of each matched block to ``out`` (for
-    ``alloc_nb``'s hits)."""
+@njit(cache=True, _nrt=False, inline="always")
+def _match(pool, rank, keys, n, out, keep):
     table = pool.table
     slot_key = pool.slot_key
     slot_ref = pool.slot_ref
@@ -524,11 +522,19 @@ def match_slots_nb(pool, rank, keys, n, out):
         s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
         if s < 0:
             break
-        out[i] = s
+        if keep:
+            out[i] = s
         matched += 1
         if slot_ref[sbase + s] > 0:
             active += 1
     return matched, active
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def match_slots_nb(pool, rank, keys, n, out):
+    """``match_prefix_nb`` that also writes the slot of each matched block to ``out`` (for
+    ``alloc_nb``'s hits)."""
+    return _match(pool, rank, keys, n, out, True)
 
 
 @njit(cache=True, _nrt=False)
@@ -538,19 +544,4 @@ def match_prefix_nb(pool, rank, keys, n):
     Active blocks form prefix-closed chains (a holder holds every earlier block of its chain), so the
     active ones among the matched blocks are counted wherever they stand.
     """
-    table = pool.table
-    slot_key = pool.slot_key
-    slot_ref = pool.slot_ref
-    tmask = pool.tmask
-    tbase = rank * (tmask + 1)
-    sbase = rank * pool.cap
-    matched = 0
-    active = 0
-    for i in range(n):
-        s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
-        if s < 0:
-            break
-        matched += 1
-        if slot_ref[sbase + s] > 0:
-            active += 1
-    return matched, active
+    return _match(pool, rank, keys, n, pool.free_stack, False)  # (no slots written)
