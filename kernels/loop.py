@@ -414,28 +414,28 @@ def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
-    """kv_router: dispatch now, or queue the request while every target is busy."""
-    if True:  # (the body of _route's kv_router branch, kept out of the inlined loop)
-        n_targets = rk.n_run.shape[0]
-        if rt.state[2] > 0 or all_busy_nb(rt, n_targets):
-            if rt.policy == FCFS:
-                key = now
-            elif rt.policy == LCFS:
-                key = -now
-            else:  # wspt: smallest uncached prompt first
-                bs = p.block_size
-                nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
-                nshare = min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r])
-                score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
-                                 fl.gstate, cl.dp)
-                best = 0
-                for k in range(n_targets):
-                    if rt.overlap[k] > best:
-                        best = rt.overlap[k]
-                key = float(max(rq.isl[r] - best * bs, 1))
-            queue_push_nb(rt, r, key)
-            return
-        _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r)
+    """kv_router: dispatch now, or queue the request while every target is busy (a call: it
+    stays out of the inlined loop)."""
+    n_targets = rk.n_run.shape[0]
+    if rt.state[2] > 0 or all_busy_nb(rt, n_targets):
+        if rt.policy == FCFS:
+            key = now
+        elif rt.policy == LCFS:
+            key = -now
+        else:  # wspt: smallest uncached prompt first
+            bs = p.block_size
+            nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
+            nshare = min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r])
+            score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
+                             fl.gstate, cl.dp)
+            best = 0
+            for k in range(n_targets):
+                if rt.overlap[k] > best:
+                    best = rt.overlap[k]
+            key = float(max(rq.isl[r] - best * bs, 1))
+        queue_push_nb(rt, r, key)
+        return
+    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r)
 
 
 @njit(cache=True, _nrt=False, inline="always")

@@ -647,7 +647,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     wi = 0
     while cur >= 0 and budget > 0:
         while wi < nw and seq[wake[wi]] < seq[cur]:
-            _steady_step(p, pool, rq, k, wake[wi], P, pa.kbuf)
+            _steady_step(pool, rq, k, wake[wi], P, p.block_size)
             wi += 1
         length = isl[cur] + gen[cur]
         c = comp[cur]
@@ -680,7 +680,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
                 break
             cur = xnext[cur]
     while wi < nw:
-        _steady_step(p, pool, rq, k, wake[wi], P, pa.kbuf)
+        _steady_step(pool, rq, k, wake[wi], P, p.block_size)
         wi += 1
     acc[BUDGET] = budget
     # Phase B: waiting requests, FIFO, only if nothing was preempted.
@@ -849,10 +849,9 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def _steady_step(p, pool, rq, k, w, pass_idx, kbuf):
+def _steady_step(pool, rq, k, w, pass_idx, bs):
     """The decode step of steady member ``w`` in a pass where it is due: allocate its next block
     if this step starts one (the pool has room: checked by ``_steady_ok``)."""
-    bs = p.block_size
     length = rq.isl[w] + rq.generated[w] + (pass_idx - rq.sbase[w])
     if (length - 1) % bs == 0:  # an output block: private, so anonymous
         alloc_anon_nb(pool, k, np.int64(1))
