@@ -28,7 +28,6 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from fastsim.kernels.blocks import unique_key_nb
 from fastsim.kernels.fleet import (
     ACTIVE,
     NACT,
@@ -225,10 +224,8 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         matched, active = match_slots_nb(pool_d, k, pa.kbuf, nfull, pa.hslot)
         if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
             break
-        for j in range(nfull, nb):  # the prompt's partial last block
-            pa.kbuf[j] = unique_key_nb(r, j)
-        # the matched blocks are hits; the others are new and stay unregistered (invisible to
-        # the prefix cache) until activation
+        # the matched blocks are hits; the others are new (the shareable ones with slots) and
+        # stay unregistered (invisible to the prefix cache) until activation
         nkeys = rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]
         n_keyed = max(matched, min(nkeys, nb))
         alloc_nb(pool_d, k, pa.kbuf, nb, rq_d.bslot, rq_d.key_ptr[r], matched, n_keyed, nkeys,

@@ -10,8 +10,7 @@ Semantics of Dynamo 1.4.2's manual block manager (notes 5.3, verified doc Q5, Q6
   the free list.
 
 Callers hold each request's block table (the slot of each of its shareable blocks) and release
-by slot. A
-new block is registered under its key once it is fully computed (``register_nb``): a content key
+by slot. A new block is registered under its key once it is fully computed (``register_nb``): a content key
 (top bit clear) always, a private key (``blocks.unique_key_nb``, top bit set) only when its
 request is preempted while the block is cached, since only that request can match it again. A
 key registered twice keeps its copies in registration order (``slot_cnext``): the table points at
@@ -21,8 +20,7 @@ the first copy still alive, which serves every hit; when it is evicted the next 
 **Anonymous blocks.** A new block with a private key (the part of a request beyond its shareable
 prompt blocks: a synthetic prompt, the unique tail of a trace prompt, every output block) is held
 without a slot: the pool only counts it (a request's slot-held blocks are always a prefix of its
-blocks). Nobody can look
-it up while it is active. When its request finishes, its full private blocks are dead (no request
+blocks). Nobody can look it up while it is active. When its request finishes, its full private blocks are dead (no request
 can ever match them) but still take their place in the LRU: they go there as one *run* node (a
 slot whose ``slot_run`` counts the dead blocks it stands for, merged with a run at the LRU's
 tail), and an eviction at a run takes one block off its count. When its request is preempted
@@ -360,10 +358,11 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store, hit_slot
 
     The first ``n_hits`` are prefix-cache hits on ``keys[:n_hits]``: a reference to the key's
     primary block (reactivated if cached), which ``hit_slots[i]`` names if it was just looked up
-    (``match_slots_nb``; -1 or a slot that no longer holds the key: looked up again). Every other block is new: a free block, else the oldest
-    inactive one (evicted). New blocks below ``n_keyed`` get a slot holding ``keys[i]``, not
-    registered yet (``register_nb`` registers a block once it is fully computed); the rest are
-    anonymous private blocks (no slot, keys not read). The caller has checked ``can_use_nb``.
+    (``match_slots_nb``; -1 or a slot that no longer holds the key: looked up again). Every other
+    block is new: a free block, else the oldest inactive one (evicted). New blocks below
+    ``n_keyed`` get a slot holding ``keys[i]``, not registered yet (``register_nb`` registers a
+    block once it is fully computed); the rest are anonymous private blocks (no slot, keys not
+    read). The caller has checked ``can_use_nb``.
     """
     table = pool.table
     slot_key = pool.slot_key
@@ -388,10 +387,9 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store, hit_slot
         if i < n_store:
             slots[off + i] = s
     if n > n_hits:
-        # capacity for every new block at once (the blocks evicted are the same either way:
-        # new blocks enter the LRU only when released), then slots for the keyed ones
-        _new_blocks(pool, rank, sbase, tbase, n - n_hits)
-        meta[rank, NACTIVE] += n - n_hits
+        # every new block at once (the blocks evicted are the same either way: new blocks enter
+        # the LRU only when released), then slots for the keyed ones
+        alloc_anon_nb(pool, rank, n - n_hits)
     for i in range(n_hits, n_keyed):
         s = _take_slot(pool.free_stack, meta, rank, sbase)
         slot_key[sbase + s] = keys[i]
@@ -403,13 +401,13 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store, hit_slot
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def register_nb(pool, rank, slots, off, j0, j1):
-    """Register blocks ``j0 .. j1-1`` of a request (``slots[off + j]``), those not yet registered
-    (anonymous blocks are not registered here: see ``free_slots_nb``)."""
+    """Register the slot-held blocks ``j0 .. j1-1`` of a request (``slots[off + j]``), those not
+    yet registered (a private block is registered only at a preemption: ``free_slots_nb``)."""
     sbase = rank * pool.cap
     tbase = rank * (pool.tmask + 1)
     for j in range(j0, j1):
         s = np.int64(slots[off + j])
-        if s >= 0 and not pool.slot_intab[sbase + s]:
+        if not pool.slot_intab[sbase + s]:
             _register(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, tbase, sbase,
                       pool.tmask, s)
 

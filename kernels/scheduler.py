@@ -387,6 +387,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         return BLOCKED
     target = ecb + desired
     actual = target
+    nkeys = rq.key_ptr[r + 1] - rq.key_ptr[r]  # shareable (content-keyed) prompt blocks
     while True:
         if target <= rq.alloc[r]:
             break
@@ -399,10 +400,9 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         # blocks of the cached prefix are hits; every other block is a new physical block, with
         # a slot if its key is shareable, else anonymous (kvpool): only those keys are needed
         n_hits = min(max(cached // bs - j0, 0), n)
-        n_keyed = max(n_hits, min(max(rq.key_ptr[r + 1] - rq.key_ptr[r] - j0, 0), n))
+        n_keyed = max(n_hits, min(max(nkeys - j0, 0), n))
         _fill_keys(rq, np.int64(r), j0, j0 + n_keyed, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n, n_hits):
-            nkeys = rq.key_ptr[r + 1] - rq.key_ptr[r]
             # hits occur only from the first block (an admission): ``hslot`` holds their slots
             alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.key_ptr[r] + j0, n_hits, n_keyed,
                      max(nkeys - j0, 0), pa.hslot)
@@ -421,8 +421,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
         return BLOCKED
     rq.computed[r] = actual
     if p.caching:  # prompt blocks now fully computed become visible to the prefix cache
-        register_nb(pool, k, rq.bslot, rq.key_ptr[r], ecb // bs,
-                    min(actual // bs, rq.key_ptr[r + 1] - rq.key_ptr[r]))
+        register_nb(pool, k, rq.bslot, rq.key_ptr[r], ecb // bs, min(actual // bs, nkeys))
     prompt_tokens = min(actual, prompt) - prompt_before
     rq.sched_pass[r] = pass_id
     rq.sched_tokens[r] = tokens_used
@@ -454,11 +453,11 @@ def _schedule_running(p, pool, rq, rk, k, r, pass_id, pa):
 # sits in the bucket ``wake % block_size`` of its rank's wheel, where ``wake`` is its next block
 # allocation or its last token. A pass then costs O(explicit members + members due), not
 # O(running). It is exact: a pass runs this way only when its outcome cannot depend on where the
-# steady members stand in the running order (every request gets its whole demand of the token
-# budget and every allocation fits, so nothing is preempted); otherwise the rank first makes every
-# member explicit again (``materialize_nb``) and runs the one-at-a-time pass, and stays explicit
-# for a while (doubling holds). Allocations, completions and block releases still happen one
-# request at a time, in running order (by ``seq``).
+# steady members stand in the running order (every steady member gets its token, see
+# ``_steady_ok``, and every allocation fits, so nothing is preempted); otherwise the rank first
+# makes every member explicit again (``materialize_nb``), runs the one-at-a-time pass and stays
+# explicit for a while (doubling holds). Allocations, completions and block releases still happen
+# one request at a time, in running order (by ``seq``).
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _end_gen(p, rq, r):
     """Tokens ``r`` has generated when it finishes (its output length, or the model-length cap)."""
@@ -556,7 +555,7 @@ def _steady_ok(p, pool, rq, rk, k, pass_idx):
 
 # ----------------------------------------------------------------------------- the pass
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, kbuf, explicit):
+def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
     if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
         _stop_running(rq, rk, k, np.int64(r), np.bool_(explicit))
@@ -695,7 +694,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             if p.max_model_len > 0 and rq.isl[u] >= p.max_model_len:
                 free_blocks_nb(p, pool, rq, k, np.int64(u), np.bool_(False))
                 _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail,
-                        g, pa.kbuf, np.bool_(True))
+                        g, np.bool_(True))
                 acc[PROGRESS] = 1
                 continue
             _start_running(rq, rk, k, u)
@@ -710,7 +709,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         ):
             _unlink_waiting(rq, rk, k, u)
             _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g,
-                    pa.kbuf, np.bool_(True))
+                    np.bool_(True))
             acc[PROGRESS] = 1
             continue
         cached, active_cached, active = _cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf,
@@ -764,7 +763,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
                 # nothing left to generate (e.g. zero output tokens): ends without a token
                 kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
                 _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(kind), pend_head, pend_tail, g,
-                        pa.kbuf, np.bool_(True))
+                        np.bool_(True))
                 acc[PROGRESS] = 1
             else:
                 n_ready += 1
@@ -794,16 +793,12 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             if perf.kind == POLYNOMIAL and nact < rk.dtab.shape[0]:
                 decode_ms = rk.dtab[nact]
                 if decode_ms != decode_ms:
-                    raw = decode_time_nb(perf, float(nact * p.block_size), 0.0,
-                                         float(p.cap * p.block_size))
-                    decode_ms = modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+                    decode_ms = _decode_ms(p, perf, nact, np.int64(0))
                     rk.dtab[nact] = decode_ms
             elif nact == rk.dkey[k] and ctx == rk.dctx[k]:
                 decode_ms = rk.dms[k]
             else:
-                raw = decode_time_nb(perf, float(nact * p.block_size), float(ctx),
-                                     float(p.cap * p.block_size))
-                decode_ms = modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+                decode_ms = _decode_ms(p, perf, nact, ctx)
                 rk.dkey[k] = nact
                 rk.dctx[k] = ctx
                 rk.dms[k] = decode_ms
@@ -834,18 +829,26 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             emit[emit_n[0]] = w
             emit_n[0] += 1
             _finish(p, pool, rq, rk, k, np.int64(w), np.int64(done_kind), pend_head, pend_tail, g,
-                    pa.kbuf, np.bool_(False))
+                    np.bool_(False))
         else:
             cur = emit[i]
             i += 1
             if gen[cur] >= osl[cur] or (mml > 0 and isl[cur] + gen[cur] >= mml):
                 _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(done_kind), pend_head, pend_tail,
-                        g, pa.kbuf, np.bool_(True))
+                        g, np.bool_(True))
     if ns > 0 or conv_n > 0:
         rk.nsteady[k] = ns - nfin + conv_n
         rk.slen[k] = rk.slen[k] - fin_len + (ns - nfin) + conv_len
         pa.ncommon[0] += ns - nfin
     return (now + prefill_ms) + decode_ms
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def _decode_ms(p, perf, nact, ctx):
+    """A decode step's time as the clock advances by it: ``nact`` active blocks on the rank, mean
+    context ``ctx`` (grid timing only)."""
+    raw = decode_time_nb(perf, float(nact * p.block_size), float(ctx), float(p.cap * p.block_size))
+    return modeled_ms_nb(raw, p.speedup * p.decode_speedup)
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
