@@ -442,17 +442,15 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
 def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     """Process everything due at ``now`` until nothing changes (the tick phases, in order)."""
     while True:
-        changed = False
+        changed = False  # by the fleet phases (5, 6)
         # 1. pass completions
         while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
             g = heap_pop_nb(cl.cheap, cl.state, np.int64(NCHEAP), cl.pass_end, cl.gid)
             cl.busy[g] = False
             _mark(cl, g)
             _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, cl.pass_end[g])
-            changed = True
         # 2. workers that finished starting
         if fl.fs[NSTARTING] > 0 and mark_ready_nb(fl, now):
-            changed = True
             if rt.mode == KV_ROUTER:
                 n_targets = rk.n_run.shape[0]
                 while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
@@ -464,7 +462,6 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
                 break
             rq.arrival[r] = ss.ready_at[r]
             _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
-            changed = True
         # 4. ready groups, lowest id first (only groups marked since the last drive can be)
         gcap = cl.dirty.shape[0]
         nd = cl.dlist[gcap]
@@ -482,16 +479,22 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
                 g = cl.dwork[i]
                 st = fl.gstate[g]
                 if (st == ACTIVE or st == DRAINING) and not cl.busy[g] and not cl.stalled[g]:
-                    if _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
-                        changed = True
+                    _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now)
         # 5. retire drained workers
         if fl.fs[NDRAINING] > 0 and retire_drained_nb(fl, cl.busy, rk.n_run, rk.n_wait, cl.dp, 0):
             changed = True
         # 6. scaling decisions last: they see a settled timestamp
-        if apply_schedule_nb(fl, now):
+        if fl.fs[SCHEDPOS] < fl.sched_t.shape[0] and apply_schedule_nb(fl, now):
             changed = True
-        if not changed:
-            return
+        # Another round can only act on what this one left due at ``now``: groups marked since
+        # their drive (a zero-duration pass, a dispatch), arrivals released by a completion in
+        # the drive (zero-delay turns), or a fleet change. Anything else would be a no-op round.
+        if changed or cl.dlist[gcap] > 0:
+            continue
+        r = _next_arrival(ss, cl)
+        if r >= 0 and ss.ready_at[r] <= now:
+            continue
+        return
 
 
 @njit(cache=True, _nrt=False)
