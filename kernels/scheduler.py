@@ -96,7 +96,7 @@ class Reqs(NamedTuple):
     # steady decoding (see below)
     seq: np.ndarray  # int64: admission order into the running list
     sbase: np.ndarray  # int64: rank pass at which ``generated`` is exact; -1 = explicit
-    wnext: np.ndarray  # int32: wake-wheel bucket link
+    wnext: np.ndarray  # int32: due-wheel bucket link
     xnext: np.ndarray  # int32: explicit running list links
     xprev: np.ndarray  # int32
     snext: np.ndarray  # int32: second-token list link
@@ -117,7 +117,8 @@ class Ranks(NamedTuple):
     rpass: np.ndarray  # int64[R]: passes the rank has run
     nsteady: np.ndarray  # int64[R]: implicit (steady) members
     slen: np.ndarray  # int64[R]: sum of their lengths at the rank's next pass
-    wheel: np.ndarray  # int32[R * block_size]: wake buckets by pass index mod block_size
+    wheel: np.ndarray  # int32[R * _DUE]: due buckets (last-token pass mod _DUE)
+    bcnt: np.ndarray  # int64[R * block_size]: steady members starting a block, by pass mod block_size
     sechead: np.ndarray  # int32[R]: steady members whose next token is their second
     secdue: np.ndarray  # int32[R]: ... those of the pass in flight (stamped with its end)
     shold: np.ndarray  # int64[R]: no new steady members before this rank pass
@@ -136,6 +137,7 @@ class Ranks(NamedTuple):
 
 
 _HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
+_DUE = 256  # due-wheel buckets per rank: a member is looked at once per _DUE passes until due
 _DTAB_MAX = 1 << 22
 
 
@@ -150,7 +152,8 @@ def make_ranks(n_ranks, block_size, cap):
         n_run=np.zeros(n_ranks, dtype=np.int64), n_wait=np.zeros(n_ranks, dtype=np.int64),
         xhead=heads(), xtail=heads(), rpass=np.zeros(n_ranks, dtype=np.int64),
         nsteady=np.zeros(n_ranks, dtype=np.int64), slen=np.zeros(n_ranks, dtype=np.int64),
-        wheel=np.full(n_ranks * block_size, -1, dtype=np.int32), sechead=heads(), secdue=heads(),
+        wheel=np.full(n_ranks * _DUE, -1, dtype=np.int32),
+        bcnt=np.zeros(n_ranks * block_size, dtype=np.int64), sechead=heads(), secdue=heads(),
         shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, _HOLD0, dtype=np.int64),
         smax=np.full(n_ranks, -1, dtype=np.int64),
         seqc=np.zeros(3, dtype=np.int64),
@@ -170,7 +173,7 @@ class PassAcc(NamedTuple):
     acc: np.ndarray  # int64[8]
     emit: np.ndarray  # int32[...] rows that emitted a token in this group pass
     emit_n: np.ndarray  # int64[1]
-    wake: np.ndarray  # int32[max running per rank + 1]: steady members due in this pass
+    wake: np.ndarray  # int32[max running per rank + 1]: steady members whose last token is in this pass
     ncommon: np.ndarray  # int64[1]: steady members that emitted in this group pass, not in ``emit``
 
 
@@ -449,15 +452,17 @@ def _schedule_running(p, pool, rq, rk, k, r, pass_id, pa):
 # takes one budget token per pass, emits one token per pass, and needs a new block every
 # ``block_size`` passes: nothing about it changes between those events except by formula. Such a
 # *steady* member leaves the explicit running list (it stays in the running list, which keeps the
-# running order) and is kept implicit: ``generated`` holds its count at rank pass ``sbase``, and it
-# sits in the bucket ``wake % block_size`` of its rank's wheel, where ``wake`` is its next block
-# allocation or its last token. A pass then costs O(explicit members + members due), not
-# O(running). It is exact: a pass runs this way only when its outcome cannot depend on where the
-# steady members stand in the running order (every steady member gets its token, see
-# ``_steady_ok``, and every allocation fits, so nothing is preempted); otherwise the rank first
-# makes every member explicit again (``materialize_nb``), runs the one-at-a-time pass and stays
-# explicit for a while (doubling holds). Allocations, completions and block releases still happen
-# one request at a time, in running order (by ``seq``).
+# running order) and is kept implicit: ``generated`` holds its count at rank pass ``sbase``. Its
+# decode step starts a new block in every pass with one residue mod ``block_size``: the rank
+# counts its steady members by that residue (``bcnt``) and allocates a pass's new output blocks
+# by the count. It is filed in its rank's due wheel under the pass of its last token (mod
+# ``_DUE``). A pass then costs O(explicit members + members finishing), not O(running). It is
+# exact: a pass runs this way only when its outcome cannot depend on where the steady members
+# stand in the running order (every steady member gets its token, see ``_steady_ok``, and every
+# allocation fits, so nothing is preempted); otherwise the rank first makes every member explicit
+# again (``materialize_nb``), runs the one-at-a-time pass and stays explicit for a while
+# (doubling holds). Completions and block releases still happen one request at a time, in
+# running order (by ``seq``).
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _end_gen(p, rq, r):
     """Tokens ``r`` has generated when it finishes (its output length, or the model-length cap)."""
@@ -468,19 +473,25 @@ def _end_gen(p, rq, r):
 
 
 @njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def _wheel_push(p, rq, rk, k, r, q):
-    """File steady member ``r`` under its first event at rank pass >= ``q``: the pass whose decode
-    step starts a new block, or the pass that emits its last token (both less than
-    ``block_size`` passes away)."""
+def _block_residue(bs, rq, r):
+    """Steady member ``r`` starts a new block in its decode step of every rank pass ``P`` with
+    ``P % bs`` equal to this (its length before that step is ``isl + generated + P - sbase``)."""
+    return (rq.sbase[r] + 1 - rq.isl[r] - rq.generated[r]) % bs
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def _due_pass(p, rq, r):
+    """The rank pass in which steady member ``r`` emits its last token."""
+    return rq.sbase[r] + _end_gen(p, rq, r) - rq.generated[r] - 1
+
+
+@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def _steady_join(p, rq, rk, k, r):
+    """Count steady member ``r`` (``sbase`` set) among its rank's block starts and file it under
+    the pass of its last token."""
     bs = p.block_size
-    g0 = rq.generated[r]
-    sb = rq.sbase[r]
-    length = rq.isl[r] + g0 + (q - sb)  # its length at pass q, before that pass's token
-    wake = q + (bs - (length - 1) % bs) % bs
-    fin = sb + _end_gen(p, rq, r) - g0 - 1
-    if fin < wake:
-        wake = fin
-    b = k * bs + wake % bs
+    rk.bcnt[k * bs + _block_residue(bs, rq, r)] += 1
+    b = k * _DUE + _due_pass(p, rq, r) % _DUE
     rq.wnext[r] = rk.wheel[b]
     rk.wheel[b] = r
 
@@ -515,6 +526,8 @@ def materialize_nb(p, rq, rk, k, pass_idx, prev_end):
     rk.xtail[k] = rk.run_tail[k]
     bs = p.block_size
     for b in range(k * bs, (k + 1) * bs):
+        rk.bcnt[b] = 0
+    for b in range(k * _DUE, (k + 1) * _DUE):
         rk.wheel[b] = -1
     rk.nsteady[k] = 0
     rk.smax[k] = -1
@@ -533,12 +546,7 @@ def _steady_ok(p, pool, rq, rk, k, pass_idx):
     bs = p.block_size
     isl = rq.isl
     gen = rq.generated
-    need = 0
-    w = rk.wheel[k * bs + pass_idx % bs]
-    while w >= 0:
-        if (isl[w] + gen[w] + (pass_idx - rq.sbase[w]) - 1) % bs == 0:
-            need += 1
-        w = rq.wnext[w]
+    need = rk.bcnt[k * bs + pass_idx % bs]
     demand = rk.nsteady[k]
     smax = rk.smax[k]
     cur = rk.xhead[k]
@@ -612,20 +620,23 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         rk.seqc[2] += 1
     rk.secdue[k] = rk.sechead[k]
     rk.sechead[k] = -1
-    # Steady members due in this pass, in running order.
+    # Steady members whose last token is in this pass, in running order (the others in their
+    # due bucket stay filed there).
     nw = 0
     if ns > 0:
-        b = k * bs + P % bs
+        b = k * _DUE + P % _DUE
         w = rk.wheel[b]
-        rk.wheel[b] = -1
+        keep = -1
         while w >= 0:
-            wake[nw] = w
-            nw += 1
-            w = rq.wnext[w]
-        for i in range(nw // 2):  # filed newest first: reversed, nearly sorted
-            x = wake[i]
-            wake[i] = wake[nw - 1 - i]
-            wake[nw - 1 - i] = x
+            nxt = rq.wnext[w]
+            if _due_pass(p, rq, w) == P:
+                wake[nw] = w
+                nw += 1
+            else:
+                rq.wnext[w] = keep
+                keep = w
+            w = nxt
+        rk.wheel[b] = keep
         for i in range(1, nw):
             x = wake[i]
             j = i - 1
@@ -639,15 +650,17 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     acc[BISL] = 0
     acc[BPREFIX] = 0
     acc[PREEMPTED_ANY] = 0
-    # Phase A: running requests, in running order (steady members take one token each; those due
-    # allocate their next block at their place in the order).
+    # Phase A: running requests, in running order. Steady members take one token each; those
+    # whose step starts a block allocate it here, all at once: every allocation of this pass fits
+    # (``_steady_ok``) and none is a cache hit, so the pool ends the same whatever their order
+    # (the same blocks leave the LRU head) and their output blocks are anonymous.
+    if ns > 0:
+        nb = rk.bcnt[k * bs + P % bs]
+        if nb > 0:
+            alloc_anon_nb(pool, k, nb)
     cur = rk.xhead[k]
     budget = acc[BUDGET] - ns  # a register copy for the fast path; acc[BUDGET] is synced around calls
-    wi = 0
     while cur >= 0 and budget > 0:
-        while wi < nw and seq[wake[wi]] < seq[cur]:
-            _steady_step(pool, rq, k, wake[wi], P, p.block_size)
-            wi += 1
         length = isl[cur] + gen[cur]
         c = comp[cur]
         if c >= isl[cur] and length - c == 1 and (length + bs - 1) // bs <= (alloc[cur] + bs - 1) // bs:
@@ -678,9 +691,6 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             if cur < 0:
                 break
             cur = xnext[cur]
-    while wi < nw:
-        _steady_step(pool, rq, k, wake[wi], P, p.block_size)
-        wi += 1
     acc[BUDGET] = budget
     # Phase B: waiting requests, FIFO, only if nothing was preempted.
     while acc[PREEMPTED_ANY] == 0 and rk.n_run[k] < p.max_seqs:
@@ -775,7 +785,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
                         and gen[cur] < _end_gen(p, rq, cur) and rq.status[cur] == RUNNING):
                     _unlink(xnext, rq.xprev, rk.xhead, rk.xtail, k, cur)
                     sbase[cur] = P + 1
-                    _wheel_push(p, rq, rk, k, cur, P + 1)
+                    _steady_join(p, rq, rk, k, cur)
                     if seq[cur] > rk.smax[k]:
                         rk.smax[k] = seq[cur]
                     conv_n += 1
@@ -815,10 +825,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             wi += 1
             eg = _end_gen(p, rq, w)
             g_now = gen[w] + (P - sbase[w])  # before this pass's token
-            if g_now + 1 < eg:
-                _wheel_push(p, rq, rk, k, w, P + 1)
-                continue
             # its last token: explicit again, stamped with this pass's emitters
+            rk.bcnt[k * bs + _block_residue(bs, rq, w)] -= 1
             nfin += 1
             fin_len += isl[w] + g_now
             gen[w] = eg
@@ -849,12 +857,3 @@ def _decode_ms(p, perf, nact, ctx):
     context ``ctx`` (grid timing only)."""
     raw = decode_time_nb(perf, float(nact * p.block_size), float(ctx), float(p.cap * p.block_size))
     return modeled_ms_nb(raw, p.speedup * p.decode_speedup)
-
-
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def _steady_step(pool, rq, k, w, pass_idx, bs):
-    """The decode step of steady member ``w`` in a pass where it is due: allocate its next block
-    if this step starts one (the pool has room: checked by ``_steady_ok``)."""
-    length = rq.isl[w] + rq.generated[w] + (pass_idx - rq.sbase[w])
-    if (length - 1) % bs == 0:  # an output block: private, so anonymous
-        alloc_anon_nb(pool, k, np.int64(1))
