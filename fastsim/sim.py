@@ -406,7 +406,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     key_ptr, keys = _block_keys(workload, bs, params.caching)
     rq = _requests(workload, key_ptr, keys, bs)
     pool = make_pool(n_ranks, params.cap)
-    rk = make_ranks(n_ranks, bs, params.cap)
+    rk = make_ranks(n_ranks, bs, params.cap, params.budget)
     concurrency = int(replay_concurrency or 0)
     order = (
         np.zeros(0, dtype=np.int64)

@@ -107,8 +107,8 @@ def simulate_disagg(
     rq_p = _requests(workload, key_ptr, keys, bs, osl_p)
     rq_d = _requests(workload, key_ptr, keys, bs)
 
-    def ranks(m, cap):
-        return make_ranks(m, bs, cap)
+    def ranks(m, cap, budget):
+        return make_ranks(m, bs, cap, budget)
 
     concurrency = int(replay_concurrency or 0)
     order = (np.zeros(0, dtype=np.int64) if concurrency
@@ -169,7 +169,7 @@ def simulate_disagg(
     fl_d = _fleet(D0, D, decode_engine, schedules["decode"])
     status = run_disagg_nb(pp, pd, load_perf_model(prefill_engine.planner_profile_data),
                            load_perf_model(decode_engine.planner_profile_data),
-                           make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, ranks(P, pp.cap), ranks(D, pd.cap),
+                           make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, ranks(P, pp.cap, pp.budget), ranks(D, pd.cap, pd.budget),
                            ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:

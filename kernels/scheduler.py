@@ -134,16 +134,20 @@ class Ranks(NamedTuple):
     # polynomial timing: the decode time depends only on the active block count (the same for
     # every rank of the pool), so it is tabulated by that count as it is met (NaN: not yet)
     dtab: np.ndarray  # float64[cap + 1] (empty above _DTAB_MAX blocks: the memo above serves)
+    # a prefill time depends only on the pass's new prompt tokens: tabulated the same way, up to
+    # the token budget (larger counts use the memo)
+    ptab: np.ndarray  # float64[min(budget, _PTAB_MAX) + 1]
 
 
 _HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
 _DUE = 256  # due-wheel buckets per rank: a member is looked at once per _DUE passes until due
 _DTAB_MAX = 1 << 22
+_PTAB_MAX = 1 << 16
 
 
-def make_ranks(n_ranks, block_size, cap):
+def make_ranks(n_ranks, block_size, cap, budget):
     """Empty per-rank queues and steady-decoding state for ``n_ranks`` ranks of ``cap`` KV
-    blocks each."""
+    blocks each and a token budget of ``budget`` per pass."""
     def heads():
         return np.full(n_ranks, -1, dtype=np.int32)
 
@@ -160,6 +164,7 @@ def make_ranks(n_ranks, block_size, cap):
         dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
+        ptab=np.full(min(budget, _PTAB_MAX) + 1, np.nan),
     )
 
 
@@ -746,7 +751,12 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     bc = acc[BCOUNT]
     if bc > 0 and p.stage != DECODE:
         t = bc * (acc[BISL] // bc - acc[BPREFIX] // bc)
-        if t == rk.pkey[k]:
+        if t < rk.ptab.shape[0]:
+            prefill_ms = rk.ptab[t]
+            if prefill_ms != prefill_ms:
+                prefill_ms = modeled_ms_nb(prefill_time_nb(perf, t), p.speedup)
+                rk.ptab[t] = prefill_ms
+        elif t == rk.pkey[k]:
             prefill_ms = rk.pms[k]
         else:
             prefill_ms = modeled_ms_nb(prefill_time_nb(perf, t), p.speedup)
