@@ -12,6 +12,11 @@ compiles about a third faster than numba's default ``-O3`` and the event loop ru
 numba's environment variables (read again with ``reload_config``), as numba reloads its
 configuration from the environment.
 
+Every kernel uses numba's ``error_model="numpy"``: an integer division by zero gives 0 instead of
+raising, so no division carries a zero test and an exception path (inputs are validated before
+they reach the kernels, and no kernel divides by a count that can be 0). It made the cold compile
+about 1 s shorter and the loop a few percent faster.
+
 Loop kernels are compiled with ``_nrt=False``: they never allocate, and without numba's reference
 counting, reading arrays out of the state NamedTuples costs nothing (with it, atomic
 incref/decref pairs took most of the run time).

@@ -9,7 +9,7 @@ size lives in ``count[slot]`` so that the callers keep all their scalars in stat
 from numba import njit
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def heap_less_nb(key, tie, a, b):
     """``a`` orders before ``b``."""
     if key[a] != key[b]:
@@ -17,7 +17,7 @@ def heap_less_nb(key, tie, a, b):
     return tie[a] < tie[b]
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def heap_push_nb(heap, count, slot, key, tie, item):
     """Insert ``item``."""
     i = count[slot]
@@ -32,7 +32,7 @@ def heap_push_nb(heap, count, slot, key, tie, item):
             break
 
 
-@njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def heap_pop_nb(heap, count, slot, key, tie):
     """Remove and return the first item (the heap must not be empty)."""
     top = heap[0]
