@@ -277,7 +277,18 @@ def _new_blocks(pool, rank, sbase, tbase, m):
     f = min(meta[rank, NFREE], m)
     meta[rank, NFREE] -= f
     if m > f:
-        spare = _evict(pool, rank, sbase, tbase, m - f)
+        e = m - f
+        h = meta[rank, HEAD]
+        c = pool.slot_run[sbase + h]
+        if c > e:
+            # the usual case under load: the oldest inactive entry is a run of dead private
+            # blocks longer than the need, which only gets shorter (``_evict``'s first case,
+            # without the call)
+            pool.slot_run[sbase + h] = c - e
+            meta[rank, NINACTIVE] -= e
+            meta[rank, NEVICT] += e
+            return
+        spare = _evict(pool, rank, sbase, tbase, e)
         if spare >= 0:
             _give_slot(pool.free_stack, meta, rank, sbase, spare)
 
