@@ -461,6 +461,13 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store
     j = nb - 1
     # anonymous blocks (always the tail of the table): the partial one freed, the full ones cached
     dead = 0
+    if not keep and j >= n_held:  # all dead: counted at once (the loop below, in closed form)
+        m = nb - n_held
+        freed = max(nb - max(n_full, n_held), 0)  # not fully computed: back to the free list
+        meta[rank, NACTIVE] -= m
+        meta[rank, NFREE] += freed
+        dead = m - freed
+        j = n_held - 1
     while j >= n_held:
         meta[rank, NACTIVE] -= 1
         if j >= n_full:
