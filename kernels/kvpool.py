@@ -436,6 +436,34 @@ def register_nb(pool, rank, slots, off, j0, j1):
 
 
 @njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+def release_dead_nb(pool, rank, nb, n_held, n_full):
+    """A finished request's anonymous blocks ``n_held .. nb-1`` (the tail of its table) leave by
+    count: those not fully computed (``j >= n_full``) go back to the free list, the full ones
+    stay cached, dead, as one run node at the LRU tail (merged with a run already there: dead
+    blocks next to each other, their order cannot matter). ``free_slots_nb`` releases the rest;
+    a request without slot-holding blocks needs only this."""
+    meta = pool.meta
+    if nb <= n_held:
+        return
+    m = nb - n_held
+    freed = max(nb - max(n_full, n_held), 0)
+    meta[rank, NACTIVE] -= m
+    meta[rank, NFREE] += freed
+    dead = m - freed
+    if dead > 0:
+        sbase = rank * pool.cap
+        run = pool.slot_run
+        t = meta[rank, TAIL]
+        if t >= 0 and run[sbase + t] > 0:
+            run[sbase + t] += dead
+        else:
+            s = _take_slot(pool.free_stack, meta, rank, sbase)
+            run[sbase + s] = dead
+            _lru_push_tail(pool.lru_prev, pool.lru_next, meta, rank, sbase, s)
+        meta[rank, NINACTIVE] += dead
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
 def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store):
     """Drop one reference to each of the ``nb`` blocks of request ``row``, last block first
     (Dynamo's release order). Blocks ``j < n_held`` hold slots: ``slots[off + j]`` for
@@ -450,7 +478,6 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store
     slot_ref = pool.slot_ref
     intab = pool.slot_intab
     cnext = pool.slot_cnext
-    run = pool.slot_run
     lru_prev = pool.lru_prev
     lru_next = pool.lru_next
     free_stack = pool.free_stack
@@ -460,37 +487,21 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store
     sbase = rank * pool.cap
     j = nb - 1
     # anonymous blocks (always the tail of the table): the partial one freed, the full ones cached
-    dead = 0
-    if not keep and j >= n_held:  # all dead: counted at once (the loop below, in closed form)
-        m = nb - n_held
-        freed = max(nb - max(n_full, n_held), 0)  # not fully computed: back to the free list
-        meta[rank, NACTIVE] -= m
-        meta[rank, NFREE] += freed
-        dead = m - freed
-        j = n_held - 1
-    while j >= n_held:
+    if not keep:
+        release_dead_nb(pool, rank, nb, n_held, n_full)
+        j = min(j, n_held - 1)
+    while j >= n_held:  # (kept: they get slots and are registered, to be found again)
         meta[rank, NACTIVE] -= 1
         if j >= n_full:
             meta[rank, NFREE] += 1
-        elif keep:
+        else:
             s = _take_slot(free_stack, meta, rank, sbase)
             slot_key[sbase + s] = unique_key_nb(row, j)
             slot_ref[sbase + s] = 0
             _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
             _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
             meta[rank, NINACTIVE] += 1
-        else:
-            dead += 1
         j -= 1
-    if dead > 0:
-        t = meta[rank, TAIL]
-        if t >= 0 and run[sbase + t] > 0:
-            run[sbase + t] += dead  # dead blocks next to each other: their order cannot matter
-        else:
-            s = _take_slot(free_stack, meta, rank, sbase)
-            run[sbase + s] = dead
-            _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
-        meta[rank, NINACTIVE] += dead
     while j >= 0:
         if j < n_store:
             s = np.int64(slots[off + j])

@@ -31,6 +31,7 @@ from fastsim.kernels.kvpool import (
     free_slots_nb,
     match_slots_nb,
     register_nb,
+    release_dead_nb,
 )
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
 
@@ -301,8 +302,11 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     bs = p.block_size
     nb = _ceil_div(rq.alloc[r], bs)
     n_full = rq.alloc[r] // bs if p.caching else 0
-    free_slots_nb(pool, k, rq.bslot, rq.key_ptr[r], nb, n_full, np.bool_(keep), r,
-                  np.int64(rq.nheld[r]), rq.key_ptr[r + 1] - rq.key_ptr[r])
+    if not keep and rq.nheld[r] == 0:
+        release_dead_nb(pool, k, nb, np.int64(0), n_full)  # (no slots: by count, inline)
+    else:
+        free_slots_nb(pool, k, rq.bslot, rq.key_ptr[r], nb, n_full, np.bool_(keep), r,
+                      np.int64(rq.nheld[r]), rq.key_ptr[r + 1] - rq.key_ptr[r])
     rq.nheld[r] = 0
     rq.alloc[r] = 0
 
