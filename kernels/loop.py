@@ -219,7 +219,7 @@ def _pool_value(acc, n_acc, hist, v, i, c):
         hist[i] += c
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
 def _pool_gaps(gaps, gap, c, g):
     """Add ``c`` inter-token gaps of value ``gap`` (of group ``g``) to the pooled ITL and 1000/gap
     statistics."""

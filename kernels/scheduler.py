@@ -774,7 +774,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     total_len = rk.slen[k]
     osl = rq.osl
     mml = p.max_model_len
-    first_emit = emit_n[0]
+    ne = emit_n[0]  # (a local: with the count in an array, each store to another array reloads it)
+    first_emit = ne
     convert = p.steady and P >= rk.shold[k]
     conv_n = 0
     conv_len = 0
@@ -793,8 +794,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
                 n_ready += 1
                 total_len += length
                 gen[cur] += 1
-                emit[emit_n[0]] = cur
-                emit_n[0] += 1
+                emit[ne] = cur
+                ne += 1
                 if (convert and comp[cur] == length and alloc[cur] == length
                         and gen[cur] < _end_gen(p, rq, cur) and rq.status[cur] == RUNNING):
                     _unlink(xnext, rq.xprev, rk.xhead, rk.xtail, k, cur)
@@ -808,7 +809,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
                         rq.snext[cur] = rk.sechead[k]
                         rk.sechead[k] = cur
         cur = nxt
-    end_emit = emit_n[0]
+    end_emit = ne
     decode_ms = 0.0
     if n_ready > 0:
         if p.stage != PREFILL:  # a prefill worker's extra steps take no time (cluster doc C5)
@@ -848,8 +849,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             alloc[w] = isl[w] + eg - 1
             rq.last_token[w] = prev_end
             sbase[w] = -1
-            emit[emit_n[0]] = w
-            emit_n[0] += 1
+            emit[ne] = w
+            ne += 1
             _finish(p, pool, rq, rk, k, np.int64(w), np.int64(done_kind), pend_head, pend_tail, g,
                     np.bool_(False))
         else:
@@ -858,6 +859,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             if gen[cur] >= osl[cur] or (mml > 0 and isl[cur] + gen[cur] >= mml):
                 _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(done_kind), pend_head, pend_tail,
                         g, np.bool_(True))
+    emit_n[0] = ne
     if ns > 0 or conv_n > 0:
         rk.nsteady[k] = ns - nfin + conv_n
         rk.slen[k] = rk.slen[k] - fin_len + (ns - nfin) + conv_len
