@@ -20,10 +20,11 @@ the first copy still alive, which serves every hit; when it is evicted the next 
 **Anonymous blocks.** A new block with a private key (the part of a request beyond its shareable
 prompt blocks: a synthetic prompt, the unique tail of a trace prompt, every output block) is held
 without a slot: the pool only counts it (a request's slot-held blocks are always a prefix of its
-blocks). Nobody can look it up while it is active. When its request finishes, its full private blocks are dead (no request
-can ever match them) but still take their place in the LRU: they go there as one *run* node (a
-slot whose ``slot_run`` counts the dead blocks it stands for, merged with a run at the LRU's
-tail), and an eviction at a run takes one block off its count. When its request is preempted
+blocks). Nobody can look it up while it is active. When its request finishes, its full private
+blocks are dead (no request can ever match them) but still take their place in the LRU: they go
+there as one *run* node (a slot whose ``slot_run`` counts the dead blocks it stands for, merged
+with a run at the LRU's tail), and an eviction at a run takes blocks off its count; both are
+counts, not loops (``release_dead_nb``, ``_new_blocks``). When its request is preempted
 instead, each full private block gets a slot and is registered under its key, exactly like a
 slot-held block, since the request may match it again. So the LRU order of every block that can
 still be hit is the same as if every block had its own slot, and a request's admission and
