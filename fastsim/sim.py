@@ -53,8 +53,12 @@ def _block_keys(workload, block_size, caching=True):
     return ptr, keys
 
 
-def _arrival_ties(workload):
-    """Each row's position in (session, turn) order: arrivals at one time go in that order."""
+def _arrival_ties(workload, concurrency=0):
+    """Each row's position in (session, turn) order: arrivals at one time go in that order. Only
+    the arrival heap (later turns, closed-loop dispatches) reads it: an open-loop workload of
+    single-turn sessions never fills the heap and gets an empty array."""
+    if not concurrency and workload.session_ptr.shape[0] - 1 == workload.isl.shape[0]:
+        return np.zeros(0, dtype=np.int64)
     return (workload.session_ptr[workload.session] + workload.turn).astype(np.int64)
 
 
@@ -153,8 +157,8 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
         second_token=f64(),
         last_token=f64(),
         terminal=f64(),
-        reused=i64(),
-        first_reused=i64(),
+        reused=i32(),
+        first_reused=i32(),
         tnext=np.full(n, -1, dtype=np.int32),
         term_kind=np.zeros(n, dtype=np.int8),
         bslot=np.zeros(keys.shape[0], dtype=np.int32),
@@ -428,7 +432,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         rows=np.asarray(workload.session_rows, dtype=np.int64),
         first_arrival=np.asarray(workload.session_arrival_ms, dtype=np.float64),
         order=order,
-        tie=_arrival_ties(workload),
+        tie=_arrival_ties(workload, concurrency),
         ready_at=np.full(n, np.nan),
         heap=np.zeros(max(n, 1), dtype=np.int64),
     )
@@ -596,8 +600,8 @@ def _request_columns(rq, workload, dp, single_path):
         "input_length": rq.isl,
         "requested_output_length": rq.osl,
         "output_length": rq.generated.astype(np.int64),
-        "reused_tokens": rq.reused,
-        "first_reused_tokens": rq.first_reused,
+        "reused_tokens": rq.reused.astype(np.int64),
+        "first_reused_tokens": rq.first_reused.astype(np.int64),
         "worker_idx": worker_idx,
         "preemptions": rq.npreempt.astype(np.int64),
     }

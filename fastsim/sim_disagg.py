@@ -118,7 +118,7 @@ def simulate_disagg(
         delay=np.asarray(workload.delay_ms, dtype=np.float64), ptr=np.asarray(workload.session_ptr, dtype=np.int64),
         rows=np.asarray(workload.session_rows, dtype=np.int64),
         first_arrival=np.asarray(workload.session_arrival_ms, dtype=np.float64), order=order,
-        tie=_arrival_ties(workload),
+        tie=_arrival_ties(workload, concurrency),
         ready_at=np.full(n, np.nan), heap=np.zeros(max(n, 1), dtype=np.int64),
     )
     G = P + D
@@ -192,9 +192,9 @@ def simulate_disagg(
         "input_length": rq_p.isl,
         "requested_output_length": rq_p.osl,
         "output_length": rq_d.generated.astype(np.int64),
-        "reused_tokens": rq_p.reused,
-        "ratio_reused_tokens": np.maximum(rq_p.reused, rq_d.reused),
-        "first_reused_tokens": rq_p.first_reused,
+        "reused_tokens": rq_p.reused.astype(np.int64),
+        "ratio_reused_tokens": np.maximum(rq_p.reused, rq_d.reused).astype(np.int64),
+        "first_reused_tokens": rq_p.first_reused.astype(np.int64),
         "worker_idx": dg.dec_idx.astype(np.int64),
         "preemptions": (rq_p.npreempt + rq_d.npreempt).astype(np.int64),
         "prefill_worker_idx": dg.pre_idx.astype(np.int64),

@@ -88,8 +88,8 @@ class Reqs(NamedTuple):
     second_token: np.ndarray
     last_token: np.ndarray
     terminal: np.ndarray
-    reused: np.ndarray  # int64: max over admissions
-    first_reused: np.ndarray  # int64
+    reused: np.ndarray  # int32: max over admissions
+    first_reused: np.ndarray  # int32
     tnext: np.ndarray  # int32: pending-terminal list link
     term_kind: np.ndarray  # int8
     bslot: np.ndarray  # int32[len(keys)]: pool slots of the shareable blocks (offsets: key_ptr)
