@@ -8,6 +8,8 @@ third of the cold compile). When the cache is empty, :func:`start` launches
 with the exact signatures the loop uses (:data:`CALLEES`), and writes them to the same numba cache.
 By the time the loop's type inference reaches one, the first process loads it from the cache
 instead of compiling it (if it is not there yet, it compiles it itself, as without the helper).
+A first disaggregated run compiles its own loop while a helper compiles the aggregated one, whose
+callees the disaggregated loop shares.
 
 The signatures are spelled with the names of the state tables (``rq``, ``pool``, ...) and numba
 scalar type names; ``tests/test_precompile.py`` checks them against what the loop compiles, so a
@@ -102,12 +104,15 @@ def compile_callees():
         kernel.compile(signature(args, tables))
 
 
-def start():
-    """Launch the helper process (when there is a second core); returns it, or None."""
+def start(aggregated=False):
+    """Launch the helper process (when there is a second core); returns it, or None.
+    ``aggregated``: the helper loads (compiles) the whole aggregated loop instead, for a process
+    that compiles the disaggregated one (which calls most of the same kernels)."""
     if (os.cpu_count() or 1) < 2 or os.environ.get("FASTSIM_PRECOMPILE", "1") == "0":
         return None
+    args = ["--aggregated"] if aggregated else []
     try:
-        return subprocess.Popen([sys.executable, "-m", "fastsim.precompile"], env=dict(os.environ),
+        return subprocess.Popen([sys.executable, "-m", "fastsim.precompile", *args], env=dict(os.environ),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     except OSError:
@@ -125,7 +130,22 @@ def finish(proc):
         proc.wait()
 
 
+def cached(kernel):
+    """True if the numba cache has machine code of ``kernel`` (a function name)."""
+    from pathlib import Path
+
+    import fastsim.kernels  # noqa: F401 (chooses NUMBA_CACHE_DIR)
+
+    cache = Path(os.environ.get("NUMBA_CACHE_DIR", ""))
+    return cache.is_dir() and any(cache.rglob(f"*.{kernel}-*.nbi"))
+
+
 if __name__ == "__main__":
     import fastsim.kernels  # noqa: F401 (the cache directory and optimisation level)
 
-    compile_callees()
+    if "--aggregated" in sys.argv[1:]:
+        from fastsim.sim import _load_kernels
+
+        _load_kernels()
+    else:
+        compile_callees()

@@ -186,19 +186,14 @@ def _load_kernels():
     if _KERNELS_LOADED:
         return
     _KERNELS_LOADED = True
-    import os
     import sys
-    from pathlib import Path
 
-    import fastsim.kernels  # noqa: F401 (chooses NUMBA_CACHE_DIR, read below)
+    from fastsim import precompile
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
 
-    from fastsim import precompile
-
-    cache = Path(os.environ.get("NUMBA_CACHE_DIR", ""))
     helper = None
-    if not cache.is_dir() or not any(cache.rglob("*loop*.nbi")):
+    if not precompile.cached("run_loop_nb"):
         sys.stderr.write("fastsim: compiling the simulation kernels for this machine "
                          "(first run only, about 20-35 s; later runs load them from the cache)\n")
         sys.stderr.flush()
