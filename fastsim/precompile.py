@@ -36,7 +36,7 @@ CALLEES = (
     ("scheduler", "_steady_ok", ("p", "pool", "rq", "rk", "int64", "int64")),
     ("scheduler", "materialize_nb", ("p", "rq", "rk", "int64", "int64", "float64")),
     ("kvpool", "_evict", ("pool", "int64", "int64", "int64", "int64")),
-    ("scheduler", "_schedule_running", ("p", "pool", "rq", "rk", "int64", "int64", "int64", "pa")),
+    ("scheduler", "_schedule_running", ("p", "pool", "rq", "rk", "int64", "int64", "pa")),
     ("kvpool", "can_use_nb", ("pool", "int64", "array(uint64, 1d, C)", "int64", "int64")),
     ("scheduler", "_finish", ("p", "pool", "rq", "rk", "int64", "int64", "int64", "array(int32, 1d, C)",
                               "array(int32, 1d, C)", "int64", "bool")),

@@ -147,10 +147,6 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
         qnext=np.full(n, -1, dtype=np.int32),
         qprev=np.full(n, -1, dtype=np.int32),
         npreempt=np.zeros(n, dtype=np.int32),
-        sched_pass=np.full(n, -1, dtype=np.int64),
-        sched_tokens=i32(),
-        sched_prompt=i32(),
-        sched_prefix=i32(),
         arrival=f64(),
         first_admit=f64(),
         first_token=f64(),
@@ -491,11 +487,12 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     pa = PassAcc(
         kbuf=np.zeros(max_blocks, dtype=np.uint64),
         hslot=np.full(max_blocks, -1, dtype=np.int64),
-        acc=np.zeros(8, dtype=np.int64),
+        acc=np.zeros(9, dtype=np.int64),
         emit=np.zeros(emit_cap, dtype=np.int32),
         emit_n=np.zeros(1, dtype=np.int64),
         wake=np.zeros(min(params.max_seqs, max(n, 1)) + 1, dtype=np.int32),
         ncommon=np.zeros(1, dtype=np.int64),
+        slog=np.zeros((min(params.max_seqs, max(n, 1)) + 1, 4), dtype=np.int64),
     )
     return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)
 

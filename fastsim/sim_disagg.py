@@ -145,8 +145,9 @@ def simulate_disagg(
     emit_cap = max(pp.max_seqs, pd.max_seqs) if n else 1
     emit_cap = int(min(emit_cap, max(n, 1))) + 1
     pa = PassAcc(np.zeros(max_blocks, np.uint64), np.full(max_blocks, -1, np.int64),
-                 np.zeros(8, np.int64), np.zeros(emit_cap, np.int32),
-                 np.zeros(1, np.int64), np.zeros(emit_cap, np.int32), np.zeros(1, np.int64))
+                 np.zeros(9, np.int64), np.zeros(emit_cap, np.int32),
+                 np.zeros(1, np.int64), np.zeros(emit_cap, np.int32), np.zeros(1, np.int64),
+                 np.zeros((emit_cap, 4), np.int64))
     kvb = prefill_engine.kv_bytes_per_token
     dg = Disagg(
         n_pre=P, n_dec=D,

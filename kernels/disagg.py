@@ -324,7 +324,6 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     k = g if pre else g - dg.n_pre
     if (rk_p.n_run[k] + rk_p.n_wait[k] == 0) if pre else (rk_d.n_run[k] + rk_d.n_wait[k] == 0):
         return False
-    cl.state[7] += 1
     pa.emit_n[0] = 0
     pa.acc[5] = 0
     # Two call sites, one per pool: choosing between the pools' state tuples (``pp if pre else
@@ -332,10 +331,10 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     pa.ncommon[0] = 0
     prev_end = cl.last_stamp[g]
     if pre:
-        end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, cl.state[7], pa, cl.pend_head,
+        end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end)
     else:
-        end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, cl.state[7], pa, cl.pend_head,
+        end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end)
     if end < now:
         end = now

@@ -102,10 +102,10 @@ class Cluster(NamedTuple):
     dlist: np.ndarray  # int64[G + 1]: dirty group ids; dlist[G] holds their count
     dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
     last_stamp: np.ndarray  # float64[G]: end of the group's last pass (NaN: none yet)
-    state: np.ndarray  # int64[8]: [rr, n_cheap, n_heap, static_pos, next_session, n_arrived, n_done, pass_id]
+    state: np.ndarray  # int64[8]: [rr, n_cheap, n_heap, static_pos, next_session, n_arrived, n_done, spare]
 
 
-RR, NCHEAP, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE, PASSID = 0, 1, 2, 3, 4, 5, 6, 7
+RR, NCHEAP, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE = 0, 1, 2, 3, 4, 5, 6
 
 
 class Gaps(NamedTuple):
@@ -362,8 +362,6 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     if not has_work:
         return False
     fl.passes[g] += 1
-    cl.state[PASSID] += 1
-    pid = cl.state[PASSID]
     pa.emit_n[0] = 0
     pa.ncommon[0] = 0
     prev_end = cl.last_stamp[g]
@@ -373,7 +371,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         if rk.n_run[k] + rk.n_wait[k] == 0:
             continue
         pa.acc[5] = 0
-        e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pid, pa, cl.pend_head, cl.pend_tail, g,
+        e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, cl.pend_head, cl.pend_tail, g,
                          prev_end)
         if e > end:
             end = e

@@ -78,10 +78,6 @@ class Reqs(NamedTuple):
     qnext: np.ndarray  # int32: waiting/running queue links
     qprev: np.ndarray  # int32
     npreempt: np.ndarray  # int32
-    sched_pass: np.ndarray  # int64: id of the pass that last scheduled the request
-    sched_tokens: np.ndarray  # int32
-    sched_prompt: np.ndarray  # int32
-    sched_prefix: np.ndarray  # int32
     arrival: np.ndarray  # float64
     first_admit: np.ndarray
     first_token: np.ndarray
@@ -175,15 +171,18 @@ class PassAcc(NamedTuple):
 
     kbuf: np.ndarray  # uint64[max blocks of a request]
     hslot: np.ndarray  # int64[max blocks of a request]: slots of the blocks matched at admission
-    # [budget, batch_count, batch_isl, batch_prefix, preempted_any, progress, self_next]
-    acc: np.ndarray  # int64[8]
+    # [budget, batch_count, batch_isl, batch_prefix, preempted_any, progress, self_next, ahead,
+    #  schedules in slog]
+    acc: np.ndarray  # int64[9]
     emit: np.ndarray  # int32[...] rows that emitted a token in this group pass
     emit_n: np.ndarray  # int64[1]
     wake: np.ndarray  # int32[max running per rank + 1]: steady members whose last token is in this pass
     ncommon: np.ndarray  # int64[1]: steady members that emitted in this group pass, not in ``emit``
+    # this rank pass's schedules, for a preemption's refund: [row, tokens, prompt tokens, prefix]
+    slog: np.ndarray  # int64[max running per rank + 1, 4]
 
 
-BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD = 0, 1, 2, 3, 4, 5, 6, 7
+BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG = range(9)
 
 
 # ----------------------------------------------------------------------------- queues
@@ -343,7 +342,7 @@ def _generation_complete(p, rq, r):
 
 # ----------------------------------------------------------------------------- preemption
 @njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
+def _preempt(p, pool, rq, rk, k, victim, pa):
     """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front."""
     acc = pa.acc
     acc[SELF_NEXT] = rq.xnext[victim]
@@ -352,13 +351,16 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
     rq.status[victim] = PREEMPTED
     rq.computed[victim] = 0
     rq.npreempt[victim] += 1
-    if rq.sched_pass[victim] == pass_id:
-        acc[BUDGET] += rq.sched_tokens[victim]
-        if rq.sched_prompt[victim] > 0:
-            acc[BCOUNT] -= 1
-            acc[BISL] -= rq.sched_prefix[victim] + rq.sched_prompt[victim]
-            acc[BPREFIX] -= rq.sched_prefix[victim]
-        rq.sched_pass[victim] = -1
+    slog = pa.slog
+    for i in range(acc[NLOG] - 1, -1, -1):  # (lifo: the victim is usually the last scheduled)
+        if slog[i, 0] == victim:
+            acc[BUDGET] += slog[i, 1]
+            if slog[i, 2] > 0:
+                acc[BCOUNT] -= 1
+                acc[BISL] -= slog[i, 3] + slog[i, 2]
+                acc[BPREFIX] -= slog[i, 3]
+            slog[i, 0] = -1
+            break
     _push_front(rq.qnext, rq.qprev, rk.wait_head, rk.wait_tail, k, victim)
     rk.n_wait[k] += 1
     acc[PREEMPTED_ANY] = 1
@@ -366,7 +368,7 @@ def _preempt(p, pool, rq, rk, k, victim, pass_id, pa):
 
 
 @njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def _make_room(p, pool, rq, rk, k, r, pass_id, pa):
+def _make_room(p, pool, rq, rk, k, r, pa):
     """An allocation for ``r`` failed: preempt the next victim. Returns 0 (another request was
     preempted: try again), 1 (``r`` preempted itself) or -1 (no victim left)."""
     # (preemption happens only while every running request is explicit: see the pass)
@@ -375,14 +377,14 @@ def _make_room(p, pool, rq, rk, k, r, pass_id, pa):
         return -1
     if victim != r and not p.lifo and rq.status[r] == RUNNING:
         pa.acc[AHEAD] += 1  # Dynamo's loop is index based: the list shifts under it
-    _preempt(p, pool, rq, rk, k, victim, pass_id, pa)
+    _preempt(p, pool, rq, rk, k, victim, pa)
     return 1 if victim == r else 0
 
 
 # Inlined into the pass: a call would pass every column of the state tables (hundreds of
 # arguments), which cost more than the function's own work; the rare preemption path stays a call.
 @njit(cache=True, error_model="numpy", _nrt=False, inline="always")
-def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
+def _schedule(p, pool, rq, rk, k, r, cached, pa):
     """Dynamo's ``schedule_request`` for ``r`` (``cached`` > 0 only for a request from waiting)."""
     acc = pa.acc
     bs = p.block_size
@@ -422,7 +424,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
                 rq.nheld[r] = j0 + n_keyed
             rq.alloc[r] = target
             break
-        room = _make_room(p, pool, rq, rk, k, r, pass_id, pa)
+        room = _make_room(p, pool, rq, rk, k, r, pa)
         if room < 0:
             actual = ecb
             break
@@ -435,10 +437,12 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
     if p.caching:  # prompt blocks now fully computed become visible to the prefix cache
         register_nb(pool, k, rq.bslot, rq.key_ptr[r], ecb // bs, min(actual // bs, nkeys))
     prompt_tokens = min(actual, prompt) - prompt_before
-    rq.sched_pass[r] = pass_id
-    rq.sched_tokens[r] = tokens_used
-    rq.sched_prompt[r] = prompt_tokens
-    rq.sched_prefix[r] = prompt_before
+    i = acc[NLOG]
+    pa.slog[i, 0] = r
+    pa.slog[i, 1] = tokens_used
+    pa.slog[i, 2] = prompt_tokens
+    pa.slog[i, 3] = prompt_before
+    acc[NLOG] = i + 1
     if prompt_tokens > 0:
         acc[BCOUNT] += 1
         acc[BISL] += prompt_before + prompt_tokens
@@ -450,10 +454,10 @@ def _schedule(p, pool, rq, rk, k, r, cached, pass_id, pa):
 
 
 @njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
-def _schedule_running(p, pool, rq, rk, k, r, pass_id, pa):
+def _schedule_running(p, pool, rq, rk, k, r, pa):
     """``_schedule`` of a running request that is not a plain decode step inside its blocks (a
     prefill chunk, a step into a new block): rarer than admissions, so a call."""
-    return _schedule(p, pool, rq, rk, k, r, np.int64(0), pass_id, pa)
+    return _schedule(p, pool, rq, rk, k, r, np.int64(0), pa)
 
 
 # ----------------------------------------------------------------------------- steady decoding
@@ -589,7 +593,7 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
 
 
 @njit(cache=True, error_model="numpy", _nrt=False, inline="always")
-def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tail, g, prev_end):
+def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, prev_end):
     """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
 
     Rows that emit a token are appended to ``pa.emit``; steady members that emit (not listed) are
@@ -607,10 +611,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     xnext = rq.xnext
     seq = rq.seq
     sbase = rq.sbase
-    spass = rq.sched_pass
-    stok = rq.sched_tokens
-    sprompt = rq.sched_prompt
-    sprefix = rq.sched_prefix
+    slog = pa.slog
     emit = pa.emit
     emit_n = pa.emit_n
     wake = pa.wake
@@ -659,6 +660,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
     acc[BISL] = 0
     acc[BPREFIX] = 0
     acc[PREEMPTED_ANY] = 0
+    nlog = 0  # schedules logged in this pass (synced with acc[NLOG] around calls)
     # Phase A: running requests, in running order. Steady members take one token each; those
     # whose step starts a block allocate it here, all at once: every allocation of this pass fits
     # (``_steady_ok``) and none is a cache hit, so the pool ends the same whatever their order
@@ -676,17 +678,20 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
             # A decode step inside an allocated block: what _schedule would do, without the call.
             comp[cur] = length
             alloc[cur] = length
-            spass[cur] = pass_id
-            stok[cur] = 1
-            sprompt[cur] = 0
-            sprefix[cur] = isl[cur]
+            slog[nlog, 0] = cur
+            slog[nlog, 1] = 1
+            slog[nlog, 2] = 0
+            slog[nlog, 3] = isl[cur]
+            nlog += 1
             budget -= 1
             acc[PROGRESS] = 1
             cur = xnext[cur]
             continue
         acc[BUDGET] = budget
         acc[AHEAD] = 0
-        res = _schedule_running(p, pool, rq, rk, k, np.int64(cur), pass_id, pa)
+        acc[NLOG] = nlog
+        res = _schedule_running(p, pool, rq, rk, k, np.int64(cur), pa)
+        nlog = acc[NLOG]
         budget = acc[BUDGET]
         if res == SCHEDULED:
             cur = xnext[cur]
@@ -701,6 +706,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
                 break
             cur = xnext[cur]
     acc[BUDGET] = budget
+    acc[NLOG] = nlog
     # Phase B: waiting requests, FIFO, only if nothing was preempted.
     while acc[PREEMPTED_ANY] == 0 and rk.n_run[k] < p.max_seqs:
         u = rk.wait_head[k]
@@ -737,7 +743,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pass_id, pa, pend_head, pend_tai
         if needed > p.cap - pool.meta[k, NACTIVE]:
             break  # head-of-line blocking: wait, never preempt for a waiting request
         before = acc[BUDGET]
-        res = _schedule(p, pool, rq, rk, k, np.int64(u), np.int64(cached), pass_id, pa)
+        res = _schedule(p, pool, rq, rk, k, np.int64(u), np.int64(cached), pa)
         if res != SCHEDULED:
             break
         _unlink_waiting(rq, rk, k, u)
