@@ -77,7 +77,6 @@ def state_types():
 
 def signature(args, tables):
     """The numba argument types of one ``CALLEES`` entry."""
-    import numba
     from numba.core import types
 
     out = []

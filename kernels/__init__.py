@@ -12,6 +12,9 @@ compiles about a third faster than numba's default ``-O3`` and the event loop ru
 numba's environment variables (read again with ``reload_config``), as numba reloads its
 configuration from the environment.
 
+The four sets of compile options are defined once, in ``kernels/jit.py`` (``kernel``,
+``kernel_noalloc``, ``inner``, ``inline``), and explained here.
+
 Every kernel uses numba's ``error_model="numpy"``: an integer division by zero gives 0 instead of
 raising, so no division carries a zero test and an exception path (inputs are validated before
 they reach the kernels, and no kernel divides by a count that can be 0). It made the cold compile

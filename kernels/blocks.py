@@ -12,13 +12,14 @@ tails, generated tokens, synthetic prompts), so the two kinds never collide; 0 i
 """
 
 import numpy as np
-from numba import njit
+
+from fastsim.kernels.jit import inner, kernel, kernel_noalloc
 
 _TOP = np.uint64(1) << np.uint64(63)
 _LOW = ~_TOP
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def mix64_nb(x):
     """splitmix64 finaliser: a bijective, well-spread 64-bit mix."""
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -26,14 +27,14 @@ def mix64_nb(x):
     return x ^ (x >> np.uint64(31))
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def unique_key_nb(row, j):
     """Key of block ``j`` of request ``row`` when its contents are unique to that request."""
     k = mix64_nb(np.uint64(row) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(j) + np.uint64(1))
     return k | _TOP
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size, out_ptr):
     """Chained keys of every full engine block of every prompt.
 

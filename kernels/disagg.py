@@ -26,7 +26,6 @@ two pools have their own engine arguments, KV pools, request state and routers.
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from fastsim.kernels.fleet import (
     ACTIVE,
@@ -43,6 +42,7 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
+from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
 from fastsim.kernels.loop import (
     DEAD_END,
@@ -113,7 +113,7 @@ class Disagg(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- small lists / heap
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _push(head, tail, nxt, k, r):
     nxt[r] = -1
     if tail[k] >= 0:
@@ -124,7 +124,7 @@ def _push(head, tail, nxt, k, r):
 
 
 # ----------------------------------------------------------------------------- lifecycle steps
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _final(rq_d, ss, cl, r, status, t):
     rq_d.status[r] = status
     rq_d.terminal[r] = t
@@ -132,7 +132,7 @@ def _final(rq_d, ss, cl, r, status, t):
     _on_terminal(ss, cl, r, t)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _score_decode(rt_d, fl_d, n_dec, nfull):
     """Decode router cost (derived config: no overlap credit, no dedup, no prefill load):
     the worker's active prompt blocks plus the candidate's full blocks (active workers only)."""
@@ -141,7 +141,7 @@ def _score_decode(rt_d, fl_d, n_dec, nfull):
         rt_d.cost[k] = float(rt_d.active[k] + nfull) if fl_d.gstate[k] == ACTIVE else np.inf
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
     k = 0
     if rt_p.mode == KV_ROUTER:
@@ -162,7 +162,7 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
     cl.stalled[k] = False
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _release_source(pp, pool_p, rq_p, fl_p, dg, pa, k, t):
     """Scheduling point of prefill worker ``k``: free the KV of copies activated downstream."""
     r = dg.rel_head[k]
@@ -178,7 +178,7 @@ def _release_source(pp, pool_p, rq_p, fl_p, dg, pa, k, t):
     return changed
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, r, t):
     """The prefill copy emitted its last token at ``t``: choose a decode worker and queue the
     reservation there (or fail / reject the request as Dynamo does)."""
@@ -210,7 +210,7 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
     cl.stalled[dg.n_pre + k] = False
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
     """Scheduling point of decode worker ``k``: reserve KV for queued handoffs, in order, while
     they fit (blocks already registered here are shared and discounted, as in admission)."""
@@ -252,7 +252,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
     return changed
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
     """The transfer finished: the request awaits activation at decode worker ``k``'s next
     scheduling point (now if it is idle)."""
@@ -261,7 +261,7 @@ def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
     cl.stalled[dg.n_pre + k] = False
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
     """Scheduling point of decode worker ``k``: transferred requests are activated (their blocks
     are registered, their prefill source is released) and wait for a seat (HANDED)."""
@@ -284,7 +284,7 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
     return changed
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, t):
     """Visible effects of group ``g``'s pass ending at ``t``, then its scheduling-point work."""
     r = cl.pend_head[g]
@@ -316,7 +316,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
         _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, g - dg.n_pre, t)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
            rt_d, rt_none, fl_p, fl_d, dg, pa, g, now):
     """One pass of worker ``g`` (prefill or decode) if it has work; True if anything changed."""
@@ -355,7 +355,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     return False
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
            rt_d, rt_none, fl_p, fl_d, dg, pa, now):
     n_groups = dg.n_pre + dg.n_dec
@@ -449,7 +449,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             return
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps,
                   rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out):
     """Run a disaggregated simulation. ``out`` receives [prefill_ws, decode_ws, now, -]."""

@@ -18,8 +18,8 @@ KV blocks in use and cached, passes run so far.
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from fastsim.kernels.jit import inner, kernel_noalloc
 from fastsim.kernels.kvpool import NACTIVE, NINACTIVE
 
 UNUSED, STARTING, ACTIVE, DRAINING, RETIRED, CANCELLED = 0, 1, 2, 3, 4, 5
@@ -54,7 +54,7 @@ class Fleet(NamedTuple):
     ff: np.ndarray  # float64[4]
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def nth_active_nb(fl, idx):
     """Id of the ``idx``-th active worker in ascending id order."""
     if fl.fs[NCREATED] == fl.fs[NACT]:
@@ -68,7 +68,7 @@ def nth_active_nb(fl, idx):
     return -1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def apply_target_nb(fl, now, target):
     """Scale toward ``target`` workers (Dynamo's ``apply_target_count``). Returns True if changed."""
     effective = fl.fs[NACT] + fl.fs[NSTARTING]
@@ -109,7 +109,7 @@ def apply_target_nb(fl, now, target):
     return True
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def mark_ready_nb(fl, now):
     """Workers whose startup has elapsed become active. Returns True if any did."""
     if fl.fs[NSTARTING] == 0:
@@ -124,7 +124,7 @@ def mark_ready_nb(fl, now):
     return changed
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def retire_drained_nb(fl, busy, n_run, n_wait, dp, g0):
     """Draining workers with no work and nothing held are retired (tombstoned); ``g0`` is the
     pool's first group in ``busy``. Returns True if any were."""
@@ -147,7 +147,7 @@ def retire_drained_nb(fl, busy, n_run, n_wait, dp, g0):
     return changed
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def apply_schedule_nb(fl, now):
     """Apply the scaling-schedule steps due at or before ``now``; True if any was."""
     applied = False
@@ -158,7 +158,7 @@ def apply_schedule_nb(fl, now):
     return applied
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def next_fleet_event_nb(fl):
     """Earliest pending startup completion, scheduled scaling step or planner tick (inf if none)."""
     t = np.inf
@@ -174,7 +174,7 @@ def next_fleet_event_nb(fl):
     return t
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def sample_nb(fl, pool, n_run, n_wait, dp, t):
     """Record one telemetry row per live worker at time ``t``; False if the buffers are full."""
     n = fl.fs[TELN]

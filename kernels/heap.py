@@ -6,10 +6,10 @@ enqueue order) and KV transfers (completion time, then row). The heap array hold
 size lives in ``count[slot]`` so that the callers keep all their scalars in state arrays.
 """
 
-from numba import njit
+from fastsim.kernels.jit import inner
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def heap_less_nb(key, tie, a, b):
     """``a`` orders before ``b``."""
     if key[a] != key[b]:
@@ -17,7 +17,7 @@ def heap_less_nb(key, tie, a, b):
     return tie[a] < tie[b]
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def heap_push_nb(heap, count, slot, key, tie, item):
     """Insert ``item``."""
     i = count[slot]
@@ -32,7 +32,7 @@ def heap_push_nb(heap, count, slot, key, tie, item):
             break
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def heap_pop_nb(heap, count, slot, key, tie):
     """Remove and return the first item (the heap must not be empty)."""
     top = heap[0]

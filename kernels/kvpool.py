@@ -42,9 +42,9 @@ import mmap
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from fastsim.kernels.blocks import unique_key_nb
+from fastsim.kernels.jit import inline, inner, kernel, kernel_noalloc
 
 
 class KvPool(NamedTuple):
@@ -110,13 +110,13 @@ def make_pool(n_ranks, cap):
     )
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _fp(key):
     """32-bit fingerprint of a block key; its low bits are the key's home in the table."""
     return (key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _entry(key, s):
     return (_fp(key) << np.uint64(32)) | np.uint64(s + 1)
 
@@ -128,7 +128,7 @@ def _entry(key, s):
 # A table entry is ``fingerprint << 32 | (local slot + 1)`` (0 = empty): a probe compares
 # fingerprints in the table itself and reads the slot's key only on a fingerprint match, and a
 # deletion recomputes homes from the entries alone.
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _find(table, slot_key, tbase, sbase, tmask, key):
     fp = _fp(key)
     i = np.int64(fp & np.uint64(tmask))
@@ -143,7 +143,7 @@ def _find(table, slot_key, tbase, sbase, tmask, key):
         i = (i + 1) & tmask
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _table_insert(table, tbase, tmask, key, s):
     e = _entry(key, s)
     i = np.int64((e >> np.uint64(32)) & np.uint64(tmask))
@@ -152,7 +152,7 @@ def _table_insert(table, tbase, tmask, key, s):
     table[tbase + i] = e
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _table_pos(table, tbase, tmask, key, s):
     """Position of the entry of ``key`` held in slot ``s``, or -1."""
     e0 = _entry(key, s)
@@ -166,7 +166,7 @@ def _table_pos(table, tbase, tmask, key, s):
         i = (i + 1) & tmask
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _delete_at(table, tbase, tmask, i):
     """Empty position ``i`` (linear probing with backward-shift deletion: no tombstones, probes
     stay short)."""
@@ -184,7 +184,7 @@ def _delete_at(table, tbase, tmask, i):
     table[tbase + i] = 0
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _table_delete(table, tbase, tmask, key, s):
     """Remove the entry of ``key`` held in slot ``s`` (if present)."""
     i = _table_pos(table, tbase, tmask, key, s)
@@ -192,7 +192,7 @@ def _table_delete(table, tbase, tmask, key, s):
         _delete_at(table, tbase, tmask, i)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s):
     p = lru_prev[sbase + s] - 1
     n = lru_next[sbase + s] - 1
@@ -208,7 +208,7 @@ def _lru_unlink(lru_prev, lru_next, meta, rank, sbase, s):
     lru_next[sbase + s] = 0
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s):
     t = meta[rank, TAIL]
     lru_prev[sbase + s] = t + 1
@@ -220,7 +220,7 @@ def _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s):
     meta[rank, TAIL] = s
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _take_slot(free_stack, meta, rank, sbase):
     """An unused slot: the last released one, else the next never-used one."""
     if meta[rank, NSTACK] > 0:
@@ -231,13 +231,13 @@ def _take_slot(free_stack, meta, rank, sbase):
     return s
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _give_slot(free_stack, meta, rank, sbase, s):
     free_stack[sbase + meta[rank, NSTACK]] = s
     meta[rank, NSTACK] += 1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _evict(pool, rank, sbase, tbase, m):
     """Evict ``m`` blocks from the LRU head (the caller checked there are that many); returns a
     slot they left unused (the caller takes it over) or -1. Other slots freed go to the stack."""
@@ -270,7 +270,7 @@ def _evict(pool, rank, sbase, tbase, m):
     return spare
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _new_blocks(pool, rank, sbase, tbase, m):
     """Take ``m`` blocks of capacity for new blocks: free ones first, then evictions (the slots
     they leave unused go to the slot stack)."""
@@ -294,13 +294,13 @@ def _new_blocks(pool, rank, sbase, tbase, m):
             _give_slot(pool.free_stack, meta, rank, sbase, spare)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def lookup_nb(pool, rank, key):
     """Local slot holding ``key`` on ``rank`` (active or inactive), or -1."""
     return _find(pool.table, pool.slot_key, rank * (pool.tmask + 1), rank * pool.cap, pool.tmask, key)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def can_use_nb(pool, rank, keys, n, n_hits):
     """True if blocks ``keys[:n]`` can all be made active on ``rank`` (the all-or-nothing check):
     the first ``n_hits`` are prefix-cache hits (a cached one must be reactivated), every other one
@@ -321,7 +321,7 @@ def can_use_nb(pool, rank, keys, n, n_hits):
     return pool.meta[rank, NACTIVE] + extra <= pool.cap
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
     """Register slot ``s`` under its key: as the key's primary if the key is absent, else as its
     newest copy (hits go to the primary; a copy takes over when the primary leaves)."""
@@ -346,7 +346,7 @@ def _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
         i = (i + 1) & tmask
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
     """Remove registered slot ``s`` from its key (its next copy becomes the primary)."""
     key = slot_key[sbase + s]
@@ -367,7 +367,7 @@ def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
     intab[sbase + s] = 0
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def alloc_anon_nb(pool, rank, m):
     """Make ``m`` new anonymous (private) blocks active (``alloc_nb`` without keys or slots).
     The caller has checked that they fit."""
@@ -375,7 +375,7 @@ def alloc_anon_nb(pool, rank, m):
     pool.meta[rank, NACTIVE] += m
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store, hit_slots):
     """Make ``n`` blocks active; the slot of block ``i < n_store`` goes to ``slots[off + i]``
     (the others are found again by their key: see ``free_slots_nb``).
@@ -392,7 +392,6 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store, hit_slot
     slot_key = pool.slot_key
     slot_ref = pool.slot_ref
     intab = pool.slot_intab
-    cnext = pool.slot_cnext
     lru_prev = pool.lru_prev
     lru_next = pool.lru_next
     meta = pool.meta
@@ -423,7 +422,7 @@ def alloc_nb(pool, rank, keys, n, slots, off, n_hits, n_keyed, n_store, hit_slot
             slots[off + i] = s
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def register_nb(pool, rank, slots, off, j0, j1):
     """Register the slot-held blocks ``j0 .. j1-1`` of a request (``slots[off + j]``), those not
     yet registered (a private block is registered only at a preemption: ``free_slots_nb``)."""
@@ -436,7 +435,7 @@ def register_nb(pool, rank, slots, off, j0, j1):
                       pool.tmask, s)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def release_dead_nb(pool, rank, nb, n_held, n_full):
     """A finished request's anonymous blocks ``n_held .. nb-1`` (the tail of its table) leave by
     count: those not fully computed (``j >= n_full``) go back to the free list, the full ones
@@ -464,7 +463,7 @@ def release_dead_nb(pool, rank, nb, n_held, n_full):
         meta[rank, NINACTIVE] += dead
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store):
     """Drop one reference to each of the ``nb`` blocks of request ``row``, last block first
     (Dynamo's release order). Blocks ``j < n_held`` hold slots: ``slots[off + j]`` for
@@ -525,7 +524,7 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store
         j -= 1
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def use_nb(pool, rank, keys, n):
     """``alloc_nb`` with every key looked up, slots discarded (for tests and tools)."""
     slots = np.empty(max(n, 1), dtype=np.int64)
@@ -538,7 +537,7 @@ def use_nb(pool, rank, keys, n):
             register_nb(pool, rank, slots, 0, i, i + 1)
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def release_nb(pool, rank, key, cacheable):
     """Drop one reference to the registered block ``key``; at 0 it becomes inactive if
     ``cacheable``, else free (for tests and tools)."""
@@ -548,7 +547,7 @@ def release_nb(pool, rank, key, cacheable):
     free_slots_nb(pool, rank, slots, 0, 1, 1 if cacheable else 0, True, 0, 1, 1)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _match(pool, rank, keys, n, out, keep):
     table = pool.table
     slot_key = pool.slot_key
@@ -570,14 +569,14 @@ def _match(pool, rank, keys, n, out, keep):
     return matched, active
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def match_slots_nb(pool, rank, keys, n, out):
     """``match_prefix_nb`` that also writes the slot of each matched block to ``out`` (for
     ``alloc_nb``'s hits)."""
     return _match(pool, rank, keys, n, out, True)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def match_prefix_nb(pool, rank, keys, n):
     """Leading blocks of ``keys[:n]`` present on ``rank``: returns (matched, matched_and_active).
 

@@ -18,7 +18,6 @@ are unfinished is a dead end (returned as a status, never a hang).
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from fastsim.kernels.fleet import (
     ACTIVE,
@@ -41,6 +40,7 @@ from fastsim.kernels.fleet import (
     sample_nb,
 )
 from fastsim.kernels.heap import heap_less_nb, heap_pop_nb, heap_push_nb
+from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.router import (
     FCFS,
     KV_ROUTER,
@@ -121,7 +121,7 @@ class Gaps(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- heaps
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _mark(cl, g):
     """Group ``g`` may be drivable now (it became idle or was given work)."""
     if not cl.dirty[g]:
@@ -132,7 +132,7 @@ def _mark(cl, g):
 
 
 # ----------------------------------------------------------------------------- arrivals
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _next_arrival(ss, cl):
     """Row of the earliest pending arrival (static first turns merged with the heap), or -1."""
     best = -1
@@ -146,7 +146,7 @@ def _next_arrival(ss, cl):
     return best
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def pop_arrival_nb(ss, cl, now):
     """Take the next arrival due at or before ``now`` (in arrival order), or return -1."""
     r = _next_arrival(ss, cl)
@@ -160,7 +160,7 @@ def pop_arrival_nb(ss, cl, now):
     return r
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def start_arrivals_nb(ss, cl):
     """Arm the first arrivals: the first ``concurrency`` sessions at 0 (closed loop), else every
     session's first turn at its trace time."""
@@ -175,14 +175,14 @@ def start_arrivals_nb(ss, cl):
             ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _activate_session(ss, cl, s, t):
     r = ss.rows[ss.ptr[s]]
     ss.ready_at[r] = t
     heap_push_nb(ss.heap, cl.state, np.int64(NHEAP), ss.ready_at, ss.tie, r)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _on_terminal(ss, cl, r, t):
     """A turn ended (completed or rejected): release the session's next turn or free its slot."""
     s = ss.session[r]
@@ -198,7 +198,7 @@ def _on_terminal(ss, cl, r, t):
 
 
 # ----------------------------------------------------------------------------- effects
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _pool_value(acc, n_acc, hist, v, i, c):
     """Add ``c`` copies of value ``v`` (histogram index ``i``) to one pooled statistic:
     ``acc`` = [sum, sum of squares (both about the shift), min, max, shift, shift set]."""
@@ -219,7 +219,7 @@ def _pool_value(acc, n_acc, hist, v, i, c):
         hist[i] += c
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _pool_gaps(gaps, gap, c, g):
     """Add ``c`` inter-token gaps of value ``gap`` (of group ``g``) to the pooled ITL and 1000/gap
     statistics."""
@@ -235,7 +235,7 @@ def _pool_gaps(gaps, gap, c, g):
         _pool_value(gaps.otpu, gaps.otpu_n, gaps.otpu_hist, memo[2], np.int64(memo[3]), c)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
     """Stamp one token at time ``t`` on each of ``rows[:n]`` and on the ``ncommon`` steady
     members of ranks ``k0 .. k1-1`` (whose last token was at ``prev_end``, the group's previous
@@ -290,13 +290,13 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
         rk.secdue[k] = -1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _fill_prompt_keys(rq, r, bs, kbuf):
     """Keys of the full prompt blocks of ``r`` into ``kbuf``; returns their count."""
     return _fill_keys(rq, r, np.int64(0), rq.isl[r] // bs, kbuf)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
     """Apply the visible effects of group ``g``'s pass ending at ``t``: router load releases,
     terminals (session follow-ups, closed-loop backfill), then router-queue releases."""
@@ -325,7 +325,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
             _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _release_kv(p, rq, rt, pa, r):
     """kv_router: request ``r``'s prefill load and prompt blocks leave the router."""
     k = rq.rank[r]
@@ -334,7 +334,7 @@ def _release_kv(p, rq, rt, pa, r):
     release_blocks_nb(rt, pa.kbuf, nfull, min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r]), k)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     """Route request ``r`` to the cheapest target now and submit it there."""
     bs = p.block_size
@@ -349,7 +349,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     _mark(cl, k // cl.dp)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     """Run one pass on every rank of group ``g`` that has work. Returns True if anything changed."""
     dp = cl.dp
@@ -393,7 +393,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     return False
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     """Send an arriving request to a target: round robin, or kv_router (maybe via its queue)."""
     if rt.mode == KV_ROUTER:
@@ -410,7 +410,7 @@ def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     _mark(cl, w)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     """kv_router: dispatch now, or queue the request while every target is busy (a call: it
     stays out of the inlined loop)."""
@@ -436,7 +436,7 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     """Process everything due at ``now`` until nothing changes (the tick phases, in order)."""
     while True:
@@ -495,7 +495,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         return
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
     """Run the simulation until it ends or pauses. ``out`` (float64[4]) holds [worker_seconds, now].
 

@@ -21,7 +21,8 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+
+from fastsim.kernels.jit import kernel_noalloc
 
 __all__ = [
     "POLYNOMIAL",
@@ -86,7 +87,7 @@ class PerfTables(NamedTuple):
 # Interpolation (ndarray-interp 0.5 semantics)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def lower_index_nb(xs, x):
     """Left index ``i`` of the interpolation cell for ``x`` on the strictly increasing axis ``xs``.
 
@@ -110,21 +111,21 @@ def lower_index_nb(xs, x):
     return lo
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def _line_nb(x1, y1, x2, y2, x):
     # ndarray-interp Linear::calc_frac, same operation order: m * (x - x1) + y1.
     m = (y2 - y1) / (x2 - x1)
     return m * (x - x1) + y1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def interp1_nb(xs, ys, x):
     """Piecewise-linear ``ys(x)`` on the strictly increasing ``xs``, extrapolated from the end cells."""
     i = lower_index_nb(xs, x)
     return _line_nb(xs[i], ys[i], xs[i + 1], ys[i + 1], x)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def interp2_nb(xs, ys, zs, x, y):
     """Bilinear ``zs(x, y)`` (``zs[i, j]`` at ``(xs[i], ys[j])``), extrapolated from the edge cells.
 
@@ -144,7 +145,7 @@ def interp2_nb(xs, ys, zs, x, y):
 # Step times
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def prefill_time_nb(perf, t):
     """Raw prefill time (ms, before speedup) of a pass computing ``t`` new prompt tokens in total.
 
@@ -165,7 +166,7 @@ def prefill_time_nb(perf, t):
     return 0.0
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def decode_time_nb(perf, active_kv_tokens, ctx, total_kv_tokens):
     """Raw decode step time (ms, before speedup), including Dynamo's 1 ms floor.
 
@@ -191,7 +192,7 @@ def decode_time_nb(perf, active_kv_tokens, ctx, total_kv_tokens):
     return DECODE_FLOOR_MS
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def scale_nb(raw, s):
     """Speedup scaling in plain floats: ``raw / s`` when ``s > 0`` and ``raw > 0``, else ``raw``.
 
@@ -208,7 +209,7 @@ def scale_nb(raw, s):
 # Nanosecond quantisation (verified X1)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def _two_prod_nb(a, b):
     # Dekker's TwoProduct with Veltkamp splitting: p + e == a * b exactly (no FMA needed).
     p = a * b
@@ -222,7 +223,7 @@ def _two_prod_nb(a, b):
     return p, e
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def _duration_nb(s):
     # Duration::from_secs_f64(s) for finite s > 0: (secs, nanos) as floats, nanos rounded to
     # nearest, ties to even, on the exact binary value of s (Rust's integer algorithm).
@@ -244,7 +245,7 @@ def _duration_nb(s):
     return secs, n
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def quantize_ms_nb(ms):
     """Round a duration to whole nanoseconds exactly as Dynamo does, and return it in ms.
 
@@ -263,7 +264,7 @@ def quantize_ms_nb(ms):
     return (secs + n / _NS_PER_S) * 1000.0
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def modeled_ms_nb(raw, s):
     """A raw step time (ms) as Dynamo's clock advances by it: quantised, scaled, quantised.
 

@@ -22,10 +22,10 @@ The union of active prompt blocks is a refcounted open-addressing table keyed by
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from fastsim.kernels.blocks import mix64_nb
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
+from fastsim.kernels.jit import inner, kernel_noalloc
 from fastsim.kernels.kvpool import match_prefix_nb
 
 ROUND_ROBIN, KV_ROUTER = 0, 1
@@ -67,20 +67,20 @@ class Router(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- rng
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _next_u64(rng):
     # splitmix64 stream: tiny, fast, and good enough for tie-breaking and softmax sampling
     rng[0] += np.uint64(0x9E3779B97F4A7C15)
     return mix64_nb(rng[0])
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _uniform(rng):
     return float(_next_u64(rng) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
 # ----------------------------------------------------------------------------- the union table
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _slot(rt, rank, key):
     mask = rt.tab_key.shape[0] - 1
     i = np.int64(mix64_nb(key ^ (np.uint64(rank) * np.uint64(0xD6E8FEB86659FD93))) & np.uint64(mask))
@@ -91,13 +91,13 @@ def _slot(rt, rank, key):
         i = (i + 1) & mask
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _home(rt, rank, key):
     mask = rt.tab_key.shape[0] - 1
     return np.int64(mix64_nb(key ^ (np.uint64(rank) * np.uint64(0xD6E8FEB86659FD93))) & np.uint64(mask))
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _union_add(rt, rank, key):
     """Add one reference to (rank, key); returns True if the block is new to the union."""
     i = _slot(rt, np.int64(rank), key)
@@ -114,7 +114,7 @@ def _union_add(rt, rank, key):
     return True
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _union_remove(rt, rank, key):
     """Drop one reference to (rank, key); returns True if the block left the union."""
     mask = rt.tab_key.shape[0] - 1
@@ -140,7 +140,7 @@ def _union_remove(rt, rank, key):
     return True
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _union_prefix(rt, rank, keys, n):
     """Leading blocks of ``keys[:n]`` already in target ``rank``'s union."""
     for j in range(n):
@@ -150,7 +150,7 @@ def _union_prefix(rt, rank, keys, n):
 
 
 # ----------------------------------------------------------------------------- decisions
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, dp):
     """Fill ``rt.cost`` and ``rt.overlap`` for a request with full prompt blocks ``keys[:nfull]``,
     of which only the first ``nshare`` can be held elsewhere (the rest are unique to it).
@@ -178,7 +178,7 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
         rt.cost[k] = c
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def choose_target_nb(rt, n_targets):
     """Lowest cost (seeded uniform tie-break) at T = 0, normalised softmax sampling at T > 0."""
     cost = rt.cost
@@ -220,7 +220,7 @@ def choose_target_nb(rt, n_targets):
     return 0
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def commit_route_nb(rt, keys, nfull, nshare, isl, bs, r, k):
     """Account request ``r`` (routed to target ``k``) in the router's load state. Of its full
     prompt blocks ``keys[:nfull]`` only the first ``nshare`` can be shared: the others are new to
@@ -239,7 +239,7 @@ def commit_route_nb(rt, keys, nfull, nshare, isl, bs, r, k):
             rt.active[k] += nfull
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def release_prefill_nb(rt, r, k):
     """The request's first token came (or it ended): its prefill load leaves the target."""
     if rt.pf_open[r]:
@@ -247,7 +247,7 @@ def release_prefill_nb(rt, r, k):
         rt.pf_open[r] = False
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def release_blocks_nb(rt, keys, nfull, nshare, k):
     """The request ended: its prompt blocks leave the target's active union (``nshare`` as in
     ``commit_route_nb``)."""
@@ -262,7 +262,7 @@ def release_blocks_nb(rt, keys, nfull, nshare, k):
         rt.active[k] -= nfull
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def all_busy_nb(rt, n_targets):
     """Router-queue test: every target's in-flight prefill exceeds ``thr * budget`` (strict)."""
     if rt.queue_thr < 0.0:
@@ -275,7 +275,7 @@ def all_busy_nb(rt, n_targets):
 
 
 # ----------------------------------------------------------------------------- router queue
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def queue_push_nb(rt, r, key):
     """Queue request ``r`` with priority ``key`` (lower leaves first; enqueue order breaks ties)."""
     rt.qkey[r] = key
@@ -284,7 +284,7 @@ def queue_push_nb(rt, r, key):
     heap_push_nb(rt.queue, rt.state, np.int64(NQUEUE), rt.qkey, rt.qseq, r)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def queue_pop_nb(rt):
     """Remove and return the queue's first request."""
     return heap_pop_nb(rt.queue, rt.state, np.int64(NQUEUE), rt.qkey, rt.qseq)

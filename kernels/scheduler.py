@@ -20,9 +20,9 @@ terminal notifications) to the group's end time.
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from fastsim.kernels.blocks import unique_key_nb
+from fastsim.kernels.jit import inline, inner
 from fastsim.kernels.kvpool import (
     NACTIVE,
     alloc_anon_nb,
@@ -188,7 +188,7 @@ BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG =
 # ----------------------------------------------------------------------------- queues
 # Intrusive doubly linked lists over request rows: ``nxt``/``prv`` are the link columns (qnext/qprev
 # for the waiting and running lists, xnext/xprev for the explicit running list).
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _unlink(nxt, prv, heads, tails, k, r):
     p = prv[r]
     n = nxt[r]
@@ -204,7 +204,7 @@ def _unlink(nxt, prv, heads, tails, k, r):
     nxt[r] = -1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _push_back(nxt, prv, heads, tails, k, r):
     t = tails[k]
     prv[r] = t
@@ -216,7 +216,7 @@ def _push_back(nxt, prv, heads, tails, k, r):
     tails[k] = r
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _push_front(nxt, prv, heads, tails, k, r):
     h = heads[k]
     nxt[r] = h
@@ -228,13 +228,13 @@ def _push_front(nxt, prv, heads, tails, k, r):
     heads[k] = r
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _unlink_waiting(rq, rk, k, r):
     _unlink(rq.qnext, rq.qprev, rk.wait_head, rk.wait_tail, k, r)
     rk.n_wait[k] -= 1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _start_running(rq, rk, k, r):
     """Append ``r`` to rank ``k``'s running list (and its explicit part)."""
     _push_back(rq.qnext, rq.qprev, rk.run_head, rk.run_tail, k, r)
@@ -245,7 +245,7 @@ def _start_running(rq, rk, k, r):
     rk.seqc[0] += 1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _stop_running(rq, rk, k, r, explicit):
     _unlink(rq.qnext, rq.qprev, rk.run_head, rk.run_tail, k, r)
     if explicit:
@@ -253,7 +253,7 @@ def _stop_running(rq, rk, k, r, explicit):
     rk.n_run[k] -= 1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def enqueue_waiting_nb(rq, rk, k, r):
     """Submit request ``r`` to rank ``k``'s waiting queue (Dynamo's ``receive``)."""
     rq.status[r] = WAITING
@@ -264,7 +264,7 @@ def enqueue_waiting_nb(rq, rk, k, r):
 
 
 # ----------------------------------------------------------------------------- blocks
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def block_key_nb(rq, r, j):
     """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique.
 
@@ -278,19 +278,19 @@ def block_key_nb(rq, r, j):
     return unique_key_nb(r, j)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _ceil_div(a, b):
     return (a + b - 1) // b
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _fill_keys(rq, r, j0, j1, kbuf):
     for j in range(j0, j1):
         kbuf[j - j0] = block_key_nb(rq, r, j)
     return j1 - j0
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def free_blocks_nb(p, pool, rq, k, r, keep):
     """Release every allocated block of ``r`` on rank ``k``, tail first (Dynamo's Deref order);
     ``keep``: ``r`` will be scheduled again (preempted), so its cached blocks stay findable.
@@ -310,7 +310,7 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     rq.alloc[r] = 0
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _cached_tokens(p, pool, rq, k, r, kbuf, hslot):
     """Prefix-cache hit of a request about to be admitted:
     (cached_tokens, active_cached_blocks, active_matched_blocks); the matched blocks' slots go
@@ -333,7 +333,7 @@ def _cached_tokens(p, pool, rq, k, r, kbuf, hslot):
     return cached, min(active, cached // p.block_size), active
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _generation_complete(p, rq, r):
     if rq.generated[r] >= rq.osl[r]:
         return True
@@ -341,7 +341,7 @@ def _generation_complete(p, rq, r):
 
 
 # ----------------------------------------------------------------------------- preemption
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _preempt(p, pool, rq, rk, k, victim, pa):
     """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front."""
     acc = pa.acc
@@ -367,7 +367,7 @@ def _preempt(p, pool, rq, rk, k, victim, pa):
     acc[PROGRESS] = 1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _make_room(p, pool, rq, rk, k, r, pa):
     """An allocation for ``r`` failed: preempt the next victim. Returns 0 (another request was
     preempted: try again), 1 (``r`` preempted itself) or -1 (no victim left)."""
@@ -383,7 +383,7 @@ def _make_room(p, pool, rq, rk, k, r, pa):
 
 # Inlined into the pass: a call would pass every column of the state tables (hundreds of
 # arguments), which cost more than the function's own work; the rare preemption path stays a call.
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def _schedule(p, pool, rq, rk, k, r, cached, pa):
     """Dynamo's ``schedule_request`` for ``r`` (``cached`` > 0 only for a request from waiting)."""
     acc = pa.acc
@@ -453,7 +453,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pa):
     return SCHEDULED
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _schedule_running(p, pool, rq, rk, k, r, pa):
     """``_schedule`` of a running request that is not a plain decode step inside its blocks (a
     prefill chunk, a step into a new block): rarer than admissions, so a call."""
@@ -476,7 +476,7 @@ def _schedule_running(p, pool, rq, rk, k, r, pa):
 # again (``materialize_nb``), runs the one-at-a-time pass and stays explicit for a while
 # (doubling holds). Completions and block releases still happen one request at a time, in
 # running order (by ``seq``).
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _end_gen(p, rq, r):
     """Tokens ``r`` has generated when it finishes (its output length, or the model-length cap)."""
     e = rq.osl[r]
@@ -485,20 +485,20 @@ def _end_gen(p, rq, r):
     return e
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _block_residue(bs, rq, r):
     """Steady member ``r`` starts a new block in its decode step of every rank pass ``P`` with
     ``P % bs`` equal to this (its length before that step is ``isl + generated + P - sbase``)."""
     return (rq.sbase[r] + 1 - rq.isl[r] - rq.generated[r]) % bs
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _due_pass(p, rq, r):
     """The rank pass in which steady member ``r`` emits its last token."""
     return rq.sbase[r] + _end_gen(p, rq, r) - rq.generated[r] - 1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _steady_join(p, rq, rk, k, r):
     """Count steady member ``r`` (``sbase`` set) among its rank's block starts and file it under
     the pass of its last token."""
@@ -509,7 +509,7 @@ def _steady_join(p, rq, rk, k, r):
     rk.wheel[b] = r
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def materialize_nb(p, rq, rk, k, pass_idx, prev_end):
     """Make every steady member of rank ``k`` explicit, with its exact state before rank pass
     ``pass_idx``; ``prev_end`` is the end of the rank's last pass (their last token)."""
@@ -549,7 +549,7 @@ def materialize_nb(p, rq, rk, k, pass_idx, prev_end):
     rk.secdue[k] = -1
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _steady_ok(p, pool, rq, rk, k, pass_idx):
     """True if this pass's outcome cannot depend on where the steady members stand in the running
     order: every steady member gets its token (the explicit members ahead of the last steady one
@@ -575,7 +575,7 @@ def _steady_ok(p, pool, rq, rk, k, pass_idx):
 
 
 # ----------------------------------------------------------------------------- the pass
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
     if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
@@ -592,7 +592,7 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     pend_tail[g] = r
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+@inline
 def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, prev_end):
     """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
 
@@ -873,7 +873,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     return (now + prefill_ms) + decode_ms
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@inner
 def _decode_ms(p, perf, nact, ctx):
     """A decode step's time as the clock advances by it: ``nact`` active blocks on the rank, mean
     context ``ctx`` (grid timing only)."""

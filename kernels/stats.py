@@ -33,7 +33,8 @@ Histogram layout (``hist``: int64[DD_NBINS]): index 0 = zero bucket; key ``k`` a
 import math
 
 import numpy as np
-from numba import njit
+
+from fastsim.kernels.jit import kernel, kernel_noalloc
 
 DD_ALPHA = 0.001
 DD_MAX_BINS = 32768  # ddsketchy store bin limit used by Dynamo (collapse-lowest beyond it)
@@ -60,19 +61,19 @@ def dd_new_hist():
     return np.zeros(DD_NBINS, dtype=np.int64)
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def dd_key_nb(v):
     """Bucket key of a positive value ``v >= DD_MIN_INDEXABLE`` (ddsketchy's ``ceil(ln v * inv)``)."""
     return int(math.ceil(math.log(v) * DD_INV_LN_GAMMA))
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def dd_key_value_nb(key):
     """Representative value of bucket ``key``: ``exp(key * ln_gamma) * 2/(1+gamma)``."""
     return math.exp(float(key) * DD_VALUE_LN) * DD_VALUE_FACTOR
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def dd_index_nb(v):
     """Histogram index of value ``v``; -1 for NaN/inf (the crate ignores them).
 
@@ -91,7 +92,7 @@ def dd_index_nb(v):
     return k + DD_OFFSET
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@kernel_noalloc
 def dd_insert_nb(hist, v):
     """Add value ``v`` to ``hist``; returns 1 if counted, 0 if ignored (non-finite)."""
     i = dd_index_nb(v)
@@ -101,7 +102,7 @@ def dd_insert_nb(hist, v):
     return 1
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def dd_insert_many_nb(hist, values):
     """Add every value of ``values`` to ``hist``; returns how many were counted."""
     c = 0
@@ -110,7 +111,7 @@ def dd_insert_many_nb(hist, values):
     return c
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def _dd_low_index_nb(hist):
     """Lowest positive-store index left after ddsketchy's collapse (1 if no collapse applies)."""
     hi = 0
@@ -124,7 +125,7 @@ def _dd_low_index_nb(hist):
     return lo
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def _dd_index_value_nb(i, lo):
     """Value of histogram index ``i`` after applying the collapse floor ``lo``."""
     if i == 0:
@@ -134,7 +135,7 @@ def _dd_index_value_nb(i, lo):
     return dd_key_value_nb(i - DD_OFFSET)
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def dd_value_at_rank_nb(hist, rank):
     """Bucket value of the ``rank``-th smallest (0-based) value in ``hist``.
 
@@ -159,7 +160,7 @@ def dd_value_at_rank_nb(hist, rank):
     return _dd_index_value_nb(last, lo)
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def dd_values_at_ranks_nb(hist, ranks):
     """``dd_value_at_rank_nb`` for several ranks (any order) in one pass over ``hist``."""
     m = ranks.shape[0]
@@ -186,7 +187,7 @@ def dd_values_at_ranks_nb(hist, ranks):
     return out
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def nearest_rank_nb(n, p):
     """Dynamo's 0-based nearest rank ``min(round_half_away((n-1)*p/100), n-1)``; 0 if n < 1.
 
@@ -219,7 +220,7 @@ def nearest_rank(n, p):
     return max(0, min(int(r), n - 1))
 
 
-@njit(cache=True, error_model="numpy")
+@kernel
 def dd_percentile_nb(hist, n, p, vmin):
     """Dynamo's sketch percentile p (0..100) of ``n`` values: 0 if empty, exact ``vmin`` if one
     value (ddsketchy returns its exact min for a single value), else the bucket value of the

@@ -1,0 +1,18 @@
+"""The compile options of every kernel, in one place (the package docstring says why each is set).
+
+* ``kernel``: called from Python, may allocate (numba's reference counting on).
+* ``kernel_noalloc``: called from Python, never allocates (reference counting off: reading arrays
+  out of the state tuples costs nothing).
+* ``inner``: only ever called from other kernels (no Python or C entry point is generated).
+* ``inline``: inlined into its callers at numba's IR level (the per-pass call chain).
+
+All use ``cache=True`` and numba's numpy error model.
+"""
+
+from numba import njit
+
+kernel = njit(cache=True, error_model="numpy")
+kernel_noalloc = njit(cache=True, error_model="numpy", _nrt=False)
+inner = njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True,
+             no_cfunc_wrapper=True)
+inline = njit(cache=True, error_model="numpy", _nrt=False, inline="always")
