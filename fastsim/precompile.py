@@ -111,7 +111,7 @@ def start(aggregated=False):
         return None
     args = ["--aggregated"] if aggregated else []
     try:
-        return subprocess.Popen([sys.executable, "-m", "fastsim.precompile", *args], env=dict(os.environ),
+        return subprocess.Popen([sys.executable, "-m", "fastsim.precompile", *args],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     except OSError:

@@ -444,7 +444,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         dlist=np.zeros(g_cap + 1, dtype=np.int64),
         dwork=np.zeros(g_cap, dtype=np.int64),
         last_stamp=np.full(g_cap, np.nan),
-        state=np.zeros(8, dtype=np.int64),
+        state=np.zeros(7, dtype=np.int64),
     )
     gaps = Gaps(
         itl=np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]),

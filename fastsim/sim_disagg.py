@@ -129,7 +129,7 @@ def simulate_disagg(
         pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
         wctr=np.zeros(G, np.int64), cheap=np.zeros(G, np.int64), gid=np.arange(G, dtype=np.int64), dirty=np.zeros(G, np.bool_),
         dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),
-        state=np.zeros(8, np.int64),
+        state=np.zeros(7, np.int64),
     )
     gaps = Gaps(np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64),
                 np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64),

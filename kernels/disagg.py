@@ -69,6 +69,7 @@ from fastsim.kernels.scheduler import (
     COMPLETED,
     FAILED,
     HANDED,
+    PROGRESS,
     REJECTED,
     TERM_HANDOFF,
     TERM_REJECTED,
@@ -325,7 +326,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     if (rk_p.n_run[k] + rk_p.n_wait[k] == 0) if pre else (rk_d.n_run[k] + rk_d.n_wait[k] == 0):
         return False
     pa.emit_n[0] = 0
-    pa.acc[5] = 0
+    pa.acc[PROGRESS] = 0
     # Two call sites, one per pool: choosing between the pools' state tuples (``pp if pre else
     # pd``) copies every field of them on each pass, which cost more than the pass itself.
     pa.ncommon[0] = 0
@@ -338,7 +339,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                            cl.pend_tail, g, prev_end)
     if end < now:
         end = now
-    progress = pa.acc[5] != 0
+    progress = pa.acc[PROGRESS] != 0
     if not pre:
         _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0],
                       prev_end, k, k + 1)

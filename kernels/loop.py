@@ -56,6 +56,7 @@ from fastsim.kernels.router import (
 )
 from fastsim.kernels.scheduler import (
     COMPLETED,
+    PROGRESS,
     REJECTED,
     TERM_COMPLETED,
     _fill_keys,
@@ -102,7 +103,7 @@ class Cluster(NamedTuple):
     dlist: np.ndarray  # int64[G + 1]: dirty group ids; dlist[G] holds their count
     dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
     last_stamp: np.ndarray  # float64[G]: end of the group's last pass (NaN: none yet)
-    state: np.ndarray  # int64[8]: [rr, n_cheap, n_heap, static_pos, next_session, n_arrived, n_done, spare]
+    state: np.ndarray  # int64[7]: [rr, n_cheap, n_heap, static_pos, next_session, n_arrived, n_done]
 
 
 RR, NCHEAP, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE = 0, 1, 2, 3, 4, 5, 6
@@ -351,7 +352,8 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
 
 @inline
 def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
-    """Run one pass on every rank of group ``g`` that has work. Returns True if anything changed."""
+    """Run one pass on every rank of group ``g`` that has work: the group becomes busy until the
+    pass ends, completes it at once (zero duration, something changed) or stalls."""
     dp = cl.dp
     k0 = g * dp
     has_work = False
@@ -360,7 +362,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
             has_work = True
             break
     if not has_work:
-        return False
+        return
     fl.passes[g] += 1
     pa.emit_n[0] = 0
     pa.ncommon[0] = 0
@@ -370,12 +372,12 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] == 0:
             continue
-        pa.acc[5] = 0
+        pa.acc[PROGRESS] = 0
         e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, cl.pend_head, cl.pend_tail, g,
                          prev_end)
         if e > end:
             end = e
-        if pa.acc[5] != 0:
+        if pa.acc[PROGRESS] != 0:
             progress = True
     _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
                   k0 + dp)
@@ -384,13 +386,11 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         cl.busy[g] = True
         cl.pass_end[g] = end
         heap_push_nb(cl.cheap, cl.state, np.int64(NCHEAP), cl.pass_end, cl.gid, g)
-        return True
-    if progress:
+    elif progress:
         _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now)
         _mark(cl, g)  # idle again at the same time: it may run another pass
-        return True
-    cl.stalled[g] = True  # nothing can change here until new work is routed to this group
-    return False
+    else:
+        cl.stalled[g] = True  # nothing can change here until new work is routed to this group
 
 
 @inline
