@@ -17,8 +17,9 @@ def _engine_params(engine, stage=0, steady=True):
 
     budget = engine.max_num_batched_tokens
     max_seqs = engine.max_num_seqs
+    bs = int(engine.block_size)
     return Params(
-        block_size=int(engine.block_size),
+        block_size=bs,
         cap=int(engine.num_gpu_blocks),
         max_seqs=int(max_seqs) if max_seqs is not None else _BIG_BUDGET,
         budget=int(budget) if budget is not None else _BIG_BUDGET,
@@ -30,6 +31,7 @@ def _engine_params(engine, stage=0, steady=True):
         decode_speedup=float(engine.decode_speedup_ratio),
         stage=int(stage),
         steady=bool(steady),
+        bshift=bs.bit_length() - 1 if bs > 0 and bs & (bs - 1) == 0 else -1,
     )
 
 

@@ -400,11 +400,17 @@ def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
         _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now)
         return
     # Dynamo's next_worker: idx = counter % len(active); counter = idx + 1; then the worker's rank
-    idx = cl.state[RR] % fl.fs[NACT]
+    c = cl.state[RR]
+    nact = fl.fs[NACT]
+    # (the counter is at most nact unless the fleet shrank: the division is rarely needed)
+    idx = c if c < nact else (0 if c == nact else c % nact)
     cl.state[RR] = idx + 1
     w = nth_active_nb(fl, idx)
-    k = w * cl.dp + cl.wctr[w] % cl.dp
-    cl.wctr[w] += 1
+    if cl.dp == 1:
+        k = w
+    else:
+        k = w * cl.dp + cl.wctr[w] % cl.dp
+        cl.wctr[w] += 1
     enqueue_waiting_nb(rq, rk, k, r)
     cl.stalled[w] = False
     _mark(cl, w)

@@ -61,6 +61,7 @@ class Params(NamedTuple):
     decode_speedup: float
     stage: int  # AGGREGATED, PREFILL (decode steps take 0 ms) or DECODE (prefill takes 0 ms)
     steady: bool = True  # keep steadily decoding requests implicit (see "steady decoding" below)
+    bshift: int = -1  # log2(block_size) when it is a power of two (divisions become shifts), else -1
 
 
 class Reqs(NamedTuple):
@@ -278,9 +279,29 @@ def block_key_nb(rq, r, j):
     return unique_key_nb(r, j)
 
 
+# Token counts to blocks. A hardware division costs tens of cycles and a pass makes a dozen of
+# them; with a power-of-two block size (the usual case) they are shifts and masks, which give the
+# same floor quotient and non-negative remainder for negative numbers too (two's complement).
 @inner
-def _ceil_div(a, b):
-    return (a + b - 1) // b
+def _blocks_floor(p, x):
+    """``x // block_size``."""
+    if p.bshift >= 0:
+        return x >> p.bshift
+    return x // p.block_size
+
+
+@inner
+def _blocks_ceil(p, x):
+    """Blocks that hold ``x`` tokens: ``ceil(x / block_size)``."""
+    return _blocks_floor(p, x + p.block_size - 1)
+
+
+@inner
+def _block_mod(p, x):
+    """``x % block_size`` (in ``[0, block_size)``)."""
+    if p.bshift >= 0:
+        return x & (p.block_size - 1)
+    return x % p.block_size
 
 
 @inner
@@ -299,8 +320,8 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     request's not-yet-computed last token is freed like a partial one (matches V08 and V14).
     """
     bs = p.block_size
-    nb = _ceil_div(rq.alloc[r], bs)
-    n_full = rq.alloc[r] // bs if p.caching else 0
+    nb = _blocks_ceil(p, rq.alloc[r])
+    n_full = _blocks_floor(p, rq.alloc[r]) if p.caching else 0
     if not keep and rq.nheld[r] == 0:
         release_dead_nb(pool, k, nb, np.int64(0), n_full)  # (no slots: by count, inline)
     else:
@@ -320,17 +341,17 @@ def _cached_tokens(p, pool, rq, k, r, kbuf, hslot):
     if rq.npreempt[r] == 0 and rq.key_ptr[r + 1] == rq.key_ptr[r]:
         return 0, 0, 0  # its first block is unique to it and was never allocated: no hit
     length = rq.isl[r] + rq.generated[r]
-    n = _fill_keys(rq, np.int64(r), np.int64(0), length // p.block_size, kbuf)
+    n = _fill_keys(rq, np.int64(r), np.int64(0), _blocks_floor(p, length), kbuf)
     matched, active = match_slots_nb(pool, k, kbuf, n, hslot)
     cached = matched * p.block_size
     if not _generation_complete(p, rq, r):
         # logits are needed: a fully cached context recomputes its last block (notes 3.5)
-        cap = ((length - 1) // p.block_size) * p.block_size
+        cap = _blocks_floor(p, length - 1) * p.block_size
         if cached > cap:
             cached = cap
     elif cached > length:
         cached = length
-    return cached, min(active, cached // p.block_size), active
+    return cached, min(active, _blocks_floor(p, cached)), active
 
 
 @inner
@@ -405,15 +426,15 @@ def _schedule(p, pool, rq, rk, k, r, cached, pa):
     while True:
         if target <= rq.alloc[r]:
             break
-        j0 = _ceil_div(rq.alloc[r], bs)
-        j1 = _ceil_div(target, bs)
+        j0 = _blocks_ceil(p, rq.alloc[r])
+        j1 = _blocks_ceil(p, target)
         if j1 <= j0:  # the target stays inside the last allocated block
             rq.alloc[r] = target
             break
         n = j1 - j0
         # blocks of the cached prefix are hits; every other block is a new physical block, with
         # a slot if its key is shareable, else anonymous (kvpool): only those keys are needed
-        n_hits = min(max(cached // bs - j0, 0), n)
+        n_hits = min(max(_blocks_floor(p, cached) - j0, 0), n)
         n_keyed = max(n_hits, min(max(nkeys - j0, 0), n))
         _fill_keys(rq, np.int64(r), j0, j0 + n_keyed, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n, n_hits):
@@ -435,7 +456,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pa):
         return BLOCKED
     rq.computed[r] = actual
     if p.caching:  # prompt blocks now fully computed become visible to the prefix cache
-        register_nb(pool, k, rq.bslot, rq.key_ptr[r], ecb // bs, min(actual // bs, nkeys))
+        register_nb(pool, k, rq.bslot, rq.key_ptr[r], _blocks_floor(p, ecb), min(_blocks_floor(p, actual), nkeys))
     prompt_tokens = min(actual, prompt) - prompt_before
     i = acc[NLOG]
     pa.slog[i, 0] = r
@@ -486,10 +507,10 @@ def _end_gen(p, rq, r):
 
 
 @inner
-def _block_residue(bs, rq, r):
+def _block_residue(p, rq, r):
     """Steady member ``r`` starts a new block in its decode step of every rank pass ``P`` with
     ``P % bs`` equal to this (its length before that step is ``isl + generated + P - sbase``)."""
-    return (rq.sbase[r] + 1 - rq.isl[r] - rq.generated[r]) % bs
+    return _block_mod(p, rq.sbase[r] + 1 - rq.isl[r] - rq.generated[r])
 
 
 @inner
@@ -503,7 +524,7 @@ def _steady_join(p, rq, rk, k, r):
     """Count steady member ``r`` (``sbase`` set) among its rank's block starts and file it under
     the pass of its last token."""
     bs = p.block_size
-    rk.bcnt[k * bs + _block_residue(bs, rq, r)] += 1
+    rk.bcnt[k * bs + _block_residue(p, rq, r)] += 1
     b = k * _DUE + _due_pass(p, rq, r) % _DUE
     rq.wnext[r] = rk.wheel[b]
     rk.wheel[b] = r
@@ -559,7 +580,7 @@ def _steady_ok(p, pool, rq, rk, k, pass_idx):
     bs = p.block_size
     isl = rq.isl
     gen = rq.generated
-    need = rk.bcnt[k * bs + pass_idx % bs]
+    need = rk.bcnt[k * bs + _block_mod(p, pass_idx)]
     demand = rk.nsteady[k]
     smax = rk.smax[k]
     cur = rk.xhead[k]
@@ -567,7 +588,7 @@ def _steady_ok(p, pool, rq, rk, k, pass_idx):
         length = isl[cur] + gen[cur]
         if rq.seq[cur] < smax:
             demand += length - rq.computed[cur]
-        nb = _ceil_div(length, bs) - _ceil_div(rq.alloc[cur], bs)
+        nb = _blocks_ceil(p, length) - _blocks_ceil(p, rq.alloc[cur])
         if nb > 0:
             need += nb
         cur = rq.xnext[cur]
@@ -666,7 +687,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     # (``_steady_ok``) and none is a cache hit, so the pool ends the same whatever their order
     # (the same blocks leave the LRU head) and their output blocks are anonymous.
     if ns > 0:
-        nb = rk.bcnt[k * bs + P % bs]
+        nb = rk.bcnt[k * bs + _block_mod(p, P)]
         if nb > 0:
             alloc_anon_nb(pool, k, nb)
     cur = rk.xhead[k]
@@ -674,7 +695,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     while cur >= 0 and budget > 0:
         length = isl[cur] + gen[cur]
         c = comp[cur]
-        if c >= isl[cur] and length - c == 1 and (length + bs - 1) // bs <= (alloc[cur] + bs - 1) // bs:
+        if c >= isl[cur] and length - c == 1 and _blocks_ceil(p, length) <= _blocks_ceil(p, alloc[cur]):
             # A decode step inside an allocated block: what _schedule would do, without the call.
             comp[cur] = length
             alloc[cur] = length
@@ -730,7 +751,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
         length = rq.isl[u] + rq.generated[u]
         fresh = rq.status[u] == WAITING
         if (p.max_model_len > 0 and rq.isl[u] >= p.max_model_len) or (
-            fresh and _ceil_div(length, p.block_size) > p.cap
+            fresh and _blocks_ceil(p, length) > p.cap
         ):
             _unlink_waiting(rq, rk, k, u)
             _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g,
@@ -739,7 +760,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             continue
         cached, active_cached, active = _cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf,
                                                        pa.hslot)
-        needed = _ceil_div(length, p.block_size) - active_cached
+        needed = _blocks_ceil(p, length) - active_cached
         if needed > p.cap - pool.meta[k, NACTIVE]:
             break  # head-of-line blocking: wait, never preempt for a waiting request
         before = acc[BUDGET]
@@ -760,7 +781,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     prefill_ms = 0.0
     bc = acc[BCOUNT]
     if bc > 0 and p.stage != DECODE:
-        t = bc * (acc[BISL] // bc - acc[BPREFIX] // bc)
+        t = acc[BISL] - acc[BPREFIX] if bc == 1 else bc * (acc[BISL] // bc - acc[BPREFIX] // bc)
         if t < rk.ptab.shape[0]:
             prefill_ms = rk.ptab[t]
             if prefill_ms != prefill_ms:
@@ -847,7 +868,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             eg = _end_gen(p, rq, w)
             g_now = gen[w] + (P - sbase[w])  # before this pass's token
             # its last token: explicit again, stamped with this pass's emitters
-            rk.bcnt[k * bs + _block_residue(bs, rq, w)] -= 1
+            rk.bcnt[k * bs + _block_residue(p, rq, w)] -= 1
             nfin += 1
             fin_len += isl[w] + g_now
             gen[w] = eg
