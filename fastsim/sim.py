@@ -397,9 +397,8 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each)."""
     from fastsim.kernels.fleet import ACTIVE, Fleet
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import Cluster, Gaps, Sessions
+    from fastsim.kernels.loop import Cluster, Sessions, new_gaps
     from fastsim.kernels.scheduler import PassAcc, make_ranks
-    from fastsim.kernels.stats import DD_NBINS
     from fastsim.perf import load_perf_model
 
     params = _engine_params(engine, steady=steady_decode)
@@ -448,15 +447,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         last_stamp=np.full(g_cap, np.nan),
         state=np.zeros(7, dtype=np.int64),
     )
-    gaps = Gaps(
-        itl=np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]),
-        itl_n=np.zeros(1, dtype=np.int64),
-        itl_hist=np.zeros(DD_NBINS, dtype=np.int64),
-        otpu=np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]),
-        otpu_n=np.zeros(1, dtype=np.int64),
-        otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
-        memo=np.full((g_cap, 4), np.nan),
-    )
+    gaps = new_gaps()
     gstate = np.zeros(g_cap, dtype=np.int8)
     gstate[:num_workers] = ACTIVE
     fs = np.zeros(10, dtype=np.int64)

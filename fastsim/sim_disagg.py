@@ -67,9 +67,8 @@ def simulate_disagg(
     """
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import DEAD_END, Cluster, Gaps, Sessions
+    from fastsim.kernels.loop import DEAD_END, Cluster, Sessions, new_gaps
     from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, PassAcc, make_ranks
-    from fastsim.kernels.stats import DD_NBINS
     from fastsim.perf import load_perf_model
     from fastsim.report import build_report
     from fastsim.router_config import RouterConfig
@@ -131,9 +130,7 @@ def simulate_disagg(
         dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),
         state=np.zeros(7, np.int64),
     )
-    gaps = Gaps(np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64),
-                np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), np.zeros(1, np.int64), np.zeros(DD_NBINS, np.int64),
-                np.full((G, 4), np.nan))
+    gaps = new_gaps()
     cfg = RouterConfig.coerce(router_config)
     cfg_p, cfg_d = stage_router_configs(cfg)
     if cfg.router_queue_threshold is not None:

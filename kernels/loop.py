@@ -64,7 +64,7 @@ from fastsim.kernels.scheduler import (
     materialize_nb,
     rank_pass_nb,
 )
-from fastsim.kernels.stats import dd_index_nb
+from fastsim.kernels.stats import DD_NBINS, dd_index_nb
 
 OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK = 0, 1, 2, 3, 4, 5
 
@@ -118,7 +118,24 @@ class Gaps(NamedTuple):
     otpu: np.ndarray
     otpu_n: np.ndarray
     otpu_hist: np.ndarray
-    memo: np.ndarray  # float64[G, 4] (scratch): each group's last gap and its histogram indices
+    cache: np.ndarray  # float64[2^k, 4] (scratch): gaps met, by value (see ``_pool_gaps``)
+
+
+# Histogram indices of a gap and of 1000 / gap take two logarithms and a division. Pass durations
+# recur (a duration depends on a few counts: prefill tokens, active blocks), so the same gap values
+# come back, across passes and groups: they are cached by value, direct mapped, in
+# [gap, its histogram index, 1000 / gap, that one's index] rows (NaN: empty).
+_GAP_CACHE = 4096
+
+
+def new_gaps(cache_rows=_GAP_CACHE):
+    """Empty pooled gap statistics (``cache_rows``: a power of two)."""
+    def acc():
+        return np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0])
+
+    return Gaps(itl=acc(), itl_n=np.zeros(1, dtype=np.int64), itl_hist=np.zeros(DD_NBINS, dtype=np.int64),
+                otpu=acc(), otpu_n=np.zeros(1, dtype=np.int64), otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
+                cache=np.full((cache_rows, 4), np.nan))
 
 
 # ----------------------------------------------------------------------------- heaps
@@ -221,19 +238,22 @@ def _pool_value(acc, n_acc, hist, v, i, c):
 
 
 @inline
-def _pool_gaps(gaps, gap, c, g):
-    """Add ``c`` inter-token gaps of value ``gap`` (of group ``g``) to the pooled ITL and 1000/gap
-    statistics."""
-    memo = gaps.memo[g]  # [gap, its histogram index, 1000 / gap, that one's index], last call
-    if gap != memo[0]:
-        memo[0] = gap
-        memo[1] = dd_index_nb(gap)
+def _pool_gaps(gaps, gap, c):
+    """Add ``c`` inter-token gaps of value ``gap`` to the pooled ITL and 1000/gap statistics."""
+    h = 0
+    if gap < 1e7:  # (gap >= 0: a hash of its value down to ~1e-11 ms, in range for the conversion)
+        h = np.int64(gap * 68719476736.0)
+        h = (h ^ (h >> 20)) & (gaps.cache.shape[0] - 1)
+    e = gaps.cache[h]
+    if gap != e[0]:
+        e[0] = gap
+        e[1] = dd_index_nb(gap)
         if gap > 0.0:
-            memo[2] = 1000.0 / gap
-            memo[3] = dd_index_nb(memo[2])
-    _pool_value(gaps.itl, gaps.itl_n, gaps.itl_hist, gap, np.int64(memo[1]), c)
+            e[2] = 1000.0 / gap
+            e[3] = dd_index_nb(e[2])
+    _pool_value(gaps.itl, gaps.itl_n, gaps.itl_hist, gap, np.int64(e[1]), c)
     if gap > 0.0:
-        _pool_value(gaps.otpu, gaps.otpu_n, gaps.otpu_hist, memo[2], np.int64(memo[3]), c)
+        _pool_value(gaps.otpu, gaps.otpu_n, gaps.otpu_hist, e[2], np.int64(e[3]), c)
 
 
 @inner
@@ -272,7 +292,7 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
             else:
                 gap = t - lt
                 if run_n > 0 and gap != run_gap:
-                    _pool_gaps(gaps, run_gap, np.int64(run_n), g)
+                    _pool_gaps(gaps, run_gap, np.int64(run_n))
                     run_n = 0
                 run_gap = gap
                 run_n += 1
@@ -280,9 +300,9 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
                 second[r] = t
         last[r] = t
     if run_n > 0:
-        _pool_gaps(gaps, run_gap, np.int64(run_n), g)
+        _pool_gaps(gaps, run_gap, np.int64(run_n))
     if common > 0:
-        _pool_gaps(gaps, t - prev_end, np.int64(common), g)
+        _pool_gaps(gaps, t - prev_end, np.int64(common))
     for k in range(k0, k1):
         r = rk.secdue[k]
         while r >= 0:

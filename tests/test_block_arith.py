@@ -1,4 +1,6 @@
-"""Block arithmetic by shifts (``Params.bshift``, kernels/scheduler.py) is an exact optimisation: a
+"""Exact shortcuts of the hot path give the results of the plain computation.
+
+Block arithmetic by shifts (``Params.bshift``, kernels/scheduler.py) is an exact optimisation: a
 power-of-two block size turns the scheduler's divisions into shifts and masks, and a simulation
 forced onto the division path gives identical results, bit for bit."""
 
@@ -81,3 +83,34 @@ def test_shifts_and_divisions_agree_disaggregated(monkeypatch):
         _division_only(m)
         b = sim_disagg.simulate_disagg(wl, pre, dec, **kw)
     _assert_same(a, b)
+
+
+@pytest.mark.parametrize("seed", range(1, 40, 6))
+def test_gap_cache_collisions_do_not_change_results(seed, monkeypatch):
+    """Inter-token gaps are pooled with their histogram indices cached by value (kernels/loop.py,
+    ``_pool_gaps``): a one-row cache (every new gap evicts the last) gives the same results."""
+    import fastsim.kernels.loop as loop
+
+    wl, engine, kw = _cluster_case(seed)
+    try:
+        a = sim.simulate(wl, engine, **kw)
+    except fastsim.errors.DeadEndError:
+        return
+    with monkeypatch.context() as m:
+        real = loop.new_gaps
+        m.setattr(loop, "new_gaps", lambda: real(cache_rows=1))
+        b = sim.simulate(wl, engine, **kw)
+    _assert_same(a, b)
+
+
+def test_gap_cache_collisions_on_a_busy_cluster(monkeypatch):
+    import fastsim.kernels.loop as loop
+
+    wl = synthetic(1024, 64, 3000, arrival_interval_ms=5.0)
+    a = sim.simulate(wl, EngineArgs(), num_workers=4)
+    with monkeypatch.context() as m:
+        real = loop.new_gaps
+        m.setattr(loop, "new_gaps", lambda: real(cache_rows=1))
+        b = sim.simulate(wl, EngineArgs(), num_workers=4)
+    _assert_same(a, b)
+    assert a.summary["completed_requests"] == 3000
