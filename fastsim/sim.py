@@ -55,15 +55,6 @@ def _block_keys(workload, block_size, caching=True):
     return ptr, keys
 
 
-def _arrival_ties(workload, concurrency=0):
-    """Each row's position in (session, turn) order: arrivals at one time go in that order. Only
-    the arrival heap (later turns, closed-loop dispatches) reads it: an open-loop workload of
-    single-turn sessions never fills the heap and gets an empty array."""
-    if not concurrency and workload.session_ptr.shape[0] - 1 == workload.isl.shape[0]:
-        return np.zeros(0, dtype=np.int64)
-    return (workload.session_ptr[workload.session] + workload.turn).astype(np.int64)
-
-
 def _initial_table_size(rq, block_size, n_ranks):
     """Slots of the router's (rank, block) table: twice a generous bound on live entries (only
     blocks with a content key enter it: the others are unique to their request)."""
@@ -397,7 +388,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each)."""
     from fastsim.kernels.fleet import ACTIVE, Fleet
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import Cluster, Sessions, new_gaps
+    from fastsim.kernels.loop import Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import PassAcc, make_ranks
     from fastsim.perf import load_perf_model
 
@@ -411,23 +402,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     pool = make_pool(n_ranks, params.cap)
     rk = make_ranks(n_ranks, bs, params.cap, params.budget)
     concurrency = int(replay_concurrency or 0)
-    order = (
-        np.zeros(0, dtype=np.int64)
-        if concurrency
-        else np.argsort(workload.session_arrival_ms, kind="stable")
-    )
-    ss = Sessions(
-        session=np.asarray(workload.session, dtype=np.int64),
-        turn=np.asarray(workload.turn, dtype=np.int64),
-        delay=np.asarray(workload.delay_ms, dtype=np.float64),
-        ptr=np.asarray(workload.session_ptr, dtype=np.int64),
-        rows=np.asarray(workload.session_rows, dtype=np.int64),
-        first_arrival=np.asarray(workload.session_arrival_ms, dtype=np.float64),
-        order=order,
-        tie=_arrival_ties(workload, concurrency),
-        ready_at=np.full(n, np.nan),
-        heap=np.zeros(max(n, 1), dtype=np.int64),
-    )
+    ss = make_sessions(workload, concurrency)
     cl = Cluster(
         dp=dp,
         concurrency=concurrency,

@@ -8,7 +8,6 @@ import numpy as np
 
 from fastsim.errors import DeadEndError, InputError, NotSupportedError
 from fastsim.sim import (
-    _arrival_ties,
     _block_keys,
     _engine_params,
     _gap_columns,
@@ -67,7 +66,7 @@ def simulate_disagg(
     """
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import DEAD_END, Cluster, Sessions, new_gaps
+    from fastsim.kernels.loop import DEAD_END, Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, PassAcc, make_ranks
     from fastsim.perf import load_perf_model
     from fastsim.report import build_report
@@ -110,16 +109,7 @@ def simulate_disagg(
         return make_ranks(m, bs, cap, budget)
 
     concurrency = int(replay_concurrency or 0)
-    order = (np.zeros(0, dtype=np.int64) if concurrency
-             else np.argsort(workload.session_arrival_ms, kind="stable"))
-    ss = Sessions(
-        session=np.asarray(workload.session, dtype=np.int64), turn=np.asarray(workload.turn, dtype=np.int64),
-        delay=np.asarray(workload.delay_ms, dtype=np.float64), ptr=np.asarray(workload.session_ptr, dtype=np.int64),
-        rows=np.asarray(workload.session_rows, dtype=np.int64),
-        first_arrival=np.asarray(workload.session_arrival_ms, dtype=np.float64), order=order,
-        tie=_arrival_ties(workload, concurrency),
-        ready_at=np.full(n, np.nan), heap=np.zeros(max(n, 1), dtype=np.int64),
-    )
+    ss = make_sessions(workload, concurrency)
     G = P + D
     cl = Cluster(
         dp=1, concurrency=concurrency, single_path=False,

@@ -381,11 +381,11 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             changed = True
         # 3. arrivals go to a prefill worker
         while True:
-            r = pop_arrival_nb(ss, cl, now)
+            r, t_arr = pop_arrival_nb(ss, cl, now)
             if r < 0:
                 break
-            rq_p.arrival[r] = ss.ready_at[r]
-            rq_d.arrival[r] = ss.ready_at[r]
+            rq_p.arrival[r] = t_arr
+            rq_d.arrival[r] = t_arr
             _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r)
             changed = True
         # 4. the decode pool: reservations and activations of idle workers, then ready workers;
@@ -475,9 +475,9 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
             t = cl.pass_end[cl.cheap[0]]
         if dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] < t:
             t = dg.xready[dg.xheap[0]]
-        r = _next_arrival(ss, cl)
-        if r >= 0 and ss.ready_at[r] < t:
-            t = ss.ready_at[r]
+        t_arr = _next_arrival(ss, cl)[1]
+        if t_arr < t:
+            t = t_arr
         if t == np.inf:
             status = DEAD_END
             break

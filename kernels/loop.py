@@ -39,7 +39,7 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
     sample_nb,
 )
-from fastsim.kernels.heap import heap_less_nb, heap_pop_nb, heap_push_nb
+from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.router import (
     FCFS,
@@ -78,10 +78,42 @@ class Sessions(NamedTuple):
     ptr: np.ndarray  # int64[S + 1]
     rows: np.ndarray  # int64[n]: rows of each session in turn order
     first_arrival: np.ndarray  # float64[S]
-    order: np.ndarray  # int64[S]: first turns sorted by arrival (trace mode)
+    order: np.ndarray  # int64[S]: first turns sorted by arrival (open loop; empty: already sorted)
+    n_static: int  # first turns released at their trace time: S (open loop) or 0 (closed loop)
     tie: np.ndarray  # int64[n]: (session, turn) order of each row, the arrival tie-break
-    ready_at: np.ndarray  # float64[n] (scratch)
+    ready_at: np.ndarray  # float64[n] (scratch): arrival times of the rows in the heap
     heap: np.ndarray  # int64[n] (scratch): later turns / closed-loop dispatches
+    cur: np.ndarray  # int64[1]: the next static first turn (-1: none left)
+    cur_t: np.ndarray  # float64[1]: its arrival time
+
+
+def make_sessions(workload, concurrency):
+    """The arrival structure of ``workload`` (``concurrency`` > 0: closed loop)."""
+    n = workload.isl.shape[0]
+    first = np.asarray(workload.session_arrival_ms, dtype=np.float64)
+    if concurrency or first.shape[0] < 2 or bool(np.all(first[1:] >= first[:-1])):
+        order = np.zeros(0, dtype=np.int64)  # (traces and synthetic loads usually come sorted)
+    else:
+        order = np.argsort(first, kind="stable")
+    if not concurrency and workload.session_ptr.shape[0] - 1 == n:
+        tie = np.zeros(0, dtype=np.int64)  # single-turn open loop: the heap stays empty
+    else:
+        tie = (workload.session_ptr[workload.session] + workload.turn).astype(np.int64)
+    return Sessions(
+        session=np.asarray(workload.session, dtype=np.int64),
+        turn=np.asarray(workload.turn, dtype=np.int64),
+        delay=np.asarray(workload.delay_ms, dtype=np.float64),
+        ptr=np.asarray(workload.session_ptr, dtype=np.int64),
+        rows=np.asarray(workload.session_rows, dtype=np.int64),
+        first_arrival=first,
+        order=order,
+        n_static=0 if concurrency else int(first.shape[0]),
+        tie=tie,
+        ready_at=np.zeros(n),  # (written only for rows entering the heap: pages mapped as used)
+        heap=np.zeros(max(n, 1), dtype=np.int64),
+        cur=np.full(1, -1, dtype=np.int64),
+        cur_t=np.full(1, np.inf),
+    )
 
 
 class Cluster(NamedTuple):
@@ -151,31 +183,46 @@ def _mark(cl, g):
 
 # ----------------------------------------------------------------------------- arrivals
 @inner
-def _next_arrival(ss, cl):
-    """Row of the earliest pending arrival (static first turns merged with the heap), or -1."""
-    best = -1
+def _load_static(ss, cl):
+    """Put the next static first turn (in arrival order) and its time in the cursor."""
     pos = cl.state[STATIC]
-    if pos < ss.order.shape[0]:
-        best = ss.rows[ss.ptr[ss.order[pos]]]
+    if pos < ss.n_static:
+        s = ss.order[pos] if ss.order.shape[0] > 0 else pos
+        ss.cur[0] = ss.rows[ss.ptr[s]]
+        ss.cur_t[0] = ss.first_arrival[s]
+    else:
+        ss.cur[0] = -1
+        ss.cur_t[0] = np.inf
+
+
+@inner
+def _next_arrival(ss, cl):
+    """(row, time) of the earliest pending arrival, static first turns merged with the heap by
+    (time, session and turn order), or (-1, inf)."""
+    best = ss.cur[0]
+    bt = ss.cur_t[0]
     if cl.state[NHEAP] > 0:
         top = ss.heap[0]
-        if best < 0 or heap_less_nb(ss.ready_at, ss.tie, top, best):
-            return top
-    return best
+        tt = ss.ready_at[top]
+        if best < 0 or tt < bt or (tt == bt and ss.tie[top] < ss.tie[best]):
+            return top, tt
+    return best, bt
 
 
 @inner
 def pop_arrival_nb(ss, cl, now):
-    """Take the next arrival due at or before ``now`` (in arrival order), or return -1."""
-    r = _next_arrival(ss, cl)
-    if r < 0 or ss.ready_at[r] > now:
-        return -1
+    """Take the next arrival due at or before ``now`` (in arrival order): (row, its arrival
+    time), or (-1, inf)."""
+    r, t = _next_arrival(ss, cl)
+    if r < 0 or t > now:
+        return -1, np.inf
     if cl.state[NHEAP] > 0 and ss.heap[0] == r:
         heap_pop_nb(ss.heap, cl.state, np.int64(NHEAP), ss.ready_at, ss.tie)
     else:
         cl.state[STATIC] += 1
+        _load_static(ss, cl)
     cl.state[NARRIVED] += 1
-    return r
+    return r, t
 
 
 @inner
@@ -187,10 +234,7 @@ def start_arrivals_nb(ss, cl):
         for s in range(first):
             _activate_session(ss, cl, s, 0.0)
         cl.state[NEXTSESS] = first
-    else:
-        for i in range(ss.order.shape[0]):
-            s = ss.order[i]
-            ss.ready_at[ss.rows[ss.ptr[s]]] = ss.first_arrival[s]
+    _load_static(ss, cl)
 
 
 @inner
@@ -481,10 +525,10 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
                     _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
         # 3. arrivals
         while True:
-            r = pop_arrival_nb(ss, cl, now)
+            r, t_arr = pop_arrival_nb(ss, cl, now)
             if r < 0:
                 break
-            rq.arrival[r] = ss.ready_at[r]
+            rq.arrival[r] = t_arr
             _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
         # 4. ready groups, lowest id first (only groups marked since the last drive can be)
         gcap = cl.dirty.shape[0]
@@ -515,8 +559,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         # the drive (zero-delay turns), or a fleet change. Anything else would be a no-op round.
         if changed or cl.dlist[gcap] > 0:
             continue
-        r = _next_arrival(ss, cl)
-        if r >= 0 and ss.ready_at[r] <= now:
+        if _next_arrival(ss, cl)[1] <= now:
             continue
         return
 
@@ -565,9 +608,9 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
             t = next_fleet_event_nb(fl)
         if cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] < t:
             t = cl.pass_end[cl.cheap[0]]
-        r = _next_arrival(ss, cl)
-        if r >= 0 and ss.ready_at[r] < t:
-            t = ss.ready_at[r]
+        t_arr = _next_arrival(ss, cl)[1]
+        if t_arr < t:
+            t = t_arr
         if t == np.inf:
             status = DEAD_END
             break
