@@ -387,6 +387,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
                  single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True):
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each)."""
     from fastsim.kernels.fleet import ACTIVE, Fleet
+    from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.loop import Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import PassAcc, make_ranks
@@ -403,6 +404,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     rk = make_ranks(n_ranks, bs, params.cap, params.budget)
     concurrency = int(replay_concurrency or 0)
     ss = make_sessions(workload, concurrency)
+    ctree, cdue = new_tourney(g_cap)
     cl = Cluster(
         dp=dp,
         concurrency=concurrency,
@@ -414,8 +416,8 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         pend_head=np.full(g_cap, -1, dtype=np.int32),
         pend_tail=np.full(g_cap, -1, dtype=np.int32),
         wctr=np.zeros(g_cap, dtype=np.int64),
-        cheap=np.zeros(g_cap, dtype=np.int64),
-        gid=np.arange(g_cap, dtype=np.int64),
+        ctree=ctree,
+        cdue=cdue,
         dirty=np.zeros(g_cap, dtype=np.bool_),
         dlist=np.zeros(g_cap + 1, dtype=np.int64),
         dwork=np.zeros(g_cap, dtype=np.int64),

@@ -65,6 +65,7 @@ def simulate_disagg(
     ``steady_decode`` as in :func:`fastsim.sim.simulate` (False: the same results, more slowly).
     """
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
+    from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.loop import DEAD_END, Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, PassAcc, make_ranks
@@ -111,12 +112,13 @@ def simulate_disagg(
     concurrency = int(replay_concurrency or 0)
     ss = make_sessions(workload, concurrency)
     G = P + D
+    ctree, cdue = new_tourney(G)
     cl = Cluster(
         dp=1, concurrency=concurrency, single_path=False,
         max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
         busy=np.zeros(G, np.bool_), stalled=np.zeros(G, np.bool_), pass_end=np.zeros(G),
         pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
-        wctr=np.zeros(G, np.int64), cheap=np.zeros(G, np.int64), gid=np.arange(G, dtype=np.int64), dirty=np.zeros(G, np.bool_),
+        wctr=np.zeros(G, np.int64), ctree=ctree, cdue=cdue, dirty=np.zeros(G, np.bool_),
         dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),
         state=np.zeros(7, np.int64),
     )

@@ -41,7 +41,7 @@ from fastsim.kernels.fleet import (
     nth_active_nb,
     retire_drained_nb,
 )
-from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
+from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_update_nb
 from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
 from fastsim.kernels.loop import (
@@ -347,7 +347,9 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
-        heap_push_nb(cl.cheap, cl.state, np.int64(NCHEAP), cl.pass_end, cl.gid, g)
+        cl.state[NCHEAP] += 1
+        cl.cdue[g] = end
+        tourney_update_nb(cl.ctree, cl.cdue, g)
         return True
     if progress:
         _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, now)
@@ -363,8 +365,11 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     while True:
         changed = False
         # 1. pass completions (and their scheduling-point work)
-        while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
-            g = heap_pop_nb(cl.cheap, cl.state, np.int64(NCHEAP), cl.pass_end, cl.gid)
+        while cl.cdue[cl.ctree[1]] <= now:
+            g = cl.ctree[1]
+            cl.state[NCHEAP] -= 1
+            cl.cdue[g] = np.inf
+            tourney_update_nb(cl.ctree, cl.cdue, g)
             cl.busy[g] = False
             _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g,
                       cl.pass_end[g])
@@ -471,8 +476,8 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
             t = next_fleet_event_nb(fl_p)
         if fl_d.fs[NSTARTING] > 0 or fl_d.fs[SCHEDPOS] < fl_d.sched_t.shape[0]:
             t = min(t, next_fleet_event_nb(fl_d))
-        if cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] < t:
-            t = cl.pass_end[cl.cheap[0]]
+        if cl.cdue[cl.ctree[1]] < t:
+            t = cl.cdue[cl.ctree[1]]
         if dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] < t:
             t = dg.xready[dg.xheap[0]]
         t_arr = _next_arrival(ss, cl)[1]

@@ -1,12 +1,44 @@
 """Binary min-heaps of item ids, ordered by (key[item], tie[item]).
 
 Every event queue of the simulator is one of these: pending arrivals (ready time, then session and
-turn order), pass completions (end time, then worker id), the router queue (policy key, then
-enqueue order) and KV transfers (completion time, then row). The heap array holds item ids; its
-size lives in ``count[slot]`` so that the callers keep all their scalars in state arrays.
+turn order), the router queue (policy key, then enqueue order) and KV transfers (completion time,
+then row). The heap array holds item ids; its size lives in ``count[slot]`` so that the callers
+keep all their scalars in state arrays.
+
+Pass completions (end time, then worker id: at most one per worker) use a tournament tree instead:
+its matches compare two siblings without a data-dependent branch, where a heap's sift takes a
+mispredicted branch per level (at 64 workers the heap took a sixth of the loop's time).
 """
 
+import numpy as np
+
 from fastsim.kernels.jit import inner
+
+
+def new_tourney(n):
+    """A tournament over items ``0 .. n-1``, all with key +inf: ``(tree, key)``. ``tree[1]`` is the
+    winner: the item of least (key, id); the leaves ``tree[m + i] = i`` (``m``: a power of two
+    >= ``n``; items ``n .. m-1`` are padding that keep key +inf)."""
+    m = 1
+    while m < n:
+        m *= 2
+    tree = np.zeros(2 * m, dtype=np.int64)
+    tree[m:] = np.arange(m)
+    for i in range(m - 1, 0, -1):
+        tree[i] = tree[2 * i]
+    return tree, np.full(m, np.inf)
+
+
+@inner
+def tourney_update_nb(tree, key, item):
+    """``key[item]`` changed: replay its matches up to the root. A tie goes to the left subtree
+    (lower ids)."""
+    i = (tree.shape[0] // 2 + item) >> 1
+    while i >= 1:
+        a = tree[2 * i]
+        b = tree[2 * i + 1]
+        tree[i] = b if key[b] < key[a] else a
+        i >>= 1
 
 
 @inner

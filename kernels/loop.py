@@ -39,7 +39,7 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
     sample_nb,
 )
-from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
+from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_update_nb
 from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.router import (
     FCFS,
@@ -129,13 +129,13 @@ class Cluster(NamedTuple):
     pend_head: np.ndarray  # int32[G]: pending terminals of the group's pass in flight
     pend_tail: np.ndarray  # int32[G]
     wctr: np.ndarray  # int64[G]: round robin over a worker's DP ranks
-    cheap: np.ndarray  # int64[G]: completion heap of group ids
-    gid: np.ndarray  # int64[G]: 0 .. G-1, the completion tie-break (lowest worker id first)
+    ctree: np.ndarray  # int64[2m]: tournament of the groups' pending completions (kernels/heap.py)
+    cdue: np.ndarray  # float64[m]: a group's pending pass end, +inf when it has none
     dirty: np.ndarray  # bool[G]: the group may have become drivable since the last drive phase
     dlist: np.ndarray  # int64[G + 1]: dirty group ids; dlist[G] holds their count
     dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
     last_stamp: np.ndarray  # float64[G]: end of the group's last pass (NaN: none yet)
-    state: np.ndarray  # int64[7]: [rr, n_cheap, n_heap, static_pos, next_session, n_arrived, n_done]
+    state: np.ndarray  # int64[7]: [rr, pending completions, n_heap, static_pos, next_session, n_arrived, n_done]
 
 
 RR, NCHEAP, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE = 0, 1, 2, 3, 4, 5, 6
@@ -449,7 +449,9 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
-        heap_push_nb(cl.cheap, cl.state, np.int64(NCHEAP), cl.pass_end, cl.gid, g)
+        cl.state[NCHEAP] += 1
+        cl.cdue[g] = end
+        tourney_update_nb(cl.ctree, cl.cdue, g)
     elif progress:
         _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now)
         _mark(cl, g)  # idle again at the same time: it may run another pass
@@ -512,8 +514,11 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     while True:
         changed = False  # by the fleet phases (5, 6)
         # 1. pass completions
-        while cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] <= now:
-            g = heap_pop_nb(cl.cheap, cl.state, np.int64(NCHEAP), cl.pass_end, cl.gid)
+        while cl.cdue[cl.ctree[1]] <= now:
+            g = cl.ctree[1]
+            cl.state[NCHEAP] -= 1
+            cl.cdue[g] = np.inf
+            tourney_update_nb(cl.ctree, cl.cdue, g)
             cl.busy[g] = False
             _mark(cl, g)
             _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, cl.pass_end[g])
@@ -606,8 +611,8 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
         t = np.inf
         if fl.fs[NSTARTING] > 0 or fl.fs[SCHEDPOS] < fl.sched_t.shape[0] or fl.planner_ms > 0.0:
             t = next_fleet_event_nb(fl)
-        if cl.state[NCHEAP] > 0 and cl.pass_end[cl.cheap[0]] < t:
-            t = cl.pass_end[cl.cheap[0]]
+        if cl.cdue[cl.ctree[1]] < t:
+            t = cl.cdue[cl.ctree[1]]
         t_arr = _next_arrival(ss, cl)[1]
         if t_arr < t:
             t = t_arr
