@@ -32,13 +32,22 @@ def new_tourney(n):
 @inner
 def tourney_update_nb(tree, key, item):
     """``key[item]`` changed: replay its matches up to the root. A tie goes to the left subtree
-    (lower ids)."""
-    i = (tree.shape[0] // 2 + item) >> 1
-    while i >= 1:
-        a = tree[2 * i]
-        b = tree[2 * i + 1]
-        tree[i] = b if key[b] < key[a] else a
-        i >>= 1
+    (lower ids). The climbing winner stays in registers: each level only reads its sibling's
+    winner, which this update does not change, so those reads do not wait on one another."""
+    j = tree.shape[0] // 2 + item
+    w = item
+    kw = key[item]
+    while j > 1:
+        s = tree[j ^ 1]
+        ks = key[s]
+        # the climbing side is the right child when j is odd: then it must win outright
+        if kw < ks or (kw == ks and (j & 1) == 0):
+            pass
+        else:
+            w = s
+            kw = ks
+        j >>= 1
+        tree[j] = w
 
 
 @inner
