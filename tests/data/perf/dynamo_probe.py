@@ -1,6 +1,6 @@
 """Black-box probes of Dynamo 1.4.2's NPZ timing model and duration quantisation (not run by pytest).
 
-Run with a Dynamo 1.4.2 venv:  DYN_LOG=error /opt/dynvenv/bin/python dynamo_probe.py > dynamo_probe.out.json
+Run with a Python that has ai-dynamo==1.4.2 (DYNAMO_PYTHON):  DYN_LOG=error $DYNAMO_PYTHON dynamo_probe.py > dynamo_probe.out.json
 Each probe replays one request (block_size 16, trace block 16, OSL 2) on one worker with a tiny
 hand-made NPZ and records ``first_token_ms`` = (0 + q(prefill)) + q(decode). tests/test_perf.py
 pins the outputs.
