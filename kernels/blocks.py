@@ -12,6 +12,10 @@ tails, generated tokens, synthetic prompts), so the two kinds never collide; 0 i
 """
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from fastsim.kernels.jit import inner, kernel, kernel_noalloc
 
@@ -65,3 +69,22 @@ def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size,
                 key = np.uint64(1)
             keys[out_ptr[r] + j] = key
     return keys
+
+
+@intrinsic
+def prefetch_nb(typingctx, arr, idx):
+    """Ask the processor to fetch ``arr[idx]`` into its caches (no effect on results; no bounds
+    check: an address out of range is ignored by the hardware)."""
+    sig = types.void(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # read, high temporal locality, data cache
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim.kernels.blocks import unique_key_nb
+from fastsim.kernels.blocks import prefetch_nb, unique_key_nb
 from fastsim.kernels.jit import inline, inner, kernel, kernel_noalloc
 
 
@@ -237,14 +237,48 @@ def _give_slot(free_stack, meta, rank, sbase, s):
     meta[rank, NSTACK] += 1
 
 
+_AHEAD = 6  # LRU entries a long eviction looks ahead (see ``_evict``)
+
+
 @inner
 def _evict(pool, rank, sbase, tbase, m):
     """Evict ``m`` blocks from the LRU head (the caller checked there are that many); returns a
-    slot they left unused (the caller takes it over) or -1. Other slots freed go to the stack."""
+    slot they left unused (the caller takes it over) or -1. Other slots freed go to the stack.
+
+    Evicting a registered block looks its key up in the hash table: a cache miss on a table and a
+    slot column that long prompts keep pushing out of the cache. A long eviction therefore walks
+    the LRU a few entries ahead of itself and has the memory those entries will need fetched
+    meanwhile (their key, then the key's home in the table): the misses overlap instead of
+    following one another. Prefetches change no state."""
     meta = pool.meta
     run = pool.slot_run
+    lru_next = pool.lru_next
+    slot_key = pool.slot_key
+    intab = pool.slot_intab
     spare = np.int64(-1)
+    far = np.int64(-1)  # 2 * _AHEAD entries ahead: its key is fetched
+    near = np.int64(-1)  # _AHEAD entries ahead: its table home is fetched (the key has arrived)
+    if m > _AHEAD:
+        near = meta[rank, HEAD]
+        for _ in range(_AHEAD):
+            if near < 0:
+                break
+            near = lru_next[sbase + near] - 1
+        far = near
+        for _ in range(_AHEAD):
+            if far < 0:
+                break
+            prefetch_nb(slot_key, sbase + far)
+            far = lru_next[sbase + far] - 1
     while m > 0:
+        if near >= 0:
+            if far >= 0:
+                prefetch_nb(slot_key, sbase + far)
+                prefetch_nb(intab, sbase + far)
+                far = lru_next[sbase + far] - 1
+            if intab[sbase + near]:
+                prefetch_nb(pool.table, tbase + np.int64(_fp(slot_key[sbase + near]) & np.uint64(pool.tmask)))
+            near = lru_next[sbase + near] - 1
         h = meta[rank, HEAD]
         c = run[sbase + h]
         if c > 0:  # a run of dead private blocks: evict as many as needed from it
