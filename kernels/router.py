@@ -158,7 +158,8 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
     Ranks of workers that are not active (starting, draining, retired) get an infinite cost.
     """
     for k in range(n_targets):
-        if gstate[k // dp] != 2:  # fleet.ACTIVE
+        # (every request scores every target: without attention DP, no division per target)
+        if gstate[k if dp == 1 else k // dp] != 2:  # fleet.ACTIVE
             rt.cost[k] = np.inf
             rt.overlap[k] = 0
             continue
