@@ -26,6 +26,7 @@ class InvariantError(FastsimError):
 def check(st, engine) -> None:
     """Raise :class:`InvariantError` if the final state ``st`` (sim._State) breaks an invariant."""
     from fastsim.kernels.kvpool import NACTIVE, NFREE, NINACTIVE
+    from fastsim.kernels.loop import NDONE
     from fastsim.kernels.scheduler import COMPLETED, REJECTED
 
     bad = []
@@ -34,8 +35,8 @@ def check(st, engine) -> None:
     if not np.isin(status, (COMPLETED, REJECTED)).all():
         rows = np.flatnonzero(~np.isin(status, (COMPLETED, REJECTED)))
         bad.append(f"{rows.size} requests did not terminate (first row {rows[0]})")
-    if int(st.cl.state[6]) != rq.isl.shape[0]:
-        bad.append(f"{int(st.cl.state[6])} terminal events for {rq.isl.shape[0]} requests")
+    if int(st.cl.state[NDONE]) != rq.isl.shape[0]:
+        bad.append(f"{int(st.cl.state[NDONE])} terminal events for {rq.isl.shape[0]} requests")
     done = status == COMPLETED
     mml = int(engine.max_model_len or 0)
     full = rq.generated == rq.osl

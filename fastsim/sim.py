@@ -243,7 +243,8 @@ def simulate(
       (an exact optimisation, see ``kernels/scheduler.py``); False runs every request through every
       pass, which gives the same results more slowly (for checking).
     """
-    from fastsim.kernels.loop import DEAD_END, PLANNER_TICK, TABLE_FULL, TELEMETRY_FULL, run_loop_nb
+    from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, TABLE_FULL,
+                                      TELEMETRY_FULL, run_loop_nb)
     from fastsim.report import build_report
 
     if router_mode not in ("round_robin", "kv_router"):
@@ -307,7 +308,7 @@ def simulate(
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:
-        remaining = int(st.cl.state[5] - st.cl.state[6])
+        remaining = int(st.cl.state[NARRIVED] - st.cl.state[NDONE])
         raise DeadEndError(
             f"offline replay reached a dead end with {remaining} in-flight requests remaining "
             "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
@@ -399,7 +400,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.loop import Cluster, make_sessions, new_gaps
-    from fastsim.kernels.scheduler import PassAcc, make_ranks
+    from fastsim.kernels.scheduler import make_pass_acc, make_ranks
     from fastsim.perf import load_perf_model
 
     params = _engine_params(engine, steady=steady_decode)
@@ -431,7 +432,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         dlist=np.zeros(g_cap + 1, dtype=np.int64),
         dwork=np.zeros(g_cap, dtype=np.int64),
         last_stamp=np.full(g_cap, np.nan),
-        state=np.zeros(7, dtype=np.int64),
+        state=np.zeros(6, dtype=np.int64),
     )
     gaps = new_gaps()
     gstate = np.zeros(g_cap, dtype=np.int8)
@@ -463,16 +464,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     )
     max_blocks = int(((workload.isl + workload.osl).max() if n else 1) // bs + 2)
     emit_cap = dp * min(params.max_seqs, max(n, 1)) + 1
-    pa = PassAcc(
-        kbuf=np.zeros(max_blocks, dtype=np.uint64),
-        hslot=np.full(max_blocks, -1, dtype=np.int64),
-        acc=np.zeros(9, dtype=np.int64),
-        emit=np.zeros(emit_cap, dtype=np.int32),
-        emit_n=np.zeros(1, dtype=np.int64),
-        wake=np.zeros(min(params.max_seqs, max(n, 1)) + 1, dtype=np.int32),
-        ncommon=np.zeros(1, dtype=np.int64),
-        slog=np.zeros((min(params.max_seqs, max(n, 1)) + 1, 4), dtype=np.int64),
-    )
+    pa = make_pass_acc(max_blocks, emit_cap, min(params.max_seqs, max(n, 1)) + 1)
     return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)
 
 
@@ -533,6 +525,7 @@ class PlannerState(NamedTuple):
     @classmethod
     def of(cls, st, now_ms):
         from fastsim.kernels.kvpool import NACTIVE
+        from fastsim.kernels.loop import NARRIVED, NDONE
 
         fl, cl, rk = st.fl, st.cl, st.rk
         live = np.isin(fl.gstate, (1, 2, 3))
@@ -545,8 +538,8 @@ class PlannerState(NamedTuple):
             running=int(rk.n_run[ranks].sum()),
             waiting=int(rk.n_wait[ranks].sum()),
             kv_blocks_used=int(st.pool.meta[ranks, NACTIVE].sum()),
-            arrived=int(cl.state[5]),
-            finished=int(cl.state[6]),
+            arrived=int(cl.state[NARRIVED]),
+            finished=int(cl.state[NDONE]),
         )
 
 

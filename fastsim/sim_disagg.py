@@ -67,8 +67,8 @@ def simulate_disagg(
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import DEAD_END, Cluster, make_sessions, new_gaps
-    from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, PassAcc, make_ranks
+    from fastsim.kernels.loop import DEAD_END, NARRIVED, NDONE, Cluster, make_sessions, new_gaps
+    from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, make_ranks, make_pass_acc
     from fastsim.perf import load_perf_model
     from fastsim.report import build_report
     from fastsim.router_config import RouterConfig
@@ -120,7 +120,7 @@ def simulate_disagg(
         pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
         wctr=np.zeros(G, np.int64), ctree=ctree, cdue=cdue, dirty=np.zeros(G, np.bool_),
         dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),
-        state=np.zeros(7, np.int64),
+        state=np.zeros(6, np.int64),
     )
     gaps = new_gaps()
     cfg = RouterConfig.coerce(router_config)
@@ -133,10 +133,7 @@ def simulate_disagg(
     max_blocks = int(((workload.isl + workload.osl).max() if n else 1) // bs + 2)
     emit_cap = max(pp.max_seqs, pd.max_seqs) if n else 1
     emit_cap = int(min(emit_cap, max(n, 1))) + 1
-    pa = PassAcc(np.zeros(max_blocks, np.uint64), np.full(max_blocks, -1, np.int64),
-                 np.zeros(9, np.int64), np.zeros(emit_cap, np.int32),
-                 np.zeros(1, np.int64), np.zeros(emit_cap, np.int32), np.zeros(1, np.int64),
-                 np.zeros((emit_cap, 4), np.int64))
+    pa = make_pass_acc(max_blocks, emit_cap, emit_cap)
     kvb = prefill_engine.kv_bytes_per_token
     dg = Disagg(
         n_pre=P, n_dec=D,
@@ -164,7 +161,7 @@ def simulate_disagg(
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
         raise DeadEndError(
-            f"offline replay reached a dead end with {int(cl.state[5] - cl.state[6])} in-flight "
+            f"offline replay reached a dead end with {int(cl.state[NARRIVED] - cl.state[NDONE])} in-flight "
             "requests remaining"
         )
     st = rq_d.status

@@ -41,12 +41,11 @@ from fastsim.kernels.fleet import (
     nth_active_nb,
     retire_drained_nb,
 )
-from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_update_nb
+from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
 from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
 from fastsim.kernels.loop import (
     DEAD_END,
-    NCHEAP,
     NDONE,
     OK,
     SIM_CAP,
@@ -347,9 +346,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
-        cl.state[NCHEAP] += 1
-        cl.cdue[g] = end
-        tourney_update_nb(cl.ctree, cl.cdue, g)
+        tourney_set_nb(cl.ctree, cl.cdue, g, end)
         return True
     if progress:
         _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, now)
@@ -367,9 +364,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         # 1. pass completions (and their scheduling-point work)
         while cl.cdue[cl.ctree[1]] <= now:
             g = cl.ctree[1]
-            cl.state[NCHEAP] -= 1
-            cl.cdue[g] = np.inf
-            tourney_update_nb(cl.ctree, cl.cdue, g)
+            tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)
             cl.busy[g] = False
             _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g,
                       cl.pass_end[g])

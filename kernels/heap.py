@@ -30,13 +30,15 @@ def new_tourney(n):
 
 
 @inner
-def tourney_update_nb(tree, key, item):
-    """``key[item]`` changed: replay its matches up to the root. A tie goes to the left subtree
-    (lower ids). The climbing winner stays in registers: each level only reads its sibling's
-    winner, which this update does not change, so those reads do not wait on one another."""
+def tourney_set_nb(tree, key, item, value):
+    """Set ``key[item] = value`` (+inf: nothing pending) and replay the item's matches up to the
+    root. A tie goes to the left subtree (lower ids). The climbing winner stays in registers: each
+    level only reads its sibling's winner, which this update does not change, so those reads do
+    not wait on one another."""
+    key[item] = value
     j = tree.shape[0] // 2 + item
     w = item
-    kw = key[item]
+    kw = value
     while j > 1:
         s = tree[j ^ 1]
         ks = key[s]

@@ -39,7 +39,7 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
     sample_nb,
 )
-from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_update_nb
+from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
 from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.router import (
     FCFS,
@@ -135,10 +135,10 @@ class Cluster(NamedTuple):
     dlist: np.ndarray  # int64[G + 1]: dirty group ids; dlist[G] holds their count
     dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
     last_stamp: np.ndarray  # float64[G]: end of the group's last pass (NaN: none yet)
-    state: np.ndarray  # int64[7]: [rr, pending completions, n_heap, static_pos, next_session, n_arrived, n_done]
+    state: np.ndarray  # int64[6]: [rr, n_heap, static_pos, next_session, n_arrived, n_done]
 
 
-RR, NCHEAP, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE = 0, 1, 2, 3, 4, 5, 6
+RR, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE = range(6)
 
 
 class Gaps(NamedTuple):
@@ -449,9 +449,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     if end > now:
         cl.busy[g] = True
         cl.pass_end[g] = end
-        cl.state[NCHEAP] += 1
-        cl.cdue[g] = end
-        tourney_update_nb(cl.ctree, cl.cdue, g)
+        tourney_set_nb(cl.ctree, cl.cdue, g, end)
     elif progress:
         _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now)
         _mark(cl, g)  # idle again at the same time: it may run another pass
@@ -516,9 +514,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         # 1. pass completions
         while cl.cdue[cl.ctree[1]] <= now:
             g = cl.ctree[1]
-            cl.state[NCHEAP] -= 1
-            cl.cdue[g] = np.inf
-            tourney_update_nb(cl.ctree, cl.cdue, g)
+            tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)
             cl.busy[g] = False
             _mark(cl, g)
             _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, cl.pass_end[g])

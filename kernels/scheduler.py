@@ -87,17 +87,17 @@ class Reqs(NamedTuple):
     terminal: np.ndarray
     reused: np.ndarray  # int32: max over admissions
     first_reused: np.ndarray  # int32
-    tnext: np.ndarray  # int32: pending-terminal list link
+    tnext: np.ndarray  # int32: pending-terminal list link (the same memory as qnext: sim._requests)
     term_kind: np.ndarray  # int8
     bslot: np.ndarray  # int32[len(keys)]: pool slots of the shareable blocks (offsets: key_ptr)
     nheld: np.ndarray  # int32: leading blocks that hold a slot (the rest are anonymous: kvpool)
     # steady decoding (see below)
     seq: np.ndarray  # int64: admission order into the running list
     sbase: np.ndarray  # int64: rank pass at which ``generated`` is exact; -1 = explicit
-    wnext: np.ndarray  # int32: due-wheel bucket link
+    wnext: np.ndarray  # int32: due-wheel bucket link (the same memory as xnext)
     xnext: np.ndarray  # int32: explicit running list links
     xprev: np.ndarray  # int32
-    snext: np.ndarray  # int32: second-token list link
+    snext: np.ndarray  # int32: second-token list link (the same memory as xprev)
 
 
 class Ranks(NamedTuple):
@@ -184,6 +184,21 @@ class PassAcc(NamedTuple):
 
 
 BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG = range(9)
+
+
+def make_pass_acc(max_blocks, emit_cap, rank_cap):
+    """Pass scratch for requests of up to ``max_blocks`` blocks, ``emit_cap`` emitters per group
+    pass and ``rank_cap`` running requests per rank (both counting one spare)."""
+    return PassAcc(
+        kbuf=np.zeros(max_blocks, dtype=np.uint64),
+        hslot=np.full(max_blocks, -1, dtype=np.int64),
+        acc=np.zeros(NLOG + 1, dtype=np.int64),
+        emit=np.zeros(emit_cap, dtype=np.int32),
+        emit_n=np.zeros(1, dtype=np.int64),
+        wake=np.zeros(rank_cap, dtype=np.int32),
+        ncommon=np.zeros(1, dtype=np.int64),
+        slog=np.zeros((rank_cap, 4), dtype=np.int64),
+    )
 
 
 # ----------------------------------------------------------------------------- queues
@@ -319,7 +334,6 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     A block counts as full (cacheable) only if its tokens were all computed: the block holding a
     request's not-yet-computed last token is freed like a partial one (matches V08 and V14).
     """
-    bs = p.block_size
     nb = _blocks_ceil(p, rq.alloc[r])
     n_full = _blocks_floor(p, rq.alloc[r]) if p.caching else 0
     if not keep and rq.nheld[r] == 0:
@@ -408,7 +422,6 @@ def _make_room(p, pool, rq, rk, k, r, pa):
 def _schedule(p, pool, rq, rk, k, r, cached, pa):
     """Dynamo's ``schedule_request`` for ``r`` (``cached`` > 0 only for a request from waiting)."""
     acc = pa.acc
-    bs = p.block_size
     ecb = rq.computed[r] + cached
     prompt = rq.isl[r]
     length = prompt + rq.generated[r]

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 from numba import njit
 
-from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, new_tourney, tourney_update_nb
+from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, new_tourney, tourney_set_nb
 
 
 @njit
 def _set(tree, key, item, value):
-    key[item] = value
-    tourney_update_nb(tree, key, item)
+    tourney_set_nb(tree, key, item, value)
 
 
 @njit
