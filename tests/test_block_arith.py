@@ -7,7 +7,6 @@ forced onto the division path gives identical results, bit for bit."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 from numba import njit
 
@@ -18,7 +17,7 @@ from fastsim.config import EngineArgs
 from fastsim.kernels.scheduler import _block_mod, _blocks_ceil, _blocks_floor
 from fastsim.workload import synthetic
 
-from test_steady_decode import _cluster_case
+from test_steady_decode import _cluster_case, assert_same_results
 
 
 @njit
@@ -40,36 +39,48 @@ def test_helpers_match_python_floor_division(bs):
         assert (f, c, m) == (x // bs, -(-x // bs), x % bs), x
 
 
-def _division_only(monkeypatch):
+def _division_only(m):
     real = sim._engine_params
 
     def params(*a, **k):
         return real(*a, **k)._replace(bshift=-1)
 
-    monkeypatch.setattr(sim, "_engine_params", params)
-    monkeypatch.setattr(sim_disagg, "_engine_params", params)
+    m.setattr(sim, "_engine_params", params)
+    m.setattr(sim_disagg, "_engine_params", params)
 
 
-def _assert_same(a, b):
-    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
-    for k, v in a.summary.items():
-        if k == "wall_time_ms" or k.startswith("processed_"):
-            continue
-        w = b.summary[k]
-        assert v == w or (v != v and w != w), f"summary {k}: {v!r} vs {w!r}"
+def _one_row_gap_cache(m):
+    import fastsim.kernels.loop as loop
+
+    real = loop.new_gaps
+    m.setattr(loop, "new_gaps", lambda: real(cache_rows=1))
+
+
+def _same_with(patch, monkeypatch, run, *args, **kw):
+    """``run(*args, **kw)`` gives the same results with ``patch`` applied (or the same dead end)."""
+    try:
+        a = run(*args, **kw)
+    except fastsim.errors.DeadEndError:
+        a = None
+    with monkeypatch.context() as m:
+        patch(m)
+        if a is None:
+            with pytest.raises(fastsim.errors.DeadEndError):
+                run(*args, **kw)
+            return None
+        b = run(*args, **kw)
+    assert_same_results(a, b)
+    return a
+
+
+def _same_on_cluster_case(patch, monkeypatch, seed):
+    wl, engine, kw = _cluster_case(seed)
+    _same_with(patch, monkeypatch, sim.simulate, wl, engine, **kw)
 
 
 @pytest.mark.parametrize("seed", range(0, 40, 3))
 def test_shifts_and_divisions_agree_on_clusters(seed, monkeypatch):
-    wl, engine, kw = _cluster_case(seed)
-    try:
-        a = sim.simulate(wl, engine, **kw)
-    except fastsim.errors.DeadEndError:
-        return
-    with monkeypatch.context() as m:
-        _division_only(m)
-        b = sim.simulate(wl, engine, **kw)
-    _assert_same(a, b)
+    _same_on_cluster_case(_division_only, monkeypatch, seed)
 
 
 def test_shifts_and_divisions_agree_disaggregated(monkeypatch):
@@ -77,40 +88,18 @@ def test_shifts_and_divisions_agree_disaggregated(monkeypatch):
     pre = EngineArgs.coerce(dict(common, worker_type="prefill", num_gpu_blocks=2000))
     dec = EngineArgs.coerce(dict(common, worker_type="decode", num_gpu_blocks=8000))
     wl = synthetic(700, 120, 200, arrival_interval_ms=2.0, turns_per_session=2, block_size=16)
-    kw = dict(num_prefill_workers=2, num_decode_workers=3)
-    a = sim_disagg.simulate_disagg(wl, pre, dec, **kw)
-    with monkeypatch.context() as m:
-        _division_only(m)
-        b = sim_disagg.simulate_disagg(wl, pre, dec, **kw)
-    _assert_same(a, b)
+    _same_with(_division_only, monkeypatch, sim_disagg.simulate_disagg, wl, pre, dec,
+               num_prefill_workers=2, num_decode_workers=3)
 
 
 @pytest.mark.parametrize("seed", range(1, 40, 6))
 def test_gap_cache_collisions_do_not_change_results(seed, monkeypatch):
     """Inter-token gaps are pooled with their histogram indices cached by value (kernels/loop.py,
     ``_pool_gaps``): a one-row cache (every new gap evicts the last) gives the same results."""
-    import fastsim.kernels.loop as loop
-
-    wl, engine, kw = _cluster_case(seed)
-    try:
-        a = sim.simulate(wl, engine, **kw)
-    except fastsim.errors.DeadEndError:
-        return
-    with monkeypatch.context() as m:
-        real = loop.new_gaps
-        m.setattr(loop, "new_gaps", lambda: real(cache_rows=1))
-        b = sim.simulate(wl, engine, **kw)
-    _assert_same(a, b)
+    _same_on_cluster_case(_one_row_gap_cache, monkeypatch, seed)
 
 
 def test_gap_cache_collisions_on_a_busy_cluster(monkeypatch):
-    import fastsim.kernels.loop as loop
-
     wl = synthetic(1024, 64, 3000, arrival_interval_ms=5.0)
-    a = sim.simulate(wl, EngineArgs(), num_workers=4)
-    with monkeypatch.context() as m:
-        real = loop.new_gaps
-        m.setattr(loop, "new_gaps", lambda: real(cache_rows=1))
-        b = sim.simulate(wl, EngineArgs(), num_workers=4)
-    _assert_same(a, b)
+    a = _same_with(_one_row_gap_cache, monkeypatch, sim.simulate, wl, EngineArgs(), num_workers=4)
     assert a.summary["completed_requests"] == 3000

@@ -24,6 +24,19 @@ from fastsim.workload import load_mooncake, synthetic
 from test_engine_vs_naive import random_case
 
 _TIMING_KEYS = ("wall_time_ms",)  # and every processed_*_per_s (simulation speed)
+
+
+def assert_same_results(a, b):
+    """Two reports agree bit for bit: every per-request field and every report field except the
+    simulator's own timings."""
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    for k, v in a.summary.items():
+        if k in _TIMING_KEYS or k.startswith("processed_"):
+            continue
+        w = b.summary[k]
+        assert v == w or (v != v and w != w), f"summary {k}: {v!r} vs {w!r}"
+
+
 def _same(workload, engine, *, run=None, **kw):
     run = run or sim.simulate
     if isinstance(engine, tuple):  # disaggregated: (prefill, decode) engine args
@@ -32,12 +45,7 @@ def _same(workload, engine, *, run=None, **kw):
     else:
         a = run(workload, engine, steady_decode=True, **kw)
         b = run(workload, engine, steady_decode=False, **kw)
-    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
-    for k, v in a.summary.items():
-        if k in _TIMING_KEYS or k.startswith("processed_"):
-            continue
-        w = b.summary[k]
-        assert v == w or (v != v and w != w), f"summary {k}: {v!r} vs {w!r}"
+    assert_same_results(a, b)
     return a
 
 
