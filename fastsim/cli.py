@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 
 from fastsim import __version__
 from fastsim.errors import FastsimError, FastsimWarning
+from fastsim.pages import small_pages
 
 __all__ = ["main", "build_parser", "default_report_path", "resolve_report_path"]
 
@@ -419,7 +420,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     saved = warnings.showwarning
     warnings.showwarning = _show_warning
     try:
-        return args.func(args)
+        with small_pages():  # the whole command: loading the workload and writing results too
+            return args.func(args)
     except UsageError as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n(see 'fastsim {args.command} --help')\n")
         return 2

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim.errors import DeadEndError, InputError
+from fastsim.pages import with_small_pages
 
 _BIG_BUDGET = 1 << 62
 
@@ -207,6 +208,7 @@ def _load_kernels():
         precompile.finish(helper)
 
 
+@with_small_pages
 def simulate(
     workload,
     engine,

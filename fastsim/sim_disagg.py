@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from fastsim.errors import DeadEndError, InputError, NotSupportedError
+from fastsim.pages import with_small_pages
 from fastsim.sim import (
     _block_keys,
     _engine_params,
@@ -42,6 +43,7 @@ def _check_pool(engine, name, worker_type):
         raise InputError(f"{name}: dp_size {engine.dp_size} is not allowed in a disaggregated pool (only 1)")
 
 
+@with_small_pages
 def simulate_disagg(
     workload,
     prefill_engine,

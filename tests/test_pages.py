@@ -1,0 +1,62 @@
+"""fastsim simulates with numpy's huge-page advice off (``fastsim.pages``) and restores it."""
+
+from __future__ import annotations
+
+import pytest
+
+import fastsim.pages as pages
+import fastsim.sim as sim
+from fastsim.config import EngineArgs
+from fastsim.errors import InputError
+from fastsim.workload import synthetic
+
+pytestmark = pytest.mark.skipif(pages._set_madvise_hugepage is None,
+                                reason="this numpy has no huge-page switch")
+
+
+_WL = synthetic(64, 8, 20, arrival_interval_ms=1.0)
+
+
+def _run():
+    sim.simulate(_WL, EngineArgs())
+
+
+def _advice():
+    now = pages._set_madvise_hugepage(True)
+    pages._set_madvise_hugepage(now)
+    return now
+
+
+def _seen_during_build(monkeypatch, run):
+    seen = []
+    real = sim._build_state
+
+    def spy(*a, **k):
+        seen.append(_advice())
+        return real(*a, **k)
+
+    monkeypatch.setattr(sim, "_build_state", spy)
+    run()
+    return seen
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_off_while_simulating_and_restored(before, monkeypatch):
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    pages._set_madvise_hugepage(before)
+    try:
+        seen = _seen_during_build(monkeypatch, _run)
+        assert seen and not any(seen)  # (the first run in a process also loads the kernels)
+        assert _advice() is before
+        with pytest.raises(InputError):  # restored when the simulation raises, too
+            sim.simulate(_WL, EngineArgs(), num_workers=0)
+        assert _advice() is before
+    finally:
+        pages._set_madvise_hugepage(True)
+
+
+def test_the_environment_decides_when_set(monkeypatch):
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")
+    before = _advice()
+    seen = _seen_during_build(monkeypatch, _run)
+    assert seen and all(s is before for s in seen)
