@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 
 try:  # numpy >= 2
     from numpy._core.multiarray import _set_madvise_hugepage
@@ -27,17 +28,29 @@ except ImportError:  # pragma: no cover - numpy 1.x
         _set_madvise_hugepage = None
 
 
+_lock = threading.Lock()
+_depth = 0  # simulations inside (threads, nesting): the first in switches off, the last out back
+_before = True
+
+
 @contextlib.contextmanager
 def small_pages():
     """Arrays made inside get no huge-page advice from numpy (unless the environment says)."""
+    global _depth, _before
     if _set_madvise_hugepage is None or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         yield
         return
-    before = _set_madvise_hugepage(False)
+    with _lock:
+        if _depth == 0:
+            _before = _set_madvise_hugepage(False)
+        _depth += 1
     try:
         yield
     finally:
-        _set_madvise_hugepage(before)
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                _set_madvise_hugepage(_before)
 
 
 def with_small_pages(fn):

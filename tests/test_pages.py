@@ -60,3 +60,14 @@ def test_the_environment_decides_when_set(monkeypatch):
     before = _advice()
     seen = _seen_during_build(monkeypatch, _run)
     assert seen and all(s is before for s in seen)
+
+
+def test_overlapping_simulations_restore_the_advice_once(monkeypatch):
+    """Nested (or concurrent) simulations: the advice stays off until the last one ends."""
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    assert _advice() is True
+    with pages.small_pages():
+        with pages.small_pages():
+            assert _advice() is False
+        assert _advice() is False
+    assert _advice() is True
