@@ -107,6 +107,16 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
     )
 
 
+def max_tokens(isl, osl):
+    """The largest ``isl + osl`` of a workload (0 if empty), without a full-size temporary: a
+    fresh process pays about a page fault per 4 KB of new memory, and an 8-byte temporary per
+    request costs more than the sum."""
+    top = 0
+    for i in range(0, isl.shape[0], 8192):
+        top = max(top, int((isl[i:i + 8192] + osl[i:i + 8192]).max()))
+    return top
+
+
 def _requests(workload, key_ptr, keys, block_size, osl=None):
     """Per-request state; ``osl`` overrides the workload's output lengths (a prefill copy's)."""
     from fastsim.kernels.scheduler import Reqs
@@ -114,7 +124,7 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
     n = workload.isl.shape[0]
     isl = np.asarray(workload.isl, dtype=np.int64)
     osl = np.asarray(workload.osl if osl is None else osl, dtype=np.int64)
-    if n and int((isl + osl).max()) >= 2**31:
+    if n and max_tokens(isl, osl) >= 2**31:
         row = int(np.argmax(isl + osl))
         raise InputError(f"request {row}: input plus output length {int(isl[row] + osl[row])} tokens; "
                          f"at most {2**31 - 1} are supported")
@@ -464,7 +474,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         fs=fs,
         ff=np.array([0.0, float(planner_interval_ms or 0.0), 0.0, 0.0]),
     )
-    max_blocks = int(((workload.isl + workload.osl).max() if n else 1) // bs + 2)
+    max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     emit_cap = dp * min(params.max_seqs, max(n, 1)) + 1
     pa = make_pass_acc(max_blocks, emit_cap, min(params.max_seqs, max(n, 1)) + 1)
     return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)

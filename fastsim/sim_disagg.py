@@ -9,6 +9,7 @@ import numpy as np
 from fastsim.errors import DeadEndError, InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.sim import (
+    max_tokens,
     _block_keys,
     _engine_params,
     _gap_columns,
@@ -132,7 +133,7 @@ def simulate_disagg(
     rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed)
     rt_d = _router_state(router_mode, cfg_d, pd, n, D, G, 1024, seed + 1)
     rt_none = _router_state("round_robin", None, pd, 0, 1, G, 1, 0)
-    max_blocks = int(((workload.isl + workload.osl).max() if n else 1) // bs + 2)
+    max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     emit_cap = max(pp.max_seqs, pd.max_seqs) if n else 1
     emit_cap = int(min(emit_cap, max(n, 1))) + 1
     pa = make_pass_acc(max_blocks, emit_cap, emit_cap)

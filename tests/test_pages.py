@@ -1,4 +1,5 @@
-"""fastsim simulates with numpy's huge-page advice off (``fastsim.pages``) and restores it."""
+"""Fresh memory: fastsim simulates with numpy's huge-page advice off (``fastsim.pages``) and
+restores it, and sizes its scratch without request-sized temporaries."""
 
 from __future__ import annotations
 
@@ -71,3 +72,18 @@ def test_overlapping_simulations_restore_the_advice_once(monkeypatch):
             assert _advice() is False
         assert _advice() is False
     assert _advice() is True
+
+
+@pytest.mark.parametrize("n", [1, 8191, 8192, 8193, 20000])
+def test_max_tokens_without_a_temporary(n):
+    """``sim.max_tokens`` sums in chunks (no request-sized temporary): the same maximum wherever
+    it falls, chunk edges included."""
+    import numpy as np
+
+    rng = np.random.default_rng(n)
+    isl = rng.integers(1, 5000, n)
+    osl = rng.integers(0, 3000, n)
+    for where in {0, n // 2, n - 1, min(8191, n - 1), min(8192, n - 1)}:
+        i, o = isl.copy(), osl.copy()
+        i[where] = 9000
+        assert sim.max_tokens(i, o) == int((i + o).max())
