@@ -11,8 +11,8 @@ from fastsim.config import EngineArgs
 from fastsim.errors import InputError
 from fastsim.workload import synthetic
 
-pytestmark = pytest.mark.skipif(pages._set_madvise_hugepage is None,
-                                reason="this numpy has no huge-page switch")
+needs_switch = pytest.mark.skipif(pages._set_madvise_hugepage is None,
+                                  reason="this numpy has no huge-page switch")
 
 
 _WL = synthetic(64, 8, 20, arrival_interval_ms=1.0)
@@ -41,6 +41,7 @@ def _seen_during_build(monkeypatch, run):
     return seen
 
 
+@needs_switch
 @pytest.mark.parametrize("before", [True, False])
 def test_off_while_simulating_and_restored(before, monkeypatch):
     monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
@@ -56,6 +57,7 @@ def test_off_while_simulating_and_restored(before, monkeypatch):
         pages._set_madvise_hugepage(True)
 
 
+@needs_switch
 def test_the_environment_decides_when_set(monkeypatch):
     monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")
     before = _advice()
@@ -63,6 +65,7 @@ def test_the_environment_decides_when_set(monkeypatch):
     assert seen and all(s is before for s in seen)
 
 
+@needs_switch
 def test_overlapping_simulations_restore_the_advice_once(monkeypatch):
     """Nested (or concurrent) simulations: the advice stays off until the last one ends."""
     monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
