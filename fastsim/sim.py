@@ -434,7 +434,6 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
         busy=np.zeros(g_cap, dtype=np.bool_),
         stalled=np.zeros(g_cap, dtype=np.bool_),
-        pass_end=np.zeros(g_cap),
         pend_head=np.full(g_cap, -1, dtype=np.int32),
         pend_tail=np.full(g_cap, -1, dtype=np.int32),
         wctr=np.zeros(g_cap, dtype=np.int64),

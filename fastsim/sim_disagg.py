@@ -119,7 +119,7 @@ def simulate_disagg(
     cl = Cluster(
         dp=1, concurrency=concurrency, single_path=False,
         max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
-        busy=np.zeros(G, np.bool_), stalled=np.zeros(G, np.bool_), pass_end=np.zeros(G),
+        busy=np.zeros(G, np.bool_), stalled=np.zeros(G, np.bool_),
         pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
         wctr=np.zeros(G, np.int64), ctree=ctree, cdue=cdue, dirty=np.zeros(G, np.bool_),
         dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),

@@ -345,7 +345,6 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     cl.last_stamp[g] = end
     if end > now:
         cl.busy[g] = True
-        cl.pass_end[g] = end
         tourney_set_nb(cl.ctree, cl.cdue, g, end)
         return True
     if progress:
@@ -364,10 +363,11 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         # 1. pass completions (and their scheduling-point work)
         while cl.cdue[cl.ctree[1]] <= now:
             g = cl.ctree[1]
+            t_end = cl.cdue[g]
             tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)
             cl.busy[g] = False
             _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g,
-                      cl.pass_end[g])
+                      t_end)
             changed = True
         # workers that finished starting
         if fl_p.fs[NSTARTING] > 0 and mark_ready_nb(fl_p, now):

@@ -125,12 +125,11 @@ class Cluster(NamedTuple):
     max_sim_time: float  # < 0: none
     busy: np.ndarray  # bool[G]
     stalled: np.ndarray  # bool[G]
-    pass_end: np.ndarray  # float64[G]
     pend_head: np.ndarray  # int32[G]: pending terminals of the group's pass in flight
     pend_tail: np.ndarray  # int32[G]
     wctr: np.ndarray  # int64[G]: round robin over a worker's DP ranks
     ctree: np.ndarray  # int64[2m]: tournament of the groups' pending completions (kernels/heap.py)
-    cdue: np.ndarray  # float64[m]: a group's pending pass end, +inf when it has none
+    cdue: np.ndarray  # float64[m]: a group's pass end while it is busy, +inf when it has none
     dirty: np.ndarray  # bool[G]: the group may have become drivable since the last drive phase
     dlist: np.ndarray  # int64[G + 1]: dirty group ids; dlist[G] holds their count
     dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
@@ -448,7 +447,6 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     cl.last_stamp[g] = end
     if end > now:
         cl.busy[g] = True
-        cl.pass_end[g] = end
         tourney_set_nb(cl.ctree, cl.cdue, g, end)
     elif progress:
         _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now)
@@ -514,10 +512,11 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         # 1. pass completions
         while cl.cdue[cl.ctree[1]] <= now:
             g = cl.ctree[1]
+            t_end = cl.cdue[g]
             tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)
             cl.busy[g] = False
             _mark(cl, g)
-            _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, cl.pass_end[g])
+            _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t_end)
         # 2. workers that finished starting
         if fl.fs[NSTARTING] > 0 and mark_ready_nb(fl, now):
             if rt.mode == KV_ROUTER:
