@@ -4,12 +4,11 @@ numpy asks the kernel for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on
 4 MB or more. Where transparent huge pages are in ``madvise`` mode (a common default), each 2 MB
 page of such an array is then found, compacted or zeroed on its first touch, and on virtual
 machines whose host backs guest memory lazily that first touch sometimes takes tens of
-milliseconds: 1M requests on 4 workers simulated in 0.18-0.24 s in most fresh processes and in
-0.9-1.1 s in two of five. A simulation sweeps its columns once, so small pages cost it about as
-much as huge ones where both behave (one fault per 4 KB page against one per 2 MB page, either way
-dominated by zeroing the memory). fastsim therefore switches numpy's advice off while it
-simulates, and back afterwards; a ``NUMPY_MADVISE_HUGEPAGE`` set in the environment is left to
-decide.
+milliseconds. On a 2-core guest, 1M requests on 4 workers simulated in 178-238 ms in three fresh
+processes out of five and in 0.89 and 1.08 s in the other two; with small pages, 181-202 ms in all
+five (the conversation trace: 175-269 ms against 170-176 ms). fastsim therefore switches numpy's
+advice off while it simulates, and back afterwards; a ``NUMPY_MADVISE_HUGEPAGE`` set in the
+environment is left to decide (set it to 1 where huge pages are known to pay).
 """
 
 from __future__ import annotations
