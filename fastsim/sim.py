@@ -13,7 +13,7 @@ from fastsim.pages import with_small_pages
 _BIG_BUDGET = 1 << 62
 
 
-def _engine_params(engine, stage=0, steady=True):
+def _engine_params(engine, stage=0, steady=True, fast=True):
     from fastsim.kernels.scheduler import Params
 
     budget = engine.max_num_batched_tokens
@@ -32,6 +32,7 @@ def _engine_params(engine, stage=0, steady=True):
         decode_speedup=float(engine.decode_speedup_ratio),
         stage=int(stage),
         steady=bool(steady),
+        fast=bool(fast),
         bshift=bs.bit_length() - 1 if bs > 0 and bs & (bs - 1) == 0 else -1,
     )
 
@@ -237,6 +238,7 @@ def simulate(
     telemetry_interval_ms: float | None = None,
     debug: bool | None = None,
     steady_decode: bool = True,
+    light_ticks: bool = True,
 ):
     """Simulate ``workload`` on a cluster of aggregated workers; returns a :class:`Report`.
 
@@ -254,6 +256,9 @@ def simulate(
     * ``steady_decode``: keep steadily decoding requests implicit between their block allocations
       (an exact optimisation, see ``kernels/scheduler.py``); False runs every request through every
       pass, which gives the same results more slowly (for checking).
+    * ``light_ticks``: handle a tick that only ends a group's pass and starts its next one, made
+      of steady passes alone, on a light path instead of the full tick (an exact optimisation,
+      see ``kernels/loop.py``); False for checking.
     """
     from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)
@@ -293,7 +298,8 @@ def simulate(
             "offline replay only supports router_mode=kv_router with more than one worker/DP-rank target"
         )
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
-                      single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode)
+                      single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
+                      light_ticks)
     table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
         rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed)
@@ -316,7 +322,8 @@ def simulate(
         # The router's table of active prompt blocks filled up: start again with a larger one.
         table *= 4
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
-                          single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode)
+                          single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
+                          light_ticks)
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:
@@ -406,7 +413,8 @@ class _State(NamedTuple):
 
 
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
-                 single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True):
+                 single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True,
+                 light_ticks=True):
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each)."""
     from fastsim.kernels.fleet import ACTIVE, Fleet
     from fastsim.kernels.heap import new_tourney
@@ -415,7 +423,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     from fastsim.kernels.scheduler import make_pass_acc, make_ranks
     from fastsim.perf import load_perf_model
 
-    params = _engine_params(engine, steady=steady_decode)
+    params = _engine_params(engine, steady=steady_decode, fast=light_ticks)
     perf = load_perf_model(engine.planner_profile_data)
     n = int(workload.isl.shape[0])
     n_ranks = g_cap * dp

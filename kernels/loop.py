@@ -63,6 +63,9 @@ from fastsim.kernels.scheduler import (
     enqueue_waiting_nb,
     materialize_nb,
     rank_pass_nb,
+    steady_pass_ms,
+    steady_pass_nb,
+    steady_pass_ok,
 )
 from fastsim.kernels.stats import DD_NBINS, dd_index_nb
 
@@ -564,6 +567,57 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         return
 
 
+@inline
+def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
+    """Handle the tick at ``now`` on the light path if all it holds is the end of one group's
+    pass and that group's next pass, made of steady passes only (``scheduler.steady_pass_ok``):
+    no terminals, no router work, no arrival, no fleet event, no other group's pass end. The
+    state afterwards is exactly what ``_drain`` would leave. Returns False, changing nothing, if
+    the tick is not of that kind."""
+    g = cl.ctree[1]
+    if cl.cdue[g] != now or cl.pend_head[g] >= 0:
+        return False
+    if rt.mode == KV_ROUTER and (rt.fhead[g] >= 0 or rt.state[2] > 0):
+        return False
+    if (fl.fs[NSTARTING] > 0 or fl.fs[NDRAINING] > 0 or fl.fs[SCHEDPOS] < fl.sched_t.shape[0]
+            or fl.planner_ms > 0.0):
+        return False
+    if _next_arrival(ss, cl)[1] <= now:
+        return False
+    dp = cl.dp
+    k0 = g * dp
+    end = now
+    for k in range(k0, k0 + dp):
+        if rk.n_run[k] + rk.n_wait[k] == 0:
+            continue
+        if not steady_pass_ok(p, pool, rq, rk, k):
+            return False
+        e = (now + 0.0) + steady_pass_ms(p, perf, pool, rk, k)
+        if e > end:
+            end = e
+    if not end > now:  # no work, or a zero-length pass: the drain's business
+        return False
+    if cl.ctree.shape[0] > 2:  # another group's pass ending now too: the drain orders them
+        tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)
+        if cl.cdue[cl.ctree[1]] <= now:
+            tourney_set_nb(cl.ctree, cl.cdue, g, now)
+            return False
+    # the group's pass that ended now had nothing to apply; its next pass (as _drive_group)
+    rk.seqc[3] += 1
+    fl.passes[g] += 1
+    prev_end = cl.last_stamp[g]
+    common = 0
+    for k in range(k0, k0 + dp):
+        if rk.n_run[k] + rk.n_wait[k] > 0:
+            common += rk.nsteady[k]
+            steady_pass_nb(p, perf, pool, rk, k, now)
+    _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
+                  k0 + dp)
+    cl.last_stamp[g] = end
+    tourney_set_nb(cl.ctree, cl.cdue, g, end)
+    return True
+
+
 @kernel_noalloc
 def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
     """Run the simulation until it ends or pauses. ``out`` (float64[4]) holds [worker_seconds, now].
@@ -633,7 +687,7 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
             continue
         ws += fl.fs[NLIVE] * (t - now) / 1000.0
         now = t
-        drain_now = True
+        drain_now = not (p.fast and _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now))
     # steady members become explicit whenever the loop returns (results, planner, telemetry)
     for k in range(rk.n_run.shape[0]):
         materialize_nb(p, rq, rk, k, rk.rpass[k], cl.last_stamp[k // cl.dp])

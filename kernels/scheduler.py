@@ -62,6 +62,7 @@ class Params(NamedTuple):
     stage: int  # AGGREGATED, PREFILL (decode steps take 0 ms) or DECODE (prefill takes 0 ms)
     steady: bool = True  # keep steadily decoding requests implicit (see "steady decoding" below)
     bshift: int = -1  # log2(block_size) when it is a power of two (divisions become shifts), else -1
+    fast: bool = True  # run passes that only advance steady members on the light path (``steady_pass_nb``)
 
 
 class Reqs(NamedTuple):
@@ -122,7 +123,7 @@ class Ranks(NamedTuple):
     shold: np.ndarray  # int64[R]: no new steady members before this rank pass
     sback: np.ndarray  # int64[R]: current hold length after a fallback
     smax: np.ndarray  # int64[R]: at least the largest running order (seq) of a steady member
-    seqc: np.ndarray  # int64[3]: [admission counter, fallbacks, steady passes]
+    seqc: np.ndarray  # int64[4]: [admission counter, fallbacks, steady passes, light ticks]
     # the last step times of each rank, reused while their inputs repeat (they often do)
     dkey: np.ndarray  # int64[R]: active blocks of the last decode time (-1: none)
     dctx: np.ndarray  # int64[R]: its mean context (grid timing only)
@@ -158,7 +159,7 @@ def make_ranks(n_ranks, block_size, cap, budget):
         bcnt=np.zeros(n_ranks * block_size, dtype=np.int64), sechead=heads(), secdue=heads(),
         shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, _HOLD0, dtype=np.int64),
         smax=np.full(n_ranks, -1, dtype=np.int64),
-        seqc=np.zeros(3, dtype=np.int64),
+        seqc=np.zeros(4, dtype=np.int64),
         dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
@@ -853,20 +854,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     decode_ms = 0.0
     if n_ready > 0:
         if p.stage != PREFILL:  # a prefill worker's extra steps take no time (cluster doc C5)
-            nact = pool.meta[k, NACTIVE]
-            ctx = total_len // n_ready if perf.kind != POLYNOMIAL else 0
-            if perf.kind == POLYNOMIAL and nact < rk.dtab.shape[0]:
-                decode_ms = rk.dtab[nact]
-                if decode_ms != decode_ms:
-                    decode_ms = _decode_ms(p, perf, nact, np.int64(0))
-                    rk.dtab[nact] = decode_ms
-            elif nact == rk.dkey[k] and ctx == rk.dctx[k]:
-                decode_ms = rk.dms[k]
-            else:
-                decode_ms = _decode_ms(p, perf, nact, ctx)
-                rk.dkey[k] = nact
-                rk.dctx[k] = ctx
-                rk.dms[k] = decode_ms
+            decode_ms = _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], total_len, n_ready)
         acc[PROGRESS] = 1
     # Completions in running order: explicit emitters merged with the steady members due.
     done_kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
@@ -905,6 +893,79 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
         rk.slen[k] = rk.slen[k] - fin_len + (ns - nfin) + conv_len
         pa.ncommon[0] += ns - nfin
     return (now + prefill_ms) + decode_ms
+
+
+@inline
+def _step_ms(p, perf, rk, k, nact, total_len, n_ready):
+    """Decode time of a pass of rank ``k`` with ``nact`` active blocks and ``n_ready`` requests
+    of total length ``total_len``, through the rank's memo (its inputs often repeat)."""
+    ctx = total_len // n_ready if perf.kind != POLYNOMIAL else 0
+    if perf.kind == POLYNOMIAL and nact < rk.dtab.shape[0]:
+        decode_ms = rk.dtab[nact]
+        if decode_ms != decode_ms:
+            decode_ms = _decode_ms(p, perf, nact, np.int64(0))
+            rk.dtab[nact] = decode_ms
+    elif nact == rk.dkey[k] and ctx == rk.dctx[k]:
+        decode_ms = rk.dms[k]
+    else:
+        decode_ms = _decode_ms(p, perf, nact, ctx)
+        rk.dkey[k] = nact
+        rk.dctx[k] = ctx
+        rk.dms[k] = decode_ms
+    return decode_ms
+
+
+# ----------------------------------------------------------------------------- steady passes
+# A pass of a rank whose running requests are all steady members, with nothing waiting, nobody
+# due to finish and every block start fitting the pool, changes only counters: each member takes
+# one token, the members starting a block allocate it (anonymous blocks), and the decode time
+# follows from the active block count. ``rank_pass_nb`` does exactly that in this state, through
+# its general walks; ``steady_pass_nb`` does it directly. The event loop takes this light path
+# for a group's pass that ends with nothing else due (see ``kernels/loop.py``); light loads,
+# where a rank decodes alone for many passes between arrivals, are mostly made of such passes.
+@inline
+def steady_pass_ok(p, pool, rq, rk, k):
+    """True if rank ``k``'s next pass is a steady pass (as above). Changes nothing."""
+    ns = rk.nsteady[k]
+    if ns == 0 or rk.n_wait[k] > 0 or rk.xhead[k] >= 0 or ns > p.budget or p.stage == PREFILL:
+        return False
+    P = rk.rpass[k]
+    if rk.bcnt[k * p.block_size + _block_mod(p, P)] > p.cap - pool.meta[k, NACTIVE]:
+        return False
+    w = rk.wheel[k * _DUE + P % _DUE]
+    while w >= 0:
+        if _due_pass(p, rq, w) == P:
+            return False
+        w = rq.wnext[w]
+    return True
+
+
+@inline
+def steady_pass_ms(p, perf, pool, rk, k):
+    """The decode time of rank ``k``'s next pass, a steady pass. Changes nothing but the rank's
+    memo of step times."""
+    nb = rk.bcnt[k * p.block_size + _block_mod(p, rk.rpass[k])]
+    return _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE] + nb, rk.slen[k], rk.nsteady[k])
+
+
+@inline
+def steady_pass_nb(p, perf, pool, rk, k, now):
+    """Run rank ``k``'s next pass, a steady pass (``steady_pass_ok``), starting at ``now``; returns
+    its end. The caller stamps the members' tokens (``nsteady`` of them share one gap) and the
+    second tokens of ``rk.secdue[k]``, as for ``rank_pass_nb``."""
+    P = rk.rpass[k]
+    rk.rpass[k] = P + 1
+    rk.sback[k] = _HOLD0
+    rk.seqc[2] += 1
+    rk.secdue[k] = rk.sechead[k]
+    rk.sechead[k] = -1
+    nb = rk.bcnt[k * p.block_size + _block_mod(p, P)]
+    if nb > 0:
+        alloc_anon_nb(pool, k, nb)
+    ns = rk.nsteady[k]
+    decode_ms = _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], rk.slen[k], ns)
+    rk.slen[k] += ns
+    return (now + 0.0) + decode_ms
 
 
 @inner

@@ -1,0 +1,122 @@
+"""Light ticks (``kernels/loop.py``, ``_light_tick``) are an exact optimisation: a tick that only
+ends one group's pass and starts its next one, made of steady passes alone, is handled without the
+full tick. With it and without it (``simulate(..., light_ticks=False)``) a simulation gives
+identical results, bit for bit.
+
+The cases run at light loads (where most ticks are light) and at loads where light ticks mix with
+arrivals, admissions, completions, other groups' pass ends, fleet changes, telemetry and caps;
+``_light`` checks that the light path ran.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+import fastsim.errors
+import fastsim.sim as sim
+from fastsim.config import EngineArgs
+from fastsim.workload import synthetic
+
+from test_steady_decode import assert_same_results
+
+NPZ = Path(__file__).parent / "data" / "perf" / "H200_TP1P_TP1D_mocker_perf_data.npz"
+
+
+def _light(monkeypatch, workload, engine, fallbacks=False, **kw):
+    """Run with and without light ticks, check the results are identical; returns the number of
+    light ticks of the first run (and, with ``fallbacks=True``, its steady-pass fallbacks)."""
+    states = []
+    build = sim._build_state
+
+    def keep(*args, **kwargs):
+        states.append(build(*args, **kwargs))
+        return states[-1]
+
+    monkeypatch.setattr(sim, "_build_state", keep)
+    a = sim.simulate(workload, engine, light_ticks=True, **kw)
+    n, nfall = int(states[-1].rk.seqc[3]), int(states[-1].rk.seqc[1])
+    b = sim.simulate(workload, engine, light_ticks=False, **kw)
+    assert int(states[-1].rk.seqc[3]) == 0
+    assert_same_results(a, b)
+    return (n, nfall) if fallbacks else n
+
+
+def _case(seed):
+    rng = random.Random(5000 + seed)
+    bs = rng.choice([8, 16, 64])
+    engine = dict(
+        block_size=bs,
+        num_gpu_blocks=rng.choice([60, 200, 1000, 8000]),
+        max_num_seqs=rng.choice([4, 16, 256]),
+        max_num_batched_tokens=rng.choice([256, 1024, 8192]),
+        enable_chunked_prefill=rng.random() < 0.8,
+        preemption_mode=rng.choice(["lifo", "fifo"]),
+        dp_size=rng.choice([1, 1, 2, 4]),
+    )
+    if rng.random() < 0.2:
+        engine["max_model_len"] = rng.randint(300, 1200)
+    if rng.random() < 0.3:  # grid timing: the decode time depends on the mean context too
+        engine["planner_profile_data"] = str(NPZ)
+    workers = rng.randint(1, 4)
+    wl = synthetic(
+        rng.randint(20, 600), rng.randint(1, 400), rng.randint(30, 200),
+        arrival_interval_ms=rng.choice([1.0, 20.0, 100.0, 400.0]) / workers,
+        turns_per_session=rng.choice([1, 1, 3]),
+        shared_prefix_ratio=rng.choice([0.0, 0.5]), num_prefix_groups=rng.choice([0, 3]), block_size=bs,
+    )
+    kw = dict(num_workers=workers)
+    if rng.random() < 0.4 and workers * engine["dp_size"] > 1:
+        kw["router_mode"] = "kv_router"
+        kw["seed"] = seed
+    if rng.random() < 0.2:
+        kw["replay_concurrency"] = rng.randint(1, 8)
+    return wl, engine, kw
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_clusters(monkeypatch, seed):
+    wl, engine, kw = _case(seed)
+    engine = EngineArgs.coerce(engine)
+    try:
+        _light(monkeypatch, wl, engine, **kw)
+    except fastsim.errors.DeadEndError:
+        with pytest.raises(fastsim.errors.DeadEndError):
+            sim.simulate(wl, engine, light_ticks=False, **kw)
+
+
+def test_light_path_runs_at_light_load(monkeypatch):
+    """One worker decoding alone between arrivals: almost every tick is light."""
+    wl = synthetic(512, 200, 100, arrival_interval_ms=2000.0)
+    n = _light(monkeypatch, wl, EngineArgs(block_size=16))
+    assert n > 0.9 * 100 * 200
+
+
+def test_light_ticks_among_groups(monkeypatch):
+    """Several workers and DP groups whose passes interleave; kv_router; sessions."""
+    wl = synthetic(300, 150, 200, arrival_interval_ms=60.0, turns_per_session=2)
+    assert _light(monkeypatch, wl, EngineArgs(block_size=16), num_workers=3) > 1_000
+    assert _light(monkeypatch, wl, EngineArgs(block_size=16, dp_size=2), num_workers=2) > 1_000
+    assert _light(monkeypatch, wl, EngineArgs(block_size=16), num_workers=3, router_mode="kv_router") > 1_000
+    assert _light(monkeypatch, wl, EngineArgs(block_size=16), num_workers=2, replay_concurrency=3) > 1_000
+
+
+def test_light_ticks_with_pauses_fleet_and_caps(monkeypatch):
+    """Telemetry ticks, the time cap, scaling schedules and planners between light ticks."""
+    wl = synthetic(256, 300, 120, arrival_interval_ms=80.0)
+    engine = EngineArgs(block_size=16, num_gpu_blocks=3000)
+    assert _light(monkeypatch, wl, engine, num_workers=2, telemetry_interval_ms=7.0) > 1_000
+    assert _light(monkeypatch, wl, engine, num_workers=1, max_sim_time_ms=4000.0) > 100
+    assert _light(monkeypatch, wl, engine, num_workers=2, max_sim_time_ms=4000.0) > 100
+    assert _light(monkeypatch, wl, engine, num_workers=3, scaling_schedule=[[0, 3], [2000, 1], [5000, 4]]) > 1_000
+    _light(monkeypatch, wl, engine, num_workers=1, planner=lambda s: 1 + int(s.now_ms // 700) % 3,
+           planner_interval_ms=50.0, max_workers=4)
+
+
+def test_small_pool_stops_the_light_path(monkeypatch):
+    """A block start that does not fit the pool is the full tick's (it falls back and preempts)."""
+    wl = synthetic(256, 400, 60, arrival_interval_ms=150.0)
+    light, fallbacks = _light(monkeypatch, wl, EngineArgs(block_size=16, num_gpu_blocks=80), fallbacks=True)
+    assert light > 100 and fallbacks > 10
