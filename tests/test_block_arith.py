@@ -103,3 +103,45 @@ def test_gap_cache_collisions_on_a_busy_cluster(monkeypatch):
     wl = synthetic(1024, 64, 3000, arrival_interval_ms=5.0)
     a = _same_with(_one_row_gap_cache, monkeypatch, sim.simulate, wl, EngineArgs(), num_workers=4)
     assert a.summary["completed_requests"] == 3000
+
+
+def _pool_one_by_one(gaps_ms, cache_rows):
+    import numba
+
+    import fastsim.kernels.loop as loop
+
+    @numba.njit
+    def drive(gaps, values):
+        for v in values:
+            loop._pool_gaps(gaps, v, np.int64(1))
+
+    gaps = loop.new_gaps(cache_rows=cache_rows)
+    drive(gaps, np.asarray(gaps_ms, dtype=np.float64))
+    return gaps
+
+
+@pytest.mark.parametrize("cache_rows", [1, 4096])
+def test_gap_cache_intervals_give_the_exact_histogram_index(cache_rows):
+    """The gap cache answers a gap inside an interval of values of one histogram index without a
+    logarithm: values a few ulps either side of bucket edges, in random order, and the
+    ``(t + d) - t`` gaps of back-to-back passes, land where ``dd_index`` puts each one."""
+    from fastsim.kernels import stats
+
+    rng = np.random.default_rng(7)
+    values = []
+    for k in rng.integers(-400, 6000, size=300):  # keys of values ~0.7 .. 1.6e5
+        edge = np.exp(float(k) * stats.DD_VALUE_LN)
+        values.extend(edge + np.arange(-4, 5) * np.spacing(edge))
+    t = np.cumsum(rng.uniform(1e3, 1e6, size=2000))
+    values.extend((t + 5.79272) - t)
+    values.extend([0.0, 0.0, 1e-300, 5.0, 5.0])
+    values = np.array(values)
+    rng.shuffle(values)
+    gaps = _pool_one_by_one(np.concatenate([values, values[::-1]]), cache_rows)
+    itl, otpu = stats.dd_new_hist(), stats.dd_new_hist()
+    for v in np.concatenate([values, values[::-1]]):
+        stats.dd_insert_nb(itl, v)
+        if v > 0.0:
+            stats.dd_insert_nb(otpu, 1000.0 / v)
+    assert np.array_equal(gaps.itl_hist, itl)
+    assert np.array_equal(gaps.otpu_hist, otpu)
