@@ -40,11 +40,18 @@ def unique_key_nb(row, j):
 
 @kernel
 def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size, out_ptr):
-    """Chained keys of every full engine block of every prompt.
+    """Keys of every full engine block of every prompt.
 
     ``isl[r]`` prompt tokens of row ``r`` come from ``hash_ids[hash_ptr[r]:hash_ptr[r + 1]]``, each
     id standing for ``trace_block_size`` tokens. Fills ``out_ptr`` (len n + 1, CSR offsets) and
     returns the keys of blocks ``0 .. isl[r] // block_size - 1`` of each row.
+
+    The first ``(j + 1) * block_size`` tokens end in trace block ``m = ((j + 1) * block_size - 1)
+    // trace_block_size``; two prompts agree on them exactly when they agree on trace blocks
+    ``0 .. m`` (every token of a trace block is its id). So block ``j``'s key is a mix of ``j`` and
+    a chained hash of those ids: the chain advances once per trace block, and the blocks' own mixes
+    do not depend on one another (they overlap in the processor, where a chain per engine block
+    made each wait for the last).
     """
     n = isl.shape[0]
     out_ptr[0] = 0
@@ -55,16 +62,15 @@ def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size,
     for r in range(n):
         base = hash_ptr[r]
         chain = np.uint64(0x51ED270B27A3D1E5)
+        m = -1  # trace blocks 0 .. m are in the chain
         for j in range(out_ptr[r + 1] - out_ptr[r]):
-            lo = j * block_size
-            hi = lo + block_size - 1
-            h = chain
-            for k in range(lo // trace_block_size, hi // trace_block_size + 1):
+            last = ((j + 1) * block_size - 1) // trace_block_size
+            while m < last:
+                m += 1
                 # Dynamo's token is `hash_id as u32`: ids equal in their low 32 bits collide there too.
-                tok = np.uint64(hash_ids[base + k]) & mask32
-                h = mix64_nb(h ^ (tok + np.uint64(0x632BE59BD9B4E019)))
-            chain = mix64_nb(h + np.uint64(j))
-            key = chain & _LOW
+                tok = np.uint64(hash_ids[base + m]) & mask32
+                chain = mix64_nb(chain ^ (tok + np.uint64(0x632BE59BD9B4E019)))
+            key = mix64_nb(chain + np.uint64(j + 1) * np.uint64(0x9E3779B97F4A7C15)) & _LOW
             if key == np.uint64(0):
                 key = np.uint64(1)
             keys[out_ptr[r] + j] = key

@@ -145,3 +145,40 @@ def test_gap_cache_intervals_give_the_exact_histogram_index(cache_rows):
             stats.dd_insert_nb(otpu, 1000.0 / v)
     assert np.array_equal(gaps.itl_hist, itl)
     assert np.array_equal(gaps.otpu_hist, otpu)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_keys_are_equal_exactly_when_the_prompt_prefixes_are(seed):
+    """Engine block ``j`` of two prompts has one key exactly when their first ``(j + 1) *
+    block_size`` tokens are equal (a trace token is its block's hash id as u32), for block sizes
+    smaller than, equal to, larger than and not dividing the trace block size."""
+    from fastsim.kernels.blocks import content_block_keys_nb
+
+    rng = np.random.default_rng(seed)
+    tbs = int(rng.choice([16, 48, 64]))
+    bs = int(rng.choice([8, 16, 24, 64, 100]))
+    rows = []
+    for _ in range(60):  # prompts drawn from a few shared prefixes, ids that collide in u32
+        n_ids = int(rng.integers(1, 9))
+        ids = [int(rng.integers(0, 3)) for _ in range(n_ids)]
+        if rng.random() < 0.2:
+            ids[-1] += 1 << 32
+        isl = int(rng.integers(max(1, (n_ids - 1) * tbs + 1), n_ids * tbs + 1))
+        rows.append((isl, ids))
+    isl = np.array([r[0] for r in rows], dtype=np.int64)
+    ptr = np.cumsum([0] + [len(r[1]) for r in rows]).astype(np.int64)
+    ids = np.array([i for r in rows for i in r[1]], dtype=np.int64)
+    out_ptr = np.empty(len(rows) + 1, dtype=np.int64)
+    keys = content_block_keys_nb(isl, ptr, ids, tbs, bs, out_ptr)
+    tokens = [np.repeat(np.array(r[1], dtype=np.int64) & 0xFFFFFFFF, tbs)[:r[0]] for r in rows]
+    for a in range(len(rows)):
+        for b in range(len(rows)):
+            na, nb = out_ptr[a + 1] - out_ptr[a], out_ptr[b + 1] - out_ptr[b]
+            for j in range(min(na, nb)):
+                same = np.array_equal(tokens[a][:(j + 1) * bs], tokens[b][:(j + 1) * bs])
+                assert (keys[out_ptr[a] + j] == keys[out_ptr[b] + j]) == same, (a, b, j)
+    depth = {}  # prefixes of different lengths never share a key
+    for r in range(len(rows)):
+        for j in range(out_ptr[r + 1] - out_ptr[r]):
+            assert depth.setdefault(int(keys[out_ptr[r] + j]), j) == j
+    assert (keys >> np.uint64(63) == 0).all() and (keys != 0).all()
