@@ -57,9 +57,10 @@ class Workload:
     deterministic: bool = True  # same inputs -> same numbers; False would skip the metric check
 
 
-def synthetic(requests: int, workers: int, isl: int = 1024, osl: int = 128) -> Workload:
-    """Fixed-interval synthetic load, scaled so every worker sees LOAD_PER_WORKER_RPS."""
-    interval_ms = 1000.0 / (LOAD_PER_WORKER_RPS * workers)
+def synthetic(requests: int, workers: int, isl: int = 1024, osl: int = 128,
+              rps_per_worker: float = LOAD_PER_WORKER_RPS) -> Workload:
+    """Fixed-interval synthetic load, scaled so every worker sees ``rps_per_worker``."""
+    interval_ms = 1000.0 / (rps_per_worker * workers)
     flags = ("--input-tokens", str(isl), "--output-tokens", str(osl), "--request-count",
              str(requests), "--arrival-interval-ms", repr(interval_ms), "--num-workers",
              str(workers), "--router-mode", "round_robin")
@@ -110,12 +111,15 @@ def build_grid(name: str, quick: bool, mooncake: Optional[Path]) -> list:
         return [kv_router(n, w) for w in workers]
     if name == "disagg":
         return [disagg(n, 2, 4) for n in ((1000,) if quick else (1000, 10_000, 100_000))]
+    if name == "load":  # a latency-vs-load sweep: light loads decode few requests per pass
+        n, workers = (500, (1,)) if quick else (20_000, (1, 4))
+        return [synthetic(n, w, rps_per_worker=rps) for w in workers for rps in (0.5, 2.5, 10.0, 25.0)]
     if name == "scale":  # long: every request count against every worker count
         if quick:
             return [synthetic(1000, w) for w in (1, 16)]
         return [synthetic(n, w) for n in (1000, 10_000, 100_000, 1_000_000)
                 for w in (1, 4, 16, 64, 256)]
-    raise SystemExit(f"unknown grid {name!r} (core, cluster, trace, kv, disagg, scale)")
+    raise SystemExit(f"unknown grid {name!r} (core, cluster, trace, kv, disagg, load, scale)")
 
 
 def command(sim: str, python: str, wl: Workload, report: str) -> list:
@@ -267,7 +271,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--grid", default="core",
-                   help="comma-separated grids: core, cluster, trace, kv, disagg, scale (long, opt-in)")
+                   help="comma-separated grids: core, cluster, trace, kv, disagg, load, scale (long, opt-in)")
     p.add_argument("--repeats", type=int, default=3, help="measured pairs per workload (default 3)")
     p.add_argument("--quick", action="store_true", help="smoke run: small sizes, 1 repeat")
     p.add_argument("--mooncake", type=Path, help="Mooncake conversation trace for the trace grid")

@@ -419,7 +419,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     from fastsim.kernels.fleet import ACTIVE, Fleet
     from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import Cluster, make_sessions, new_gaps
+    from fastsim.kernels.loop import _PH, Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import make_pass_acc, make_ranks
     from fastsim.perf import load_perf_model
 
@@ -435,6 +435,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     concurrency = int(replay_concurrency or 0)
     ss = make_sessions(workload, concurrency)
     ctree, cdue = new_tourney(g_cap)
+    ptree, pdue = new_tourney(g_cap)
     cl = Cluster(
         dp=dp,
         concurrency=concurrency,
@@ -452,8 +453,14 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         dwork=np.zeros(g_cap, dtype=np.int64),
         last_stamp=np.full(g_cap, np.nan),
         state=np.zeros(6, dtype=np.int64),
+        light=np.zeros(g_cap, dtype=np.int64),
+        ph=np.zeros(g_cap * _PH),
+        ph_head=np.zeros(g_cap, dtype=np.int64),
+        ph_n=np.zeros(g_cap, dtype=np.int64),
+        ptree=ptree,
+        pdue=pdue,
     )
-    gaps = new_gaps()
+    gaps = new_gaps(g_cap)
     gstate = np.zeros(g_cap, dtype=np.int8)
     gstate[:num_workers] = ACTIVE
     fs = np.zeros(10, dtype=np.int64)
@@ -590,20 +597,35 @@ def _request_columns(rq, workload, dp, single_path):
     }
 
 
+def merged_gap_sums(acc, counts):
+    """One pooled statistic from per-group rows (``kernels/loop.py``, ``Gaps``): ``acc[g]`` =
+    [sum, sum of squares, min, max, shift, shift set], the sums taken about that group's shift,
+    ``counts[g]`` its count. Returns (count, sum, sum of squares, min, max, shift): the sums moved
+    to the first group's shift, in group order. With one group (or only one that pooled
+    anything) they are that group's own, bit for bit."""
+    rows = [g for g in range(acc.shape[0]) if counts[g] > 0]
+    if not rows:
+        return 0, 0.0, 0.0, float(np.inf), float(-np.inf), 0.0
+    shift = float(acc[rows[0], 4])
+    total, ssum, ssq = 0, 0.0, 0.0
+    for g in rows:
+        n, d = int(counts[g]), float(acc[g, 4]) - shift
+        total += n
+        if d == 0.0:
+            ssum += float(acc[g, 0])
+            ssq += float(acc[g, 1])
+        else:  # sum (v - shift) = sum (v - s_g) + n d; its square sums likewise
+            ssum += float(acc[g, 0]) + n * d
+            ssq += float(acc[g, 1]) + 2.0 * d * float(acc[g, 0]) + n * (d * d)
+    return total, ssum, ssq, float(acc[rows, 2].min()), float(acc[rows, 3].max()), shift
+
+
 def _gap_columns(gaps):
-    return {
-        "itl_count": int(gaps.itl_n[0]),
-        "itl_sum": float(gaps.itl[0]),
-        "itl_sumsq": float(gaps.itl[1]),
-        "itl_min": float(gaps.itl[2]),
-        "itl_max": float(gaps.itl[3]),
-        "itl_shift": float(gaps.itl[4]),
-        "itl_hist": gaps.itl_hist,
-        "otpu_count": int(gaps.otpu_n[0]),
-        "otpu_sum": float(gaps.otpu[0]),
-        "otpu_sumsq": float(gaps.otpu[1]),
-        "otpu_min": float(gaps.otpu[2]),
-        "otpu_max": float(gaps.otpu[3]),
-        "otpu_shift": float(gaps.otpu[4]),
-        "otpu_hist": gaps.otpu_hist,
-    }
+    out = {}
+    for name, acc, counts, hist in (("itl", gaps.itl, gaps.itl_n, gaps.itl_hist),
+                                    ("otpu", gaps.otpu, gaps.otpu_n, gaps.otpu_hist)):
+        n, ssum, ssq, vmin, vmax, shift = merged_gap_sums(acc, counts)
+        out.update({f"{name}_count": n, f"{name}_sum": ssum, f"{name}_sumsq": ssq,
+                    f"{name}_min": vmin, f"{name}_max": vmax, f"{name}_shift": shift,
+                    f"{name}_hist": hist})
+    return out

@@ -116,6 +116,7 @@ def simulate_disagg(
     ss = make_sessions(workload, concurrency)
     G = P + D
     ctree, cdue = new_tourney(G)
+    ptree, pdue = new_tourney(1)
     cl = Cluster(
         dp=1, concurrency=concurrency, single_path=False,
         max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
@@ -123,9 +124,12 @@ def simulate_disagg(
         pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
         wctr=np.zeros(G, np.int64), ctree=ctree, cdue=cdue, dirty=np.zeros(G, np.bool_),
         dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),
-        state=np.zeros(6, np.int64),
+        state=np.zeros(6, np.int64), light=np.zeros(G, np.int64),
+        # (no phantom events: the disaggregated loop has no light ticks)
+        ph=np.zeros(0), ph_head=np.zeros(G, np.int64), ph_n=np.zeros(G, np.int64),
+        ptree=ptree, pdue=pdue,
     )
-    gaps = new_gaps()
+    gaps = new_gaps(G)
     cfg = RouterConfig.coerce(router_config)
     cfg_p, cfg_d = stage_router_configs(cfg)
     if cfg.router_queue_threshold is not None:

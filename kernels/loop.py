@@ -63,10 +63,14 @@ from fastsim.kernels.scheduler import (
     enqueue_waiting_nb,
     materialize_nb,
     rank_pass_nb,
+    _block_mod,
+    _step_ms,
+    steady_next_ok,
     steady_pass_ms,
     steady_pass_nb,
     steady_pass_ok,
 )
+from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
 from fastsim.kernels.stats import DD_NBINS, dd_index_nb
 
 OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK = 0, 1, 2, 3, 4, 5
@@ -138,16 +142,29 @@ class Cluster(NamedTuple):
     dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
     last_stamp: np.ndarray  # float64[G]: end of the group's last pass (NaN: none yet)
     state: np.ndarray  # int64[6]: [rr, n_heap, static_pos, next_session, n_arrived, n_done]
+    light: np.ndarray  # int64[G]: the group's pass ends in a row that were not light ticks (run_loop_nb)
+    # phantom events (``_steady_run``): a ring of pass ends per group, and a tournament of the
+    # groups' earliest ones
+    ph: np.ndarray  # float64[G * _PH]
+    ph_head: np.ndarray  # int64[G]
+    ph_n: np.ndarray  # int64[G]
+    ptree: np.ndarray  # int64[2m] (kernels/heap.py)
+    pdue: np.ndarray  # float64[m]
 
 
 RR, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE = range(6)
 
 
 class Gaps(NamedTuple):
-    """Pooled inter-token gap statistics: ITL and 1000 / gap (output-token throughput per user)."""
+    """Pooled inter-token gap statistics: ITL and 1000 / gap (output-token throughput per user).
 
-    itl: np.ndarray  # float64[6]: sum, sum of squares (both about the shift), min, max, shift, shift set
-    itl_n: np.ndarray  # int64[1]
+    The sums are kept per group (``sim.merged_gap_sums`` combines them), so a group's gaps add up
+    in its own order whatever the other groups do meanwhile: a group may run ahead of the event
+    loop (``_steady_run``). Counts, minima, maxima and histograms are order-free and shared.
+    """
+
+    itl: np.ndarray  # float64[G, 6]: sum, sum of squares (both about the shift), min, max, shift, shift set
+    itl_n: np.ndarray  # int64[G]
     itl_hist: np.ndarray  # int64[DD_NBINS]
     otpu: np.ndarray
     otpu_n: np.ndarray
@@ -169,13 +186,16 @@ _GAP_CACHE = 4096
 _GAP_ROW = 8
 
 
-def new_gaps(cache_rows=_GAP_CACHE):
-    """Empty pooled gap statistics (``cache_rows``: a power of two)."""
+def new_gaps(n_groups=1, cache_rows=_GAP_CACHE):
+    """Empty pooled gap statistics of ``n_groups`` groups (``cache_rows``: a power of two)."""
     def acc():
-        return np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0])
+        return np.tile(np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), (max(n_groups, 1), 1))
 
-    return Gaps(itl=acc(), itl_n=np.zeros(1, dtype=np.int64), itl_hist=np.zeros(DD_NBINS, dtype=np.int64),
-                otpu=acc(), otpu_n=np.zeros(1, dtype=np.int64), otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
+    def count():
+        return np.zeros(max(n_groups, 1), dtype=np.int64)
+
+    return Gaps(itl=acc(), itl_n=count(), itl_hist=np.zeros(DD_NBINS, dtype=np.int64),
+                otpu=acc(), otpu_n=count(), otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
                 cache=np.full((cache_rows, _GAP_ROW), np.nan))
 
 
@@ -270,22 +290,22 @@ def _on_terminal(ss, cl, r, t):
 
 # ----------------------------------------------------------------------------- effects
 @inner
-def _pool_value(acc, n_acc, hist, v, i, c):
-    """Add ``c`` copies of value ``v`` (histogram index ``i``) to one pooled statistic:
-    ``acc`` = [sum, sum of squares (both about the shift), min, max, shift, shift set]."""
-    if acc[5] == 0.0:
+def _pool_value(acc, n_acc, g, hist, v, i, c):
+    """Add ``c`` copies of value ``v`` (histogram index ``i``) to one pooled statistic of group
+    ``g``: ``acc[g]`` = [sum, sum of squares (both about the shift), min, max, shift, shift set]."""
+    if acc[g, 5] == 0.0:
         # sums are taken about the first value: sum of squares minus squared mean then keeps
         # full precision when the spread is small next to the mean
-        acc[4] = v
-        acc[5] = 1.0
-    d = v - acc[4]
-    acc[0] += c * d
-    acc[1] += c * (d * d)
-    if v < acc[2]:
-        acc[2] = v
-    if v > acc[3]:
-        acc[3] = v
-    n_acc[0] += c
+        acc[g, 4] = v
+        acc[g, 5] = 1.0
+    d = v - acc[g, 4]
+    acc[g, 0] += c * d
+    acc[g, 1] += c * (d * d)
+    if v < acc[g, 2]:
+        acc[g, 2] = v
+    if v > acc[g, 3]:
+        acc[g, 3] = v
+    n_acc[g] += c
     if i >= 0:
         hist[i] += c
 
@@ -310,8 +330,9 @@ def _cached_index(e, j, v):
 
 
 @inline
-def _pool_gaps(gaps, gap, c):
-    """Add ``c`` inter-token gaps of value ``gap`` to the pooled ITL and 1000/gap statistics."""
+def _pool_gaps(gaps, gap, c, g):
+    """Add ``c`` inter-token gaps of value ``gap`` to the pooled ITL and 1000/gap statistics of
+    group ``g``."""
     h = 0
     if gap < 1e7:  # (gap >= 0: its value to ~1e-6 ms, in range for the conversion)
         h = np.int64(gap * 1048576.0)
@@ -330,9 +351,9 @@ def _pool_gaps(gaps, gap, c):
             oi = _cached_index(e, 5, inv)
         e[0] = gap  # (its indices: e[4], and e[7] when gap > 0, as both intervals now hold them)
         e[1] = inv
-    _pool_value(gaps.itl, gaps.itl_n, gaps.itl_hist, gap, i, c)
+    _pool_value(gaps.itl, gaps.itl_n, g, gaps.itl_hist, gap, i, c)
     if gap > 0.0:
-        _pool_value(gaps.otpu, gaps.otpu_n, gaps.otpu_hist, inv, oi, c)
+        _pool_value(gaps.otpu, gaps.otpu_n, g, gaps.otpu_hist, inv, oi, c)
 
 
 @inner
@@ -371,7 +392,7 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
             else:
                 gap = t - lt
                 if run_n > 0 and gap != run_gap:
-                    _pool_gaps(gaps, run_gap, np.int64(run_n))
+                    _pool_gaps(gaps, run_gap, np.int64(run_n), g)
                     run_n = 0
                 run_gap = gap
                 run_n += 1
@@ -379,9 +400,9 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
                 second[r] = t
         last[r] = t
     if run_n > 0:
-        _pool_gaps(gaps, run_gap, np.int64(run_n))
+        _pool_gaps(gaps, run_gap, np.int64(run_n), g)
     if common > 0:
-        _pool_gaps(gaps, t - prev_end, np.int64(common))
+        _pool_gaps(gaps, t - prev_end, np.int64(common), g)
     for k in range(k0, k1):
         r = rk.secdue[k]
         while r >= 0:
@@ -610,6 +631,11 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     g = cl.ctree[1]
     if cl.cdue[g] != now or cl.pend_head[g] >= 0:
         return False
+    dp = cl.dp
+    k0 = g * dp
+    for k in range(k0, k0 + dp):  # the usual refusals under load first: admissions, prefills
+        if rk.n_wait[k] > 0 or rk.xhead[k] >= 0:
+            return False
     if rt.mode == KV_ROUTER and (rt.fhead[g] >= 0 or rt.state[2] > 0):
         return False
     if (fl.fs[NSTARTING] > 0 or fl.fs[NDRAINING] > 0 or fl.fs[SCHEDPOS] < fl.sched_t.shape[0]
@@ -617,8 +643,6 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         return False
     if _next_arrival(ss, cl)[1] <= now:
         return False
-    dp = cl.dp
-    k0 = g * dp
     end = now
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] == 0:
@@ -651,6 +675,107 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     return True
 
 
+_PH = 256  # phantom events a group may hold (see ``_steady_run``)
+
+
+@inline
+def _step_ws(cl, fl, ws, now, t):
+    """The worker-seconds after the loop steps from ``now`` to ``t``, over the phantom events in
+    between (``_steady_run``) in time order: Dynamo adds ``live * (t - now) / 1000`` at every
+    event, and those sums depend on where the events fall. (Events at one time add zero.)"""
+    live = fl.fs[NLIVE]
+    while cl.pdue[cl.ptree[1]] < t:
+        g = cl.ptree[1]
+        pt = cl.pdue[g]
+        ws += live * (pt - now) / 1000.0
+        now = pt
+        m = cl.ph_n[g] - 1
+        head = (cl.ph_head[g] + 1) % _PH
+        cl.ph_n[g] = m
+        cl.ph_head[g] = head
+        tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[g * _PH + head] if m > 0 else np.inf)
+    return ws + live * (t - now) / 1000.0
+
+
+@inline
+def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
+    """After a light tick of one-rank group ``g``: the steady passes that follow it on that rank,
+    run at once, ahead of the event loop, in one loop over the rank's counters held in locals.
+
+    Another group's events cannot reach ``g``, nor see it, before the next arrival: they only
+    finish their own requests (the sums that pass ends add to are kept per group: ``Gaps``;
+    worker-seconds are taken over spans of a constant worker count: ``run_loop_nb``). So ``g``
+    runs every pass that starts before the next arrival (strictly: an arrival at a pass's start
+    joins before it), at or before the next telemetry tick (a tick samples every group) and
+    within the time cap, while its next pass is again a steady pass (``steady_next_ok``: a rank
+    of steady members only stays so, as no such pass admits or finishes anyone). When a turn's
+    end can release a follow-up turn (sessions of several turns, a closed loop), the next pass
+    end of any other group bounds the run too. Each pass does what ``_light_tick`` does, in the
+    same order: the block starts allocated, the step time, the shared gap pooled. ``g`` then
+    waits in the tournament for the end of the last one.
+
+    The loop would have stopped at each of those pass ends but the last: they stay on record as
+    *phantom* events (``cl.ph``, at most ``_PH`` per group, which bounds a run), so that the
+    worker-seconds still add up event by event in time order (``_step_ws``), as Dynamo adds them.
+    With one group there is nothing to interleave: the run steps the clock and worker-seconds
+    itself, as the loop would, and returns ``(now, ws)`` (the time of its last pass start);
+    otherwise they come back unchanged."""
+    k = g
+    E = cl.cdue[g]
+    limit = _next_arrival(ss, cl)[1]
+    tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
+    if cl.concurrency > 0 or ss.rows.shape[0] > ss.ptr.shape[0] - 1:
+        if cl.cdue[cl.ctree[1]] < limit:
+            limit = cl.cdue[cl.ctree[1]]
+    if fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < limit:
+        limit = np.nextafter(fl.ff[NEXTTEL], np.inf)  # a pass may start at the tick, not after
+    if cl.max_sim_time >= 0.0 and not cl.max_sim_time >= limit:
+        limit = np.nextafter(cl.max_sim_time, np.inf)  # ... and at the cap, not after
+    P = rk.rpass[k]
+    ns = rk.nsteady[k]
+    slen = rk.slen[k]
+    nact = pool.meta[k, NACTIVE]
+    bs = p.block_size
+    n = 0
+    base = g * _PH
+    head = cl.ph_head[g]
+    m = cl.ph_n[g]
+    alone = cl.ctree.shape[0] == 2
+    live = fl.fs[NLIVE]
+    while E < limit and m < _PH and steady_next_ok(p, pool, rq, rk, k, P, nact):
+        nb = rk.bcnt[k * bs + _block_mod(p, P)]
+        dms = _step_ms(p, perf, rk, k, nact + nb, slen, ns)
+        e = (E + 0.0) + dms
+        if not e > E:
+            break  # a zero-length pass: the drain's business
+        if nb > 0:
+            alloc_anon_nb(pool, k, nb)
+            nact += nb
+        slen += ns
+        P += 1
+        n += 1
+        _pool_gaps(gaps, e - E, ns, g)  # (the pass's tokens: the group's last stamp was ``E``)
+        if alone:
+            ws += live * (E - now) / 1000.0
+            now = E
+        else:
+            cl.ph[base + (head + m) % _PH] = E  # the loop will not stop at E: a phantom event
+            m += 1
+        E = e
+    if n > 0:
+        if cl.ph_n[g] == 0 and m > 0:
+            tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[base + head])
+        cl.ph_n[g] = m
+        rk.rpass[k] = P
+        rk.slen[k] = slen
+        rk.seqc[2] += n
+        rk.seqc[3] += n
+        fl.passes[g] += n
+        cl.last_stamp[g] = E
+    tourney_set_nb(cl.ctree, cl.cdue, g, E)
+    return now, ws
+
+
 @inline
 def _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, ws):
     """Handle light ticks (``_light_tick``) from ``now`` on, one after the other, stepping the
@@ -659,8 +784,11 @@ def _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, ws):
     Returns ``(now, ws, drain)``: the tick at the returned ``now`` still needs the full drain if
     ``drain``, else it has been handled (the loop goes on to its next event)."""
     while True:
+        g = cl.ctree[1]
         if not _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             return now, ws, True
+        if cl.dp == 1 and rk.sechead[g] < 0:
+            now, ws = _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws)
         # the loop's next event (light ticks leave no fleet event pending: see _light_tick)
         t = cl.cdue[cl.ctree[1]]
         t_arr = _next_arrival(ss, cl)[1]
@@ -669,7 +797,7 @@ def _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, ws):
         if t == np.inf or (fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < t) or (
                 cl.max_sim_time >= 0.0 and t > cl.max_sim_time):
             return now, ws, False  # the loop's own business
-        ws += fl.fs[NLIVE] * (t - now) / 1000.0
+        ws = _step_ws(cl, fl, ws, now, t)
         now = t
 
 
@@ -740,11 +868,27 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
             drain_now = True
             last = True
             continue
-        ws += fl.fs[NLIVE] * (t - now) / 1000.0
+        ws = _step_ws(cl, fl, ws, now, t)
         now = t
         drain_now = True
         if p.fast:
-            now, ws, drain_now = _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, ws)
+            # Under load light ticks are rare: after four pass ends of a group in a row that
+            # were not, its next seven are not tried (then one is); a light tick resets the
+            # count. (At light loads a group's pass ends hold an admission, a prefill or a
+            # completion a few at a time, rarely four in a row.)
+            g = cl.ctree[1]
+            if cl.cdue[g] == now:  # (an arrival or a fleet event is never light)
+                v = cl.light[g]
+                if v >= 4 and v < 11:
+                    cl.light[g] = v + 1
+                else:
+                    n_light = rk.seqc[3]
+                    now, ws, drain_now = _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa,
+                                                      now, ws)
+                    if rk.seqc[3] != n_light:
+                        cl.light[g] = 0
+                    else:
+                        cl.light[g] = 4 if v >= 11 else v + 1
     # steady members become explicit whenever the loop returns (results, planner, telemetry)
     for k in range(rk.n_run.shape[0]):
         materialize_nb(p, rq, rk, k, rk.rpass[k], cl.last_stamp[k // cl.dp])

@@ -949,6 +949,21 @@ def steady_pass_ms(p, perf, pool, rk, k):
 
 
 @inline
+def steady_next_ok(p, pool, rq, rk, k, P, nact):
+    """``steady_pass_ok`` for a rank known to hold only steady members with nothing waiting,
+    at rank pass ``P`` with ``nact`` active blocks (the rest of the test cannot change between
+    steady passes)."""
+    if rk.bcnt[k * p.block_size + _block_mod(p, P)] > p.cap - nact:
+        return False
+    w = rk.wheel[k * _DUE + P % _DUE]
+    while w >= 0:
+        if _due_pass(p, rq, w) == P:
+            return False
+        w = rq.wnext[w]
+    return True
+
+
+@inline
 def steady_pass_nb(p, perf, pool, rk, k, now):
     """Run rank ``k``'s next pass, a steady pass (``steady_pass_ok``), starting at ``now``; returns
     its end. The caller stamps the members' tokens (``nsteady`` of them share one gap) and the

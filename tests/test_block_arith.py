@@ -53,7 +53,7 @@ def _one_row_gap_cache(m):
     import fastsim.kernels.loop as loop
 
     real = loop.new_gaps
-    m.setattr(loop, "new_gaps", lambda: real(cache_rows=1))
+    m.setattr(loop, "new_gaps", lambda *a: real(*a, cache_rows=1))
 
 
 def _same_with(patch, monkeypatch, run, *args, **kw):
@@ -113,7 +113,7 @@ def _pool_one_by_one(gaps_ms, cache_rows):
     @numba.njit
     def drive(gaps, values):
         for v in values:
-            loop._pool_gaps(gaps, v, np.int64(1))
+            loop._pool_gaps(gaps, v, np.int64(1), 0)
 
     gaps = loop.new_gaps(cache_rows=cache_rows)
     drive(gaps, np.asarray(gaps_ms, dtype=np.float64))
@@ -182,3 +182,37 @@ def test_block_keys_are_equal_exactly_when_the_prompt_prefixes_are(seed):
         for j in range(out_ptr[r + 1] - out_ptr[r]):
             assert depth.setdefault(int(keys[out_ptr[r] + j]), j) == j
     assert (keys >> np.uint64(63) == 0).all() and (keys != 0).all()
+
+
+def test_per_group_gap_sums_merge_to_the_pooled_statistic():
+    """Gap sums are kept per group (each about its own shift) and merged in group order for the
+    report (``sim.merged_gap_sums``): one group gives its own sums bit for bit; several give the
+    count, minimum and maximum exactly and the mean and variance of all the gaps."""
+    import numba
+
+    import fastsim.kernels.loop as loop
+    from fastsim.sim import merged_gap_sums
+
+    @numba.njit
+    def drive(gaps, values, groups, counts):
+        for i in range(values.shape[0]):
+            loop._pool_gaps(gaps, values[i], counts[i], groups[i])
+
+    rng = np.random.default_rng(3)
+    values = rng.uniform(4.0, 9.0, size=5000)
+    counts = rng.integers(1, 50, size=5000)
+    groups = rng.integers(0, 4, size=5000)
+    one = loop.new_gaps(1)
+    drive(one, values, np.zeros(5000, dtype=np.int64), counts)
+    n, ssum, ssq, vmin, vmax, shift = merged_gap_sums(one.itl, one.itl_n)
+    assert (n, ssum, ssq, vmin, vmax, shift) == (int(one.itl_n[0]), one.itl[0, 0], one.itl[0, 1],
+                                                  one.itl[0, 2], one.itl[0, 3], one.itl[0, 4])
+    four = loop.new_gaps(4)
+    drive(four, values, groups, counts)
+    n4, s4, q4, lo4, hi4, sh4 = merged_gap_sums(four.itl, four.itl_n)
+    assert (n4, lo4, hi4) == (n, vmin, vmax) == (int(counts.sum()), values.min(), values.max())
+    mean = np.average(values, weights=counts)
+    var = np.average((values - mean) ** 2, weights=counts)
+    assert abs((sh4 + s4 / n4) - mean) < 1e-12 * mean
+    assert abs((q4 / n4 - (s4 / n4) ** 2) - var) < 1e-9 * var
+    assert np.array_equal(four.itl_hist, one.itl_hist)

@@ -103,6 +103,21 @@ def test_light_ticks_among_groups(monkeypatch):
     assert _light(monkeypatch, wl, EngineArgs(block_size=16), num_workers=2, replay_concurrency=3) > 1_000
 
 
+def test_groups_running_ahead(monkeypatch):
+    """Open-loop arrivals on several one-rank workers: a worker decoding steadily runs ahead of the
+    others up to the next arrival, and its pass ends still count in the worker-seconds one by one
+    (they are compared bit for bit with the one-tick-at-a-time run)."""
+    wl = synthetic(300, 200, 200, arrival_interval_ms=150.0)
+    engine = EngineArgs(block_size=16)
+    assert _light(monkeypatch, wl, engine, num_workers=4) > 10_000
+    assert _light(monkeypatch, wl, engine, num_workers=3, router_mode="kv_router") > 10_000
+    assert _light(monkeypatch, wl, engine, num_workers=4, telemetry_interval_ms=33.0) > 5_000
+    assert _light(monkeypatch, wl, engine, num_workers=4, max_sim_time_ms=9_000.0) > 2_000
+    # more passes ahead than a group's ring of phantom events holds
+    long = synthetic(64, 3000, 12, arrival_interval_ms=40_000.0)
+    assert _light(monkeypatch, long, engine, num_workers=3) > 20_000
+
+
 def test_light_ticks_with_pauses_fleet_and_caps(monkeypatch):
     """Telemetry ticks, the time cap, scaling schedules and planners between light ticks."""
     wl = synthetic(256, 300, 120, arrival_interval_ms=80.0)
