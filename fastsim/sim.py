@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import NamedTuple
 
@@ -600,24 +601,29 @@ def _request_columns(rq, workload, dp, single_path):
 def merged_gap_sums(acc, counts):
     """One pooled statistic from per-group rows (``kernels/loop.py``, ``Gaps``): ``acc[g]`` =
     [sum, sum of squares, min, max, shift, shift set], the sums taken about that group's shift,
-    ``counts[g]`` its count. Returns (count, sum, sum of squares, min, max, shift): the sums moved
-    to the first group's shift, in group order. With one group (or only one that pooled
-    anything) they are that group's own, bit for bit."""
+    ``counts[g]`` its count. Returns (count, sum, sum of squares, min, max, shift).
+
+    With one group (or only one that pooled anything) they are that group's own, bit for bit.
+    Otherwise each group's mean and sum of squared deviations are combined (Chan et al.'s
+    pairwise rule: the squared deviations of the group means from the overall mean are added),
+    and the result is given about the overall mean: no difference of large sums, which would lose
+    digits when the groups' shifts differ by more than the values' spread."""
     rows = [g for g in range(acc.shape[0]) if counts[g] > 0]
     if not rows:
         return 0, 0.0, 0.0, float(np.inf), float(-np.inf), 0.0
-    shift = float(acc[rows[0], 4])
-    total, ssum, ssq = 0, 0.0, 0.0
-    for g in rows:
-        n, d = int(counts[g]), float(acc[g, 4]) - shift
-        total += n
-        if d == 0.0:
-            ssum += float(acc[g, 0])
-            ssq += float(acc[g, 1])
-        else:  # sum (v - shift) = sum (v - s_g) + n d; its square sums likewise
-            ssum += float(acc[g, 0]) + n * d
-            ssq += float(acc[g, 1]) + 2.0 * d * float(acc[g, 0]) + n * (d * d)
-    return total, ssum, ssq, float(acc[rows, 2].min()), float(acc[rows, 3].max()), shift
+    vmin, vmax = float(acc[rows, 2].min()), float(acc[rows, 3].max())
+    if len(rows) == 1:
+        g = rows[0]
+        return int(counts[g]), float(acc[g, 0]), float(acc[g, 1]), vmin, vmax, float(acc[g, 4])
+    n = [int(counts[g]) for g in rows]
+    total = sum(n)
+    base = float(acc[rows[0], 4])
+    # group means relative to the first group's shift, and each group's own squared deviations
+    dev = [float(acc[g, 4]) - base + float(acc[g, 0]) / c for g, c in zip(rows, n)]
+    m2 = [max(float(acc[g, 1]) - float(acc[g, 0]) * float(acc[g, 0]) / c, 0.0) for g, c in zip(rows, n)]
+    mean_dev = math.fsum(c * d for c, d in zip(n, dev)) / total
+    ssq = math.fsum(m2) + math.fsum(c * (d - mean_dev) ** 2 for c, d in zip(n, dev))
+    return total, 0.0, ssq, vmin, vmax, base + mean_dev
 
 
 def _gap_columns(gaps):
