@@ -60,12 +60,14 @@ def simulate_disagg(
     seed: int = 0,
     scaling_schedule=None,
     steady_decode: bool = True,
+    light_ticks: bool = True,
 ):
     """Simulate ``workload`` on separate prefill and decode pools (see ``kernels/disagg.py``).
 
     ``scaling_schedule``: ``{"prefill": [[t_ms, workers], ...], "decode": [...]}`` (either key may
     be left out); each pool's new workers take its engine's ``startup_time`` seconds to start.
-    ``steady_decode`` as in :func:`fastsim.sim.simulate` (False: the same results, more slowly).
+    ``steady_decode`` and ``light_ticks`` as in :func:`fastsim.sim.simulate` (False: the same results,
+    more slowly; light ticks apply to decode workers).
     """
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.heap import new_tourney
@@ -97,8 +99,8 @@ def simulate_disagg(
     t0 = time.perf_counter()
     P0, D0 = int(num_prefill_workers), int(num_decode_workers)
     P, D = _capacity(P0, schedules["prefill"]), _capacity(D0, schedules["decode"])
-    pp = _engine_params(prefill_engine, PREFILL, steady_decode)
-    pd = _engine_params(decode_engine, DECODE, steady_decode)
+    pp = _engine_params(prefill_engine, PREFILL, steady_decode, light_ticks)
+    pd = _engine_params(decode_engine, DECODE, steady_decode, light_ticks)
     n = int(workload.isl.shape[0])
     bs = pp.block_size
     key_ptr, keys = _block_keys(workload, bs, pp.caching and pd.caching)

@@ -76,6 +76,9 @@ from fastsim.kernels.scheduler import (
     free_blocks_nb,
     materialize_nb,
     rank_pass_nb,
+    steady_pass_ms,
+    steady_pass_nb,
+    steady_pass_ok,
 )
 
 NXHEAP, RRPRE, RRDEC = 0, 1, 2
@@ -450,6 +453,46 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             return
 
 
+@inline
+def _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p, fl_d, dg, pa, now):
+    """The light path of ``kernels/loop.py`` for a decode worker: handle the tick at ``now`` if it
+    holds only that worker's pass end, with no terminal, no reservation or activation pending
+    there, and a next pass that is a steady pass (``scheduler.steady_pass_ok``); no arrival,
+    finished transfer, fleet event or other pass end at ``now``. The drain would then only run
+    that pass: idle workers have acted on everything they could at the previous drain. Returns
+    False, changing nothing, otherwise."""
+    g = cl.ctree[1]
+    if g < dg.n_pre or cl.cdue[g] != now or cl.pend_head[g] >= 0:
+        return False
+    k = g - dg.n_pre
+    if rk_d.n_wait[k] > 0 or rk_d.xhead[k] >= 0 or dg.res_head[k] >= 0 or dg.arr_head[k] >= 0:
+        return False
+    if (fl_p.fs[NSTARTING] > 0 or fl_d.fs[NSTARTING] > 0 or fl_p.fs[NDRAINING] > 0
+            or fl_d.fs[NDRAINING] > 0 or fl_p.fs[SCHEDPOS] < fl_p.sched_t.shape[0]
+            or fl_d.fs[SCHEDPOS] < fl_d.sched_t.shape[0]):
+        return False
+    if _next_arrival(ss, cl)[1] <= now or (dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now):
+        return False
+    if rk_d.n_run[k] == 0 or not steady_pass_ok(pd, pool_d, rq_d, rk_d, k):
+        return False
+    end = (now + 0.0) + steady_pass_ms(pd, perf_d, pool_d, rk_d, k)
+    if not end > now:
+        return False
+    tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)
+    if cl.cdue[cl.ctree[1]] <= now:  # another pass ends now too: the drain orders them
+        tourney_set_nb(cl.ctree, cl.cdue, g, now)
+        return False
+    rk_d.seqc[3] += 1
+    prev_end = cl.last_stamp[g]
+    ns = rk_d.nsteady[k]
+    steady_pass_nb(pd, perf_d, pool_d, rk_d, k, now)
+    _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, np.int64(0), end, np.int64(ns), prev_end, k,
+                  k + 1)
+    cl.last_stamp[g] = end
+    tourney_set_nb(cl.ctree, cl.cdue, g, end)
+    return True
+
+
 @kernel_noalloc
 def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps,
                   rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out):
@@ -460,10 +503,12 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
     ws_p = 0.0
     ws_d = 0.0
     status = OK
+    light = False
     while True:
-        # the one call site of the drain (it is inlined: a call would copy the whole state)
-        _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
-               rt_d, rt_none, fl_p, fl_d, dg, pa, now)
+        if not light:
+            # the one call site of the drain (it is inlined: a call would copy the whole state)
+            _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
+                   rt_d, rt_none, fl_p, fl_d, dg, pa, now)
         if cl.state[NDONE] >= n_rows:
             break
         t = np.inf
@@ -487,6 +532,8 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
         ws_p += fl_p.fs[NLIVE] * (t - now) / 1000.0
         ws_d += fl_d.fs[NLIVE] * (t - now) / 1000.0
         now = t
+        light = pd.fast and _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p,
+                                        fl_d, dg, pa, now)
     # steady members become explicit before the results are read
     for k in range(rk_p.n_run.shape[0]):
         materialize_nb(pp, rq_p, rk_p, k, rk_p.rpass[k], cl.last_stamp[k])

@@ -135,3 +135,59 @@ def test_small_pool_stops_the_light_path(monkeypatch):
     wl = synthetic(256, 400, 60, arrival_interval_ms=150.0)
     light, fallbacks = _light(monkeypatch, wl, EngineArgs(block_size=16, num_gpu_blocks=80), fallbacks=True)
     assert light > 100 and fallbacks > 10
+
+
+def _light_disagg(monkeypatch, workload, pre, dec, **kw):
+    """``_light`` for disaggregated runs: light ticks of the decode workers."""
+    import fastsim.kernels.disagg as kd
+    from fastsim.sim_disagg import simulate_disagg
+
+    seen = []
+    real = kd.run_disagg_nb
+
+    def run(*args):
+        seen.append(args[9])  # the decode ranks
+        return real(*args)
+
+    monkeypatch.setattr(kd, "run_disagg_nb", run)
+    a = simulate_disagg(workload, pre, dec, light_ticks=True, **kw)
+    n = int(seen[-1].seqc[3])
+    b = simulate_disagg(workload, pre, dec, light_ticks=False, **kw)
+    assert int(seen[-1].seqc[3]) == 0
+    assert_same_results(a, b)
+    return n
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_disaggregated(monkeypatch, seed):
+    rng = random.Random(7000 + seed)
+    bs = rng.choice([16, 64])
+    common = dict(block_size=bs, max_num_seqs=rng.choice([8, 64, 256]),
+                  max_num_batched_tokens=rng.choice([512, 8192]))
+    pre = EngineArgs.coerce(dict(common, worker_type="prefill", num_gpu_blocks=rng.choice([2000, 8000])))
+    dec = EngineArgs.coerce(dict(common, worker_type="decode", num_gpu_blocks=rng.choice([300, 1000, 8000])))
+    wl = synthetic(rng.randint(50, 900), rng.randint(1, 300), rng.randint(50, 200),
+                   arrival_interval_ms=rng.choice([2.0, 50.0, 400.0]), turns_per_session=rng.choice([1, 2]),
+                   block_size=bs)
+    kw = dict(num_prefill_workers=rng.randint(1, 3), num_decode_workers=rng.randint(1, 4))
+    if rng.random() < 0.4:
+        kw["router_mode"] = "kv_router"
+    try:
+        _light_disagg(monkeypatch, wl, pre, dec, **kw)
+    except fastsim.errors.DeadEndError:
+        from fastsim.sim_disagg import simulate_disagg
+        with pytest.raises(fastsim.errors.DeadEndError):
+            simulate_disagg(wl, pre, dec, light_ticks=False, **kw)
+
+
+def test_light_path_runs_on_decode_workers(monkeypatch):
+    pre = EngineArgs.coerce(dict(block_size=16, worker_type="prefill"))
+    dec = EngineArgs.coerce(dict(block_size=16, worker_type="decode"))
+    wl = synthetic(256, 200, 150, arrival_interval_ms=200.0)
+    assert _light_disagg(monkeypatch, wl, pre, dec, num_prefill_workers=1, num_decode_workers=2) > 5_000
+    assert _light_disagg(monkeypatch, wl, pre, dec, num_prefill_workers=2, num_decode_workers=3,
+                         router_mode="kv_router") > 5_000
+    # KV transfers that take time (their completions are events of their own)
+    pre_t = EngineArgs.coerce(dict(block_size=16, worker_type="prefill", kv_bytes_per_token=65536,
+                                   kv_transfer_bandwidth=10.0))
+    assert _light_disagg(monkeypatch, wl, pre_t, dec, num_prefill_workers=1, num_decode_workers=2) > 2_000
