@@ -169,21 +169,14 @@ class Gaps(NamedTuple):
     otpu: np.ndarray
     otpu_n: np.ndarray
     otpu_hist: np.ndarray
-    cache: np.ndarray  # float64[2^k, 8] (scratch): gaps met, by value (see ``_pool_gaps``)
+    cache: np.ndarray  # float64[2^k, 4] (scratch): gaps met, by value (see ``_pool_gaps``)
 
 
 # Histogram indices of a gap and of 1000 / gap take two logarithms and a division. Pass durations
 # recur (a duration depends on a few counts: prefill tokens, active blocks), so the same gap values
-# come back, across passes and groups, exactly or nearly: a pass that starts where the last one
-# ended has the gap ``(t + d) - t``, the same ``d`` rounded at ``t``'s scale, which differs between
-# passes in its last bits. Gaps are cached direct mapped by their value to about 1e-6 ms, in rows
-# [gap, 1000 / gap, lo, hi, index, olo, ohi, oindex] (NaN: empty): the last exact gap of the row
-# and its inverse, and for each of the two histograms an interval of values seen that share one
-# index. A histogram index is a non-decreasing function of the value (``ceil(ln v * c)``, clamped),
-# so every value between two of the same index has that index too: a gap inside the interval needs
-# no logarithm, exactly.
+# come back, across passes and groups: they are cached by value, direct mapped, in
+# [gap, its histogram index, 1000 / gap, that one's index] rows (NaN: empty).
 _GAP_CACHE = 4096
-_GAP_ROW = 8
 
 
 def new_gaps(n_groups=1, cache_rows=_GAP_CACHE):
@@ -196,7 +189,7 @@ def new_gaps(n_groups=1, cache_rows=_GAP_CACHE):
 
     return Gaps(itl=acc(), itl_n=count(), itl_hist=np.zeros(DD_NBINS, dtype=np.int64),
                 otpu=acc(), otpu_n=count(), otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
-                cache=np.full((cache_rows, _GAP_ROW), np.nan))
+                cache=np.full((cache_rows, 4), np.nan))
 
 
 # ----------------------------------------------------------------------------- heaps
@@ -310,47 +303,24 @@ def _pool_value(acc, n_acc, g, hist, v, i, c):
         hist[i] += c
 
 
-@inner
-def _cached_index(e, j, v):
-    """Histogram index of ``v`` through the interval ``e[j:j + 3]`` = [lo, hi, index] (see above),
-    which it extends or replaces."""
-    if e[j] <= v and v <= e[j + 1]:  # (False while empty: NaN)
-        return np.int64(e[j + 2])
-    i = dd_index_nb(v)
-    if i == e[j + 2]:
-        if v < e[j]:
-            e[j] = v
-        else:
-            e[j + 1] = v
-    else:
-        e[j] = v
-        e[j + 1] = v
-        e[j + 2] = i
-    return i
-
-
 @inline
 def _pool_gaps(gaps, gap, c, g):
     """Add ``c`` inter-token gaps of value ``gap`` to the pooled ITL and 1000/gap statistics of
     group ``g``."""
     h = 0
-    if gap < 1e7:  # (gap >= 0: its value to ~1e-6 ms, in range for the conversion)
-        h = np.int64(gap * 1048576.0)
-        h = (h ^ (h >> 12)) & (gaps.cache.shape[0] - 1)
+    if gap < 1e7:  # (gap >= 0: a hash of its value down to ~1e-11 ms, in range for the conversion)
+        h = np.int64(gap * 68719476736.0)
+        h = (h ^ (h >> 20)) & (gaps.cache.shape[0] - 1)
     e = gaps.cache[h]
-    if gap == e[0]:
-        i = np.int64(e[4])
-        inv = e[1]
-        oi = np.int64(e[7])
-    else:
-        i = _cached_index(e, 2, gap)
-        inv = 0.0
-        oi = np.int64(0)
+    if gap != e[0]:
+        e[0] = gap
+        e[1] = dd_index_nb(gap)
         if gap > 0.0:
-            inv = 1000.0 / gap
-            oi = _cached_index(e, 5, inv)
-        e[0] = gap  # (its indices: e[4], and e[7] when gap > 0, as both intervals now hold them)
-        e[1] = inv
+            e[2] = 1000.0 / gap
+            e[3] = dd_index_nb(e[2])
+    i = np.int64(e[1])
+    inv = e[2]
+    oi = np.int64(e[3])
     _pool_value(gaps.itl, gaps.itl_n, g, gaps.itl_hist, gap, i, c)
     if gap > 0.0:
         _pool_value(gaps.otpu, gaps.otpu_n, g, gaps.otpu_hist, inv, oi, c)

@@ -121,10 +121,10 @@ def _pool_one_by_one(gaps_ms, cache_rows):
 
 
 @pytest.mark.parametrize("cache_rows", [1, 4096])
-def test_gap_cache_intervals_give_the_exact_histogram_index(cache_rows):
-    """The gap cache answers a gap inside an interval of values of one histogram index without a
-    logarithm: values a few ulps either side of bucket edges, in random order, and the
-    ``(t + d) - t`` gaps of back-to-back passes, land where ``dd_index`` puts each one."""
+def test_gap_cache_gives_the_exact_histogram_index(cache_rows):
+    """Gaps pooled through the gap cache land where ``dd_index`` puts each one: values a few ulps
+    either side of bucket edges, in random order, and the ``(t + d) - t`` gaps of back-to-back
+    passes (which differ in their last bits)."""
     from fastsim.kernels import stats
 
     rng = np.random.default_rng(7)
