@@ -673,8 +673,8 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
     run at once, ahead of the event loop, in one loop over the rank's counters held in locals.
 
     Another group's events cannot reach ``g``, nor see it, before the next arrival: they only
-    finish their own requests (the sums that pass ends add to are kept per group: ``Gaps``;
-    worker-seconds are taken over spans of a constant worker count: ``run_loop_nb``). So ``g``
+    finish their own requests (the sums that pass ends add to are kept per group: ``Gaps``; the
+    worker-seconds are kept exact by phantom events, below). So ``g``
     runs every pass that starts before the next arrival (strictly: an arrival at a pass's start
     joins before it), at or before the next telemetry tick (a tick samples every group) and
     within the time cap, while its next pass is again a steady pass (``steady_next_ok``: a rank

@@ -924,35 +924,9 @@ def _step_ms(p, perf, rk, k, nact, total_len, n_ready):
 # for a group's pass that ends with nothing else due (see ``kernels/loop.py``); light loads,
 # where a rank decodes alone for many passes between arrivals, are mostly made of such passes.
 @inline
-def steady_pass_ok(p, pool, rq, rk, k):
-    """True if rank ``k``'s next pass is a steady pass (as above). Changes nothing."""
-    ns = rk.nsteady[k]
-    if ns == 0 or rk.n_wait[k] > 0 or rk.xhead[k] >= 0 or ns > p.budget or p.stage == PREFILL:
-        return False
-    P = rk.rpass[k]
-    if rk.bcnt[k * p.block_size + _block_mod(p, P)] > p.cap - pool.meta[k, NACTIVE]:
-        return False
-    w = rk.wheel[k * _DUE + P % _DUE]
-    while w >= 0:
-        if _due_pass(p, rq, w) == P:
-            return False
-        w = rq.wnext[w]
-    return True
-
-
-@inline
-def steady_pass_ms(p, perf, pool, rk, k):
-    """The decode time of rank ``k``'s next pass, a steady pass. Changes nothing but the rank's
-    memo of step times."""
-    nb = rk.bcnt[k * p.block_size + _block_mod(p, rk.rpass[k])]
-    return _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE] + nb, rk.slen[k], rk.nsteady[k])
-
-
-@inline
 def steady_next_ok(p, pool, rq, rk, k, P, nact):
-    """``steady_pass_ok`` for a rank known to hold only steady members with nothing waiting,
-    at rank pass ``P`` with ``nact`` active blocks (the rest of the test cannot change between
-    steady passes)."""
+    """The part of ``steady_pass_ok`` that changes from one steady pass to the next: at rank pass
+    ``P``, with ``nact`` active blocks, nobody is due and every block start fits the pool."""
     if rk.bcnt[k * p.block_size + _block_mod(p, P)] > p.cap - nact:
         return False
     w = rk.wheel[k * _DUE + P % _DUE]
@@ -961,6 +935,23 @@ def steady_next_ok(p, pool, rq, rk, k, P, nact):
             return False
         w = rq.wnext[w]
     return True
+
+
+@inline
+def steady_pass_ok(p, pool, rq, rk, k):
+    """True if rank ``k``'s next pass is a steady pass (as above). Changes nothing."""
+    ns = rk.nsteady[k]
+    if ns == 0 or rk.n_wait[k] > 0 or rk.xhead[k] >= 0 or ns > p.budget or p.stage == PREFILL:
+        return False
+    return steady_next_ok(p, pool, rq, rk, k, rk.rpass[k], pool.meta[k, NACTIVE])
+
+
+@inline
+def steady_pass_ms(p, perf, pool, rk, k):
+    """The decode time of rank ``k``'s next pass, a steady pass. Changes nothing but the rank's
+    memo of step times."""
+    nb = rk.bcnt[k * p.block_size + _block_mod(p, rk.rpass[k])]
+    return _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE] + nb, rk.slen[k], rk.nsteady[k])
 
 
 @inline

@@ -10,6 +10,7 @@ arrivals, admissions, completions, other groups' pass ends, fleet changes, telem
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import fastsim.sim as sim
 from fastsim.config import EngineArgs
 from fastsim.workload import synthetic
 
-from test_steady_decode import assert_same_results
+from test_steady_decode import _cluster_case, _disagg_case, assert_same_results
 
 NPZ = Path(__file__).parent / "data" / "perf" / "H200_TP1P_TP1D_mocker_perf_data.npz"
 
@@ -45,41 +46,26 @@ def _light(monkeypatch, workload, engine, fallbacks=False, **kw):
 
 
 def _case(seed):
+    """The engines, cluster shapes and routing of the steady-decoding cases (``_cluster_case``),
+    with a workload of their worker count at light to moderate load, and grid timing (whose
+    decode time depends on the mean context too) in some."""
+    _, engine, kw = _cluster_case(seed)
     rng = random.Random(5000 + seed)
-    bs = rng.choice([8, 16, 64])
-    engine = dict(
-        block_size=bs,
-        num_gpu_blocks=rng.choice([60, 200, 1000, 8000]),
-        max_num_seqs=rng.choice([4, 16, 256]),
-        max_num_batched_tokens=rng.choice([256, 1024, 8192]),
-        enable_chunked_prefill=rng.random() < 0.8,
-        preemption_mode=rng.choice(["lifo", "fifo"]),
-        dp_size=rng.choice([1, 1, 2, 4]),
-    )
-    if rng.random() < 0.2:
-        engine["max_model_len"] = rng.randint(300, 1200)
-    if rng.random() < 0.3:  # grid timing: the decode time depends on the mean context too
-        engine["planner_profile_data"] = str(NPZ)
-    workers = rng.randint(1, 4)
     wl = synthetic(
         rng.randint(20, 600), rng.randint(1, 400), rng.randint(30, 200),
-        arrival_interval_ms=rng.choice([1.0, 20.0, 100.0, 400.0]) / workers,
+        arrival_interval_ms=rng.choice([1.0, 20.0, 100.0, 400.0]) / kw["num_workers"],
         turns_per_session=rng.choice([1, 1, 3]),
-        shared_prefix_ratio=rng.choice([0.0, 0.5]), num_prefix_groups=rng.choice([0, 3]), block_size=bs,
+        shared_prefix_ratio=rng.choice([0.0, 0.5]), num_prefix_groups=rng.choice([0, 3]),
+        block_size=engine.block_size,
     )
-    kw = dict(num_workers=workers)
-    if rng.random() < 0.4 and workers * engine["dp_size"] > 1:
-        kw["router_mode"] = "kv_router"
-        kw["seed"] = seed
-    if rng.random() < 0.2:
-        kw["replay_concurrency"] = rng.randint(1, 8)
+    if rng.random() < 0.3:
+        engine = dataclasses.replace(engine, planner_profile_data=str(NPZ))
     return wl, engine, kw
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_random_clusters(monkeypatch, seed):
     wl, engine, kw = _case(seed)
-    engine = EngineArgs.coerce(engine)
     try:
         _light(monkeypatch, wl, engine, **kw)
     except fastsim.errors.DeadEndError:
@@ -126,8 +112,9 @@ def test_light_ticks_with_pauses_fleet_and_caps(monkeypatch):
     assert _light(monkeypatch, wl, engine, num_workers=1, max_sim_time_ms=4000.0) > 100
     assert _light(monkeypatch, wl, engine, num_workers=2, max_sim_time_ms=4000.0) > 100
     assert _light(monkeypatch, wl, engine, num_workers=3, scaling_schedule=[[0, 3], [2000, 1], [5000, 4]]) > 1_000
-    _light(monkeypatch, wl, engine, num_workers=1, planner=lambda s: 1 + int(s.now_ms // 700) % 3,
-           planner_interval_ms=50.0, max_workers=4)
+    # a planner may change the fleet at any tick: the light path stays off
+    assert _light(monkeypatch, wl, engine, num_workers=1, planner=lambda s: 1 + int(s.now_ms // 700) % 3,
+                  planner_interval_ms=50.0, max_workers=4) == 0
 
 
 def test_small_pool_stops_the_light_path(monkeypatch):
@@ -160,22 +147,12 @@ def _light_disagg(monkeypatch, workload, pre, dec, **kw):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_random_disaggregated(monkeypatch, seed):
-    rng = random.Random(7000 + seed)
-    bs = rng.choice([16, 64])
-    common = dict(block_size=bs, max_num_seqs=rng.choice([8, 64, 256]),
-                  max_num_batched_tokens=rng.choice([512, 8192]))
-    pre = EngineArgs.coerce(dict(common, worker_type="prefill", num_gpu_blocks=rng.choice([2000, 8000])))
-    dec = EngineArgs.coerce(dict(common, worker_type="decode", num_gpu_blocks=rng.choice([300, 1000, 8000])))
-    wl = synthetic(rng.randint(50, 900), rng.randint(1, 300), rng.randint(50, 200),
-                   arrival_interval_ms=rng.choice([2.0, 50.0, 400.0]), turns_per_session=rng.choice([1, 2]),
-                   block_size=bs)
-    kw = dict(num_prefill_workers=rng.randint(1, 3), num_decode_workers=rng.randint(1, 4))
-    if rng.random() < 0.4:
-        kw["router_mode"] = "kv_router"
+    from fastsim.sim_disagg import simulate_disagg
+
+    wl, pre, dec, kw = _disagg_case(seed, intervals=(2.0, 50.0, 400.0))
     try:
         _light_disagg(monkeypatch, wl, pre, dec, **kw)
     except fastsim.errors.DeadEndError:
-        from fastsim.sim_disagg import simulate_disagg
         with pytest.raises(fastsim.errors.DeadEndError):
             simulate_disagg(wl, pre, dec, light_ticks=False, **kw)
 

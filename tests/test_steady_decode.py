@@ -108,10 +108,8 @@ def test_random_clusters(seed):
             sim.simulate(wl, engine, steady_decode=False, **kw)
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_random_disaggregated(seed):
-    from fastsim.sim_disagg import simulate_disagg
-
+def _disagg_case(seed, intervals=(0.0, 2.0, 10.0)):
+    """A random disaggregated run: (workload, prefill engine, decode engine, keywords)."""
     rng = random.Random(2000 + seed)
     bs = rng.choice([16, 64])
     common = dict(block_size=bs, max_num_seqs=rng.choice([8, 64, 256]),
@@ -119,11 +117,19 @@ def test_random_disaggregated(seed):
     pre = EngineArgs.coerce(dict(common, worker_type="prefill", num_gpu_blocks=rng.choice([2000, 8000])))
     dec = EngineArgs.coerce(dict(common, worker_type="decode", num_gpu_blocks=rng.choice([300, 1000, 8000])))
     wl = synthetic(rng.randint(50, 900), rng.randint(1, 300), rng.randint(50, 300),
-                   arrival_interval_ms=rng.choice([0.0, 2.0, 10.0]), turns_per_session=rng.choice([1, 2]),
+                   arrival_interval_ms=rng.choice(list(intervals)), turns_per_session=rng.choice([1, 2]),
                    block_size=bs)
     kw = dict(num_prefill_workers=rng.randint(1, 3), num_decode_workers=rng.randint(1, 4))
     if rng.random() < 0.4:
         kw["router_mode"] = "kv_router"
+    return wl, pre, dec, kw
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_disaggregated(seed):
+    from fastsim.sim_disagg import simulate_disagg
+
+    wl, pre, dec, kw = _disagg_case(seed)
     try:
         _same(wl, (pre, dec), run=simulate_disagg, **kw)
     except fastsim.errors.DeadEndError:
