@@ -61,6 +61,7 @@ from fastsim.kernels.scheduler import (
     TERM_COMPLETED,
     _fill_keys,
     enqueue_waiting_nb,
+    key_span,
     materialize_nb,
     rank_pass_nb,
     _block_mod,
@@ -402,7 +403,8 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
     while r >= 0:
         nxt = rq.tnext[r]
         rq.status[r] = COMPLETED if rq.term_kind[r] == TERM_COMPLETED else REJECTED
-        rq.terminal[r] = t
+        if not rq.last_token[r] == t:  # (usually equal: sim.terminal_times)
+            rq.terminal[r] = t
         cl.state[NDONE] += 1
         if rt.mode == KV_ROUTER:
             _release_kv(p, rq, rt, pa, r)
@@ -422,7 +424,7 @@ def _release_kv(p, rq, rt, pa, r):
     k = rq.rank[r]
     release_prefill_nb(rt, r, k)
     nfull = _fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
-    release_blocks_nb(rt, pa.kbuf, nfull, min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r]), k)
+    release_blocks_nb(rt, pa.kbuf, nfull, min(nfull, key_span(rq, r)[1]), k)
 
 
 @inner
@@ -431,7 +433,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
     nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
-    nshare = min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r])  # unique blocks match nowhere
+    nshare = min(nfull, key_span(rq, r)[1])  # unique blocks match nowhere
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
@@ -518,7 +520,7 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
         else:  # wspt: smallest uncached prompt first
             bs = p.block_size
             nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
-            nshare = min(nfull, rq.key_ptr[r + 1] - rq.key_ptr[r])
+            nshare = min(nfull, key_span(rq, r)[1])
             score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
                              fl.gstate, cl.dp)
             best = 0
@@ -555,7 +557,8 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             r, t_arr = pop_arrival_nb(ss, cl, now)
             if r < 0:
                 break
-            rq.arrival[r] = t_arr
+            if ss.tie.shape[0] > 0:  # (else read off the workload: sim.arrival_times)
+                rq.arrival[r] = t_arr
             _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
         # 4. ready groups, lowest id first (only groups marked since the last drive can be)
         gcap = cl.dirty.shape[0]

@@ -282,6 +282,17 @@ def enqueue_waiting_nb(rq, rk, k, r):
 
 # ----------------------------------------------------------------------------- blocks
 @inner
+def key_span(rq, r):
+    """(offset, count) of request ``r``'s content keys in ``rq.keys``. A workload without any
+    (unique prompts, or prefix caching off) gives (0, 0) without reading ``key_ptr``: its pages,
+    all zeros, then stay unmapped (``sim._block_keys``)."""
+    if rq.keys.shape[0] == 0:
+        return np.int64(0), np.int64(0)
+    base = rq.key_ptr[r]
+    return base, rq.key_ptr[r + 1] - base
+
+
+@inner
 def block_key_nb(rq, r, j):
     """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique.
 
@@ -289,8 +300,8 @@ def block_key_nb(rq, r, j):
     an equal block is already registered, the new one becomes a second copy of that key (cache
     hits keep going to the first copy still alive; see ``kvpool``).
     """
-    base = rq.key_ptr[r]
-    if j < rq.key_ptr[r + 1] - base:
+    base, nkeys = key_span(rq, r)
+    if j < nkeys:
         return rq.keys[base + j]
     return unique_key_nb(r, j)
 
@@ -337,12 +348,14 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     """
     nb = _blocks_ceil(p, rq.alloc[r])
     n_full = _blocks_floor(p, rq.alloc[r]) if p.caching else 0
-    if not keep and rq.nheld[r] == 0:
+    held = rq.nheld[r]
+    if not keep and held == 0:
         release_dead_nb(pool, k, nb, np.int64(0), n_full)  # (no slots: by count, inline)
     else:
-        free_slots_nb(pool, k, rq.bslot, rq.key_ptr[r], nb, n_full, np.bool_(keep), r,
-                      np.int64(rq.nheld[r]), rq.key_ptr[r + 1] - rq.key_ptr[r])
-    rq.nheld[r] = 0
+        base, nkeys = key_span(rq, r)
+        free_slots_nb(pool, k, rq.bslot, base, nb, n_full, np.bool_(keep), r, np.int64(held), nkeys)
+    if held != 0:  # (usually 0: the column's pages are then only read)
+        rq.nheld[r] = 0
     rq.alloc[r] = 0
 
 
@@ -353,8 +366,8 @@ def _cached_tokens(p, pool, rq, k, r, kbuf, hslot):
     to ``hslot``."""
     if not p.caching:
         return 0, 0, 0
-    if rq.npreempt[r] == 0 and rq.key_ptr[r + 1] == rq.key_ptr[r]:
-        return 0, 0, 0  # its first block is unique to it and was never allocated: no hit
+    if rq.status[r] == WAITING and key_span(rq, r)[1] == 0:
+        return 0, 0, 0  # never admitted (not preempted) and its first block is unique: no hit
     length = rq.isl[r] + rq.generated[r]
     n = _fill_keys(rq, np.int64(r), np.int64(0), _blocks_floor(p, length), kbuf)
     matched, active = match_slots_nb(pool, k, kbuf, n, hslot)
@@ -436,7 +449,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pa):
         return BLOCKED
     target = ecb + desired
     actual = target
-    nkeys = rq.key_ptr[r + 1] - rq.key_ptr[r]  # shareable (content-keyed) prompt blocks
+    kbase, nkeys = key_span(rq, r)  # shareable (content-keyed) prompt blocks
     while True:
         if target <= rq.alloc[r]:
             break
@@ -453,7 +466,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pa):
         _fill_keys(rq, np.int64(r), j0, j0 + n_keyed, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n, n_hits):
             # hits occur only from the first block (an admission): ``hslot`` holds their slots
-            alloc_nb(pool, k, pa.kbuf, n, rq.bslot, rq.key_ptr[r] + j0, n_hits, n_keyed,
+            alloc_nb(pool, k, pa.kbuf, n, rq.bslot, kbase + j0, n_hits, n_keyed,
                      max(nkeys - j0, 0), pa.hslot)
             if n_keyed > 0:
                 rq.nheld[r] = j0 + n_keyed
@@ -470,7 +483,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pa):
         return BLOCKED
     rq.computed[r] = actual
     if p.caching:  # prompt blocks now fully computed become visible to the prefix cache
-        register_nb(pool, k, rq.bslot, rq.key_ptr[r], _blocks_floor(p, ecb), min(_blocks_floor(p, actual), nkeys))
+        register_nb(pool, k, rq.bslot, kbase, _blocks_floor(p, ecb), min(_blocks_floor(p, actual), nkeys))
     prompt_tokens = min(actual, prompt) - prompt_before
     i = acc[NLOG]
     pa.slog[i, 0] = r
@@ -783,10 +796,12 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             break
         _unlink_waiting(rq, rk, k, u)
         _start_running(rq, rk, k, u)
+        # (the reuse columns start at 0 and are touched only by hits: sim._requests)
         if np.isnan(rq.first_admit[u]):
             rq.first_admit[u] = now
-            rq.first_reused[u] = cached
-        if cached > rq.reused[u]:
+            if cached > 0:
+                rq.first_reused[u] = cached
+        if cached > 0 and cached > rq.reused[u]:
             rq.reused[u] = cached
         acc[PROGRESS] = 1
         if before - acc[BUDGET] == 0 and acc[BUDGET] == 0:
