@@ -270,6 +270,8 @@ def _activate_session(ss, cl, s, t):
 @inner
 def _on_terminal(ss, cl, r, t):
     """A turn ended (completed or rejected): release the session's next turn or free its slot."""
+    if ss.tie.shape[0] == 0:
+        return  # an open loop of single turns (make_sessions)
     s = ss.session[r]
     nxt = ss.turn[r] + 1
     if ss.ptr[s] + nxt < ss.ptr[s + 1]:
@@ -504,7 +506,8 @@ def _route(p, pool, rq, rk, cl, rt, fl, pa, r, now):
         cl.wctr[w] += 1
     enqueue_waiting_nb(rq, rk, k, r)
     cl.stalled[w] = False
-    _mark(cl, w)
+    if not cl.busy[w]:  # (a busy group is marked when its pass ends)
+        _mark(cl, w)
 
 
 @inner
