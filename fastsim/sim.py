@@ -353,11 +353,13 @@ def simulate(
         from fastsim.invariants import check
 
         check(st, engine, workload)
-    # only the per-request results and the gap statistics go on: the rest of the state is freed
-    # before the report's own arrays are made (peak memory)
-    cols = _request_columns(st.rq, workload, dp, single_path, st.ss.tie.shape[0] > 0)
-    gaps, fl = st.gaps, st.fl
+    # only the per-request results and the gap statistics go on: the rest of the state (the
+    # pools, the queue links, ...) is freed before the result columns are made (peak memory)
+    rows = _result_rows(st.rq)
+    gaps, fl, arrivals_kept = st.gaps, st.fl, st.ss.tie.shape[0] > 0
     del st
+    cols = _request_columns(rows, workload, dp, single_path, arrivals_kept)
+    del rows
     report = build_report(
         cols,
         _gap_columns(gaps),
@@ -610,6 +612,18 @@ def arrival_times(rq, workload, kept):
     t = np.asarray(workload.session_arrival_ms, dtype=np.float64)[workload.session]
     t[rq.status == NOT_ARRIVED] = np.nan
     return t
+
+
+_RESULT_FIELDS = ("status", "rank", "isl", "osl", "generated", "reused", "first_reused", "npreempt",
+                  "arrival", "first_admit", "first_token", "second_token", "last_token", "terminal")
+
+
+def _result_rows(rq):
+    """The request-table columns the results are made of (``_request_columns``), apart from the
+    rest, which can then be freed."""
+    import types
+
+    return types.SimpleNamespace(**{f: getattr(rq, f) for f in _RESULT_FIELDS})
 
 
 def _request_columns(rq, workload, dp, single_path, arrivals_kept=True):
