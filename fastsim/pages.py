@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import mmap
 import os
 import threading
-
-import numpy as np
 
 try:  # numpy >= 2
     from numpy._core.multiarray import _set_madvise_hugepage
@@ -62,13 +59,3 @@ def with_small_pages(fn):
         with small_pages():
             return fn(*args, **kwargs)
     return wrapper
-
-
-def lazy_zeros(n, dtype):
-    """A zero array in fresh anonymous memory: the operating system maps its pages only when they
-    are first touched. (``np.zeros`` gives that only while the allocator hands out fresh pages;
-    once freed arrays of that size are recycled from the heap, it clears every byte up front.)"""
-    dtype = np.dtype(dtype)
-    if n == 0:
-        return np.zeros(0, dtype=dtype)
-    return np.frombuffer(mmap.mmap(-1, n * dtype.itemsize), dtype=dtype)

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim.errors import DeadEndError, InputError
-from fastsim.pages import lazy_zeros, with_small_pages
+from fastsim.pages import with_small_pages
 
 _BIG_BUDGET = 1 << 62
 
@@ -45,8 +45,7 @@ def _block_keys(workload, block_size, caching=True):
     n = workload.isl.shape[0]
     if workload.hash_ptr is None or not caching:
         # unique prompts, or prefix caching off: Dynamo gives every block a random id (never shared)
-        # (all-zero offsets the kernels never read: kernels/scheduler.py, key_span)
-        return lazy_zeros(n + 1, np.int64), np.zeros(0, dtype=np.uint64)
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint64)
     ptr = np.empty(n + 1, dtype=np.int64)
     keys = content_block_keys_nb(
         np.asarray(workload.isl, dtype=np.int64),
@@ -120,18 +119,8 @@ def max_tokens(isl, osl):
     return top
 
 
-def _requests(workload, key_ptr, keys, block_size, osl=None, compact=False, arrivals_kept=True):
-    """Per-request state; ``osl`` overrides the workload's output lengths (a prefill copy's).
-
-    A fresh process pays a page fault for every 4 KB it first touches, about 1-2 us each on the
-    virtual machines measured: a column the loop writes for every request costs about as much to
-    map as the loop spends on a tenth of its work. Columns that start at zero are therefore mapped
-    lazily (``fastsim.pages.lazy_zeros``: untouched until a row is written), and the loop writes the reuse and
-    preemption columns only when they become nonzero. ``compact`` (the aggregated loop) keeps a
-    terminal time only where it differs from the last token's (``terminal_times``), and, unless
-    ``arrivals_kept``, no arrival times: in an open loop of single turns they are the workload's
-    own (``arrival_times``).
-    """
+def _requests(workload, key_ptr, keys, block_size, osl=None):
+    """Per-request state; ``osl`` overrides the workload's output lengths (a prefill copy's)."""
     from fastsim.kernels.scheduler import Reqs
 
     n = workload.isl.shape[0]
@@ -146,10 +135,10 @@ def _requests(workload, key_ptr, keys, block_size, osl=None, compact=False, arri
         return np.full(n, np.nan)
 
     def i64():
-        return lazy_zeros(n, np.int64)
+        return np.zeros(n, dtype=np.int64)
 
     def i32():  # token counts of one request (at most max_model_len, or isl + osl)
-        return lazy_zeros(n, np.int32)
+        return np.zeros(n, dtype=np.int32)
 
     # Three link columns share their memory with another, which their row never uses at the same
     # time: the pending-terminal link (tnext) with the waiting/running link (qnext: a finishing
@@ -168,21 +157,21 @@ def _requests(workload, key_ptr, keys, block_size, osl=None, compact=False, arri
         computed=i32(),
         generated=i32(),
         alloc=i32(),
-        status=lazy_zeros(n, np.int8),
+        status=np.zeros(n, dtype=np.int8),
         rank=np.full(n, -1, dtype=np.int32),
         qnext=qnext,
         qprev=np.full(n, -1, dtype=np.int32),
-        npreempt=i32(),
-        arrival=f64() if arrivals_kept or not compact else lazy_zeros(n, np.float64),
+        npreempt=np.zeros(n, dtype=np.int32),
+        arrival=f64(),
         first_admit=f64(),
         first_token=f64(),
         second_token=f64(),
         last_token=f64(),
-        terminal=lazy_zeros(n, np.float64) if compact else f64(),
+        terminal=f64(),
         reused=i32(),
         first_reused=i32(),
         tnext=qnext,
-        term_kind=lazy_zeros(n, np.int8),
+        term_kind=np.zeros(n, dtype=np.int8),
         bslot=np.zeros(keys.shape[0], dtype=np.int32),
         nheld=i32(),
         seq=i64(),
@@ -352,14 +341,11 @@ def simulate(
     if debug and max_sim_time_ms is None:
         from fastsim.invariants import check
 
-        check(st, engine, workload)
-    # only the per-request results and the gap statistics go on: the rest of the state (the
-    # pools, the queue links, ...) is freed before the result columns are made (peak memory)
-    rows = _result_rows(st.rq)
-    gaps, fl, arrivals_kept = st.gaps, st.fl, st.ss.tie.shape[0] > 0
+        check(st, engine)
+    # only the per-request results and the gap statistics go on: the rest of the state is freed
+    # before the report's own arrays are made (peak memory)
+    cols, gaps, fl = _request_columns(st.rq, workload, dp, single_path), st.gaps, st.fl
     del st
-    cols = _request_columns(rows, workload, dp, single_path, arrivals_kept)
-    del rows
     report = build_report(
         cols,
         _gap_columns(gaps),
@@ -444,12 +430,11 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     n_ranks = g_cap * dp
     bs = params.block_size
     key_ptr, keys = _block_keys(workload, bs, params.caching)
-    concurrency = int(replay_concurrency or 0)
-    ss = make_sessions(workload, concurrency)
-    # (the loop records arrival times only where the workload does not give them: kernels/loop.py)
-    rq = _requests(workload, key_ptr, keys, bs, compact=True, arrivals_kept=ss.tie.shape[0] > 0)
+    rq = _requests(workload, key_ptr, keys, bs)
     pool = make_pool(n_ranks, params.cap)
     rk = make_ranks(n_ranks, bs, params.cap, params.budget)
+    concurrency = int(replay_concurrency or 0)
+    ss = make_sessions(workload, concurrency)
     ctree, cdue = new_tourney(g_cap)
     ptree, pdue = new_tourney(g_cap)
     cl = Cluster(
@@ -585,48 +570,7 @@ class PlannerState(NamedTuple):
         )
 
 
-def terminal_times(rq):
-    """Each request's terminal time (NaN: not ended) from a ``compact`` request table
-    (``_requests``). The aggregated loop stores a terminal time only where it differs from the
-    request's last token, which it usually is (a completion ends the pass that emits its last
-    token); a rejection or an end without a token of its own stores one (then nonzero unless
-    there is no last token, as it comes after that token)."""
-    from fastsim.kernels.scheduler import COMPLETED, REJECTED
-
-    t = rq.last_token.copy()
-    stored = rq.terminal != 0.0
-    stored |= np.isnan(t)
-    t[stored] = rq.terminal[stored]
-    t[(rq.status != COMPLETED) & (rq.status != REJECTED)] = np.nan
-    return t
-
-
-def arrival_times(rq, workload, kept):
-    """Each request's arrival time (NaN: not arrived). Unless the loop ``kept`` them (sessions of
-    several turns, a closed loop), they are the workload's: every single-turn session arrives at
-    its trace time."""
-    from fastsim.kernels.scheduler import NOT_ARRIVED
-
-    if kept:
-        return rq.arrival
-    t = np.asarray(workload.session_arrival_ms, dtype=np.float64)[workload.session]
-    t[rq.status == NOT_ARRIVED] = np.nan
-    return t
-
-
-_RESULT_FIELDS = ("status", "rank", "isl", "osl", "generated", "reused", "first_reused", "npreempt",
-                  "arrival", "first_admit", "first_token", "second_token", "last_token", "terminal")
-
-
-def _result_rows(rq):
-    """The request-table columns the results are made of (``_request_columns``), apart from the
-    rest, which can then be freed."""
-    import types
-
-    return types.SimpleNamespace(**{f: getattr(rq, f) for f in _RESULT_FIELDS})
-
-
-def _request_columns(rq, workload, dp, single_path, arrivals_kept=True):
+def _request_columns(rq, workload, dp, single_path):
     from fastsim.kernels.scheduler import COMPLETED, NOT_ARRIVED, REJECTED
 
     st = rq.status
@@ -637,12 +581,12 @@ def _request_columns(rq, workload, dp, single_path, arrivals_kept=True):
     if single_path:
         worker_idx = np.full_like(worker_idx, -1)
     return {
-        "arrival_ms": arrival_times(rq, workload, arrivals_kept),
+        "arrival_ms": rq.arrival,
         "first_admit_ms": rq.first_admit,
         "first_token_ms": rq.first_token,
         "second_token_ms": rq.second_token,
         "last_token_ms": rq.last_token,
-        "terminal_ms": terminal_times(rq),
+        "terminal_ms": rq.terminal,
         "status": status,
         "input_length": rq.isl,
         "requested_output_length": rq.osl,

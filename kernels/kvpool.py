@@ -38,13 +38,13 @@ All ranks' pools live in flat arrays; rank ``k`` owns slots ``[k * cap, (k + 1) 
 entries ``[k * tsize, (k + 1) * tsize)``. Slot numbers inside a rank are local (0 .. cap - 1).
 """
 
+import mmap
 from typing import NamedTuple
 
 import numpy as np
 
 from fastsim.kernels.blocks import prefetch_nb, unique_key_nb
 from fastsim.kernels.jit import inline, inner, kernel, kernel_noalloc
-from fastsim.pages import lazy_zeros
 
 
 class KvPool(NamedTuple):
@@ -69,6 +69,16 @@ class KvPool(NamedTuple):
 NFREE, NACTIVE, NINACTIVE, HEAD, TAIL, NEVICT, NSTACK, NEXTNEW = 0, 1, 2, 3, 4, 5, 6, 7
 
 
+def _lazy_zeros(n, dtype):
+    """A zero array in fresh anonymous memory: the operating system maps its pages only when they
+    are first touched. (``np.zeros`` gives that only while the allocator hands out fresh pages;
+    once freed arrays of that size are recycled from the heap, it clears every byte up front.)"""
+    dtype = np.dtype(dtype)
+    if n == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, n * dtype.itemsize), dtype=dtype)
+
+
 def make_pool(n_ranks, cap):
     """Allocate empty pools for ``n_ranks`` ranks of ``cap`` blocks each.
 
@@ -87,15 +97,15 @@ def make_pool(n_ranks, cap):
     return KvPool(
         cap=cap,
         tmask=tsize - 1,
-        slot_key=lazy_zeros(n_ranks * cap, np.uint64),
-        slot_ref=lazy_zeros(n_ranks * cap, np.int32),
-        lru_prev=lazy_zeros(n_ranks * cap, np.int32),
-        lru_next=lazy_zeros(n_ranks * cap, np.int32),
-        table=lazy_zeros(n_ranks * tsize, np.uint64),
-        free_stack=lazy_zeros(n_ranks * cap, np.int32),
-        slot_intab=lazy_zeros(n_ranks * cap, np.int8),
-        slot_cnext=lazy_zeros(n_ranks * cap, np.int32),
-        slot_run=lazy_zeros(n_ranks * cap, np.int32),
+        slot_key=_lazy_zeros(n_ranks * cap, np.uint64),
+        slot_ref=_lazy_zeros(n_ranks * cap, np.int32),
+        lru_prev=_lazy_zeros(n_ranks * cap, np.int32),
+        lru_next=_lazy_zeros(n_ranks * cap, np.int32),
+        table=_lazy_zeros(n_ranks * tsize, np.uint64),
+        free_stack=_lazy_zeros(n_ranks * cap, np.int32),
+        slot_intab=_lazy_zeros(n_ranks * cap, np.int8),
+        slot_cnext=_lazy_zeros(n_ranks * cap, np.int32),
+        slot_run=_lazy_zeros(n_ranks * cap, np.int32),
         meta=meta,
     )
 

@@ -405,8 +405,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
     while r >= 0:
         nxt = rq.tnext[r]
         rq.status[r] = COMPLETED if rq.term_kind[r] == TERM_COMPLETED else REJECTED
-        if not rq.last_token[r] == t:  # (usually equal: sim.terminal_times)
-            rq.terminal[r] = t
+        rq.terminal[r] = t
         cl.state[NDONE] += 1
         if rt.mode == KV_ROUTER:
             _release_kv(p, rq, rt, pa, r)
@@ -560,8 +559,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             r, t_arr = pop_arrival_nb(ss, cl, now)
             if r < 0:
                 break
-            if ss.tie.shape[0] > 0:  # (else read off the workload: sim.arrival_times)
-                rq.arrival[r] = t_arr
+            rq.arrival[r] = t_arr
             _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
         # 4. ready groups, lowest id first (only groups marked since the last drive can be)
         gcap = cl.dirty.shape[0]
