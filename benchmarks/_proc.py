@@ -31,6 +31,7 @@ class ChildResult:
     peak_rss_mb: float  # ru_maxrss of the child (Linux reports KiB)
     stderr_tail: str
     timed_out: bool = False
+    page_faults: int = 0  # minor + major faults of the child: memory first touched (timing-noise free)
 
 
 def run_child(cmd: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
@@ -54,7 +55,7 @@ def run_child(cmd: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
         tail = err.read()[-4000:].decode("utf-8", "replace")
     timed_out = bool(timeout_s) and proc.returncode < 0 and elapsed >= timeout_s
     return ChildResult(proc.returncode, elapsed, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0,
-                       tail, timed_out)
+                       tail, timed_out, ru.ru_minflt + ru.ru_majflt)
 
 
 def _cpu_model() -> str:

@@ -139,7 +139,7 @@ def run_once(sim: str, python: str, wl: Workload, env: dict, timeout_s: float) -
                 report = json.load(f)
     row = {"workload": wl.name, "requests": wl.requests, "workers": wl.workers, "simulator": sim,
            "returncode": res.returncode, "process_s": res.process_s, "cpu_s": res.cpu_s,
-           "peak_rss_mb": res.peak_rss_mb, "report": report}
+           "peak_rss_mb": res.peak_rss_mb, "page_faults": res.page_faults, "report": report}
     if report is None:
         last = (res.stderr_tail.strip().splitlines() or ["no report written"])[-1]
         print(f"  {sim} FAILED (rc {res.returncode}): {'timeout' if res.timed_out else last}",
@@ -263,7 +263,7 @@ def markdown(summary: list, have_dynamo: bool) -> str:
 
 
 CSV_FIELDS = ("workload", "requests", "workers", "simulator", "repeat", "order", "returncode",
-              "wall_time_ms", "process_s", "cpu_s", "peak_rss_mb", "sim_requests_per_s") \
+              "wall_time_ms", "process_s", "cpu_s", "peak_rss_mb", "page_faults", "sim_requests_per_s") \
     + EXACT_FIELDS + CLOSE_FIELDS + ("same_metrics", "max_rel_diff", "worst_field")
 
 
