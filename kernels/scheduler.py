@@ -284,8 +284,8 @@ def enqueue_waiting_nb(rq, rk, k, r):
 @inner
 def key_span(rq, r):
     """(offset, count) of request ``r``'s content keys in ``rq.keys``. A workload without any
-    (unique prompts, or prefix caching off) gives (0, 0) without reading ``key_ptr``: its pages,
-    all zeros, then stay unmapped (``sim._block_keys``)."""
+    (unique prompts, or prefix caching off) gives (0, 0) without reading ``key_ptr`` (all zeros,
+    ``sim._block_keys``): a fresh process then never maps its pages."""
     if rq.keys.shape[0] == 0:
         return np.int64(0), np.int64(0)
     base = rq.key_ptr[r]
@@ -796,7 +796,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             break
         _unlink_waiting(rq, rk, k, u)
         _start_running(rq, rk, k, u)
-        # (the reuse columns start at 0 and are touched only by hits: sim._requests)
+        # (the reuse columns start at 0 and are written only on a hit: without hits, as in a
+        # synthetic run, a fresh process never maps their pages)
         if np.isnan(rq.first_admit[u]):
             rq.first_admit[u] = now
             if cached > 0:
