@@ -268,10 +268,17 @@ def _activate_session(ss, cl, s, t):
 
 
 @inner
+def _turns_follow(ss, cl):
+    """True if a turn's end can release an arrival: sessions of several turns, or a closed loop
+    (in an open loop of single turns every arrival is known from the start)."""
+    return cl.concurrency > 0 or ss.rows.shape[0] > ss.ptr.shape[0] - 1
+
+
+@inner
 def _on_terminal(ss, cl, r, t):
     """A turn ended (completed or rejected): release the session's next turn or free its slot."""
-    if ss.tie.shape[0] == 0:
-        return  # an open loop of single turns (make_sessions)
+    if not _turns_follow(ss, cl):
+        return
     s = ss.session[r]
     nxt = ss.turn[r] + 1
     if ss.ptr[s] + nxt < ss.ptr[s + 1]:
@@ -698,7 +705,7 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
     E = cl.cdue[g]
     limit = _next_arrival(ss, cl)[1]
     tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
-    if cl.concurrency > 0 or ss.rows.shape[0] > ss.ptr.shape[0] - 1:
+    if _turns_follow(ss, cl):
         if cl.cdue[cl.ctree[1]] < limit:
             limit = cl.cdue[cl.ctree[1]]
     if fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < limit:
