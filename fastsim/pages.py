@@ -9,6 +9,9 @@ processes out of five and in 0.89 and 1.08 s in the other two; with small pages,
 five (the conversation trace: 175-269 ms against 170-176 ms). fastsim therefore switches numpy's
 advice off while it simulates, and back afterwards; a ``NUMPY_MADVISE_HUGEPAGE`` set in the
 environment is left to decide (set it to 1 where huge pages are known to pay).
+
+The per-request state is the exception: ``fastsim.arena`` asks for huge pages for that one block
+itself, maps them up front and times each, and goes back to small pages at the first slow one.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fastsim import arena
 from fastsim.errors import DeadEndError, InputError
 from fastsim.pages import with_small_pages
 
@@ -131,51 +132,46 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
         raise InputError(f"request {row}: input plus output length {int(isl[row] + osl[row])} tokens; "
                          f"at most {2**31 - 1} are supported")
 
-    def f64():
-        return np.full(n, np.nan)
-
-    def i64():
-        return np.zeros(n, dtype=np.int64)
-
-    def i32():  # token counts of one request (at most max_model_len, or isl + osl)
-        return np.zeros(n, dtype=np.int32)
-
-    # Three link columns share their memory with another, which their row never uses at the same
-    # time: the pending-terminal link (tnext) with the waiting/running link (qnext: a finishing
-    # request has left both lists), the due-wheel link (wnext) with the explicit-list link (xnext)
-    # and the second-token link (snext) with xprev (a steady request is not on the explicit list;
-    # making it explicit again discards the wheel and the second-token lists). 12 bytes less per
-    # request, which a fresh process pays in page faults.
-    qnext = np.full(n, -1, dtype=np.int32)
-    xnext = np.full(n, -1, dtype=np.int32)
-    xprev = np.full(n, -1, dtype=np.int32)
+    # Two blocks of memory (fastsim/arena.py): the timestamps the report keeps, and the loop's
+    # state, freed before the report is built. Three link columns share their memory with another,
+    # which their row never uses at the same time: the pending-terminal link (tnext) with the
+    # waiting/running link (qnext: a finishing request has left both lists), the due-wheel link
+    # (wnext) with the explicit-list link (xnext) and the second-token link (snext) with xprev (a
+    # steady request is not on the explicit list; making it explicit again discards the wheel and
+    # the second-token lists). 12 bytes less per request.
+    arrival, first_admit, first_token, second_token, last_token, terminal = arena.columns(
+        n, [(np.float64, np.nan)] * 6)
+    (seq, sbase, computed, generated, alloc, rank, qnext, qprev, npreempt, reused, first_reused,
+     nheld, xnext, xprev, status, term_kind) = arena.columns(
+        n, [(np.int64, 0), (np.int64, -1)] + [(np.int32, 0)] * 3 + [(np.int32, -1)] * 3
+        + [(np.int32, 0)] * 4 + [(np.int32, -1)] * 2 + [(np.int8, 0)] * 2)
     return Reqs(
         isl=isl,
         osl=osl,
         key_ptr=key_ptr,
         keys=keys,
-        computed=i32(),
-        generated=i32(),
-        alloc=i32(),
-        status=np.zeros(n, dtype=np.int8),
-        rank=np.full(n, -1, dtype=np.int32),
+        computed=computed,
+        generated=generated,
+        alloc=alloc,
+        status=status,
+        rank=rank,
         qnext=qnext,
-        qprev=np.full(n, -1, dtype=np.int32),
-        npreempt=np.zeros(n, dtype=np.int32),
-        arrival=f64(),
-        first_admit=f64(),
-        first_token=f64(),
-        second_token=f64(),
-        last_token=f64(),
-        terminal=f64(),
-        reused=i32(),
-        first_reused=i32(),
+        qprev=qprev,
+        npreempt=npreempt,
+        arrival=arrival,
+        first_admit=first_admit,
+        first_token=first_token,
+        second_token=second_token,
+        last_token=last_token,
+        terminal=terminal,
+        reused=reused,
+        first_reused=first_reused,
         tnext=qnext,
-        term_kind=np.zeros(n, dtype=np.int8),
+        term_kind=term_kind,
         bslot=np.zeros(keys.shape[0], dtype=np.int32),
-        nheld=i32(),
-        seq=i64(),
-        sbase=np.full(n, -1, dtype=np.int64),
+        nheld=nheld,
+        seq=seq,
+        sbase=sbase,
         wnext=xnext,
         xnext=xnext,
         xprev=xprev,

@@ -1,0 +1,92 @@
+"""Per-request columns carved out of one block of memory, backed by huge pages where the kernel offers them.
+
+A simulation keeps about a hundred bytes of state per request (timestamps, queue links, token
+counters), and a fresh process pays a page fault for every 4 KiB page of it that is first touched:
+about 2,900 faults for 100k requests, each costing 1.5-2 us on the machines measured
+(``benchmarks/README.md``), so a quarter of a 4-worker run. Transparent huge pages map 2 MiB per
+fault instead; Linux gives them to a mapping that asks (``madvise(MADV_HUGEPAGE)``) when
+``/sys/kernel/mm/transparent_hugepage/enabled`` is ``madvise`` or ``always``. Separate numpy
+arrays of a few hundred KiB each never get them: they are too small to hold an aligned 2 MiB page.
+
+:func:`columns` lays the columns one after another in a single anonymous mapping whose first
+column starts on a 2 MiB boundary and asks for huge pages. Where that is unavailable (another
+system, huge pages disabled, or a block too small to fill one), it uses one ordinary zeroed numpy
+buffer: the same columns, the same contents.
+
+The columns are views of the block, so the block lives as long as any of them: give columns
+that outlive each other separate blocks (the simulator keeps the result timestamps apart from the
+loop's scratch state, which it frees before the report is built).
+"""
+
+from __future__ import annotations
+
+import mmap
+import time
+
+import numpy as np
+
+HUGE_PAGE = 2 << 20
+_ALIGN = 64  # each column starts on a cache line
+_MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
+_MADV_NOHUGEPAGE = getattr(mmap, "MADV_NOHUGEPAGE", None)
+SLOW_HUGE_PAGE_S = 1e-3  # a huge page slower than this to map: the rest of the block in small pages
+
+huge_pages_enabled = True  # tests turn it off to check that both layouts give the same results
+
+
+def _offsets(n, spec):
+    offsets, total = [], 0
+    for dtype, _ in spec:
+        offsets.append(total)
+        total += -(-n * np.dtype(dtype).itemsize // _ALIGN) * _ALIGN
+    return offsets, total
+
+
+def _huge_buffer(total):
+    """A zeroed uint8 buffer of ``total`` bytes starting on a 2 MiB boundary, the kernel asked to
+    back it with huge pages; None when no mapping can be made."""
+    span = -(-total // HUGE_PAGE) * HUGE_PAGE
+    try:
+        m = mmap.mmap(-1, span + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (OSError, ValueError, AttributeError):
+        return None
+    raw = np.frombuffer(m, dtype=np.uint8)
+    start = -raw.ctypes.data % HUGE_PAGE
+    try:
+        m.madvise(_MADV_HUGEPAGE, start, span)
+    except (OSError, ValueError):
+        return raw[start:start + total]  # no huge pages here: one mapping, touched page by page
+    # Each huge page is mapped here, one store each, and timed: a page that is slow to come
+    # (compaction, or guest memory its host has not backed yet: 5-7 ms per 2 MiB on the virtual
+    # machines measured, against 0.1 ms for memory an earlier process freed moments before) means
+    # the next ones would likely be slow too, so the rest of the block goes back to small pages,
+    # which the kernel mostly recycles warm.
+    for k in range(span // HUGE_PAGE):
+        t = time.perf_counter()
+        raw[start + k * HUGE_PAGE] = 0
+        if time.perf_counter() - t > SLOW_HUGE_PAGE_S and (k + 1) * HUGE_PAGE < span:
+            try:
+                m.madvise(_MADV_NOHUGEPAGE, start + (k + 1) * HUGE_PAGE, span - (k + 1) * HUGE_PAGE)
+            except (OSError, ValueError):
+                pass
+            break
+    return raw[start:start + total]
+
+
+def columns(n, spec):
+    """Arrays of length ``n``, one per ``(dtype, fill)`` of ``spec``, each filled with ``fill``
+    (0, -1, NaN, ...), all in one block of memory (see the module's docstring)."""
+    offsets, total = _offsets(n, spec)
+    buf = None
+    if huge_pages_enabled and _MADV_HUGEPAGE is not None and total >= HUGE_PAGE:
+        buf = _huge_buffer(total)
+    if buf is None:
+        buf = np.zeros(max(total, 1), dtype=np.uint8)
+    out = []
+    for (dtype, fill), off in zip(spec, offsets):
+        dtype = np.dtype(dtype)
+        col = buf[off:off + n * dtype.itemsize].view(dtype)
+        if fill != 0:  # (NaN included)
+            col[:] = fill
+        out.append(col)
+    return out

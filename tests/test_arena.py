@@ -1,0 +1,68 @@
+"""The per-request columns' block of memory (``fastsim.arena``): contents, layout, and the same
+simulation results whichever way the block was made (huge pages, huge pages given up part way,
+an ordinary numpy buffer)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fastsim.arena as arena
+import fastsim.sim as sim
+from fastsim.config import EngineArgs
+from fastsim.workload import synthetic
+
+from test_steady_decode import assert_same_results
+
+_SPEC = [(np.float64, np.nan), (np.int64, -1), (np.int32, 0), (np.int32, -1), (np.int8, 0),
+         (np.int8, 3), (np.int32, 7)]
+
+
+@pytest.fixture(params=["huge", "huge-given-up", "plain"])
+def layout(request, monkeypatch):
+    if request.param == "plain":
+        monkeypatch.setattr(arena, "huge_pages_enabled", False)
+    elif request.param == "huge-given-up":
+        monkeypatch.setattr(arena, "SLOW_HUGE_PAGE_S", -1.0)  # every page "slow": small after the first
+    return request.param
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 1000, 300_000])
+def test_columns_filled_aligned_and_apart(n, layout):
+    cols = arena.columns(n, _SPEC)
+    assert len(cols) == len(_SPEC)
+    for col, (dtype, fill) in zip(cols, _SPEC):
+        assert col.dtype == np.dtype(dtype) and col.shape == (n,)
+        assert col.flags.c_contiguous and col.flags.writeable
+        assert col.ctypes.data % 16 == 0
+        if n:
+            expect = np.full(n, fill, dtype=dtype)
+            np.testing.assert_array_equal(col, expect)
+    for i, col in enumerate(cols):  # writing one column leaves the others as they were
+        col[:] = 1 if i != 0 else 2.5
+    for i, (col, (dtype, _)) in enumerate(zip(cols, _SPEC)):
+        assert (col == (2.5 if i == 0 else 1)).all()
+
+
+def test_a_large_block_starts_on_a_huge_page_boundary():
+    if arena._MADV_HUGEPAGE is None:
+        pytest.skip("no MADV_HUGEPAGE on this system")
+    cols = arena.columns(600_000, [(np.float64, 0.0)] * 4)  # 19 MB: the huge-page path
+    assert cols[0].ctypes.data % arena.HUGE_PAGE == 0
+    assert cols[1].ctypes.data - cols[0].ctypes.data == 600_000 * 8
+
+
+_DEFAULTS = (arena.huge_pages_enabled, arena.SLOW_HUGE_PAGE_S)
+
+
+def test_the_same_simulation_whatever_the_layout(layout):
+    """Large enough (30k requests, 2 workers: about 4 MB of request state) for the huge-page path;
+    compared with a run in the default layout."""
+    wl = synthetic(64, 4, 30_000, arrival_interval_ms=0.05)
+    run = sim.simulate(wl, EngineArgs(block_size=16), num_workers=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(arena, "huge_pages_enabled", _DEFAULTS[0])
+        mp.setattr(arena, "SLOW_HUGE_PAGE_S", _DEFAULTS[1])
+        default = sim.simulate(wl, EngineArgs(block_size=16), num_workers=2)
+    assert_same_results(run, default)
+    assert run.summary["completed_requests"] == 30_000
