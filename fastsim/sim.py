@@ -254,8 +254,9 @@ def simulate(
       (an exact optimisation, see ``kernels/scheduler.py``); False runs every request through every
       pass, which gives the same results more slowly (for checking).
     * ``light_ticks``: handle a tick that only ends a group's pass and starts its next one, made
-      of steady passes alone, on a light path instead of the full tick (an exact optimisation,
-      see ``kernels/loop.py``); False for checking.
+      of steady passes alone, and an arrival tick whose arrivals all join groups in mid-pass, on
+      light paths instead of the full tick (exact optimisations, see ``kernels/loop.py``); False
+      for checking.
     """
     from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)

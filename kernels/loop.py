@@ -852,6 +852,22 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
         ws = _step_ws(cl, fl, ws, now, t)
         now = t
         drain_now = True
+        if p.fast and t_arr == now and cl.cdue[cl.ctree[1]] > now and rt.mode != KV_ROUTER and (
+                fl.fs[NSTARTING] == 0 and fl.fs[NDRAINING] == 0
+                and fl.fs[SCHEDPOS] >= fl.sched_t.shape[0] and fl.planner_ms == 0.0):
+            # An arrival tick with no pass end and no fleet event: the drain would release and
+            # route the arrivals and then drive the groups they woke. Routing them here is the
+            # same; the drain is needed only if one of them went to an idle group (under load
+            # they mostly join a group in mid-pass, and the tick ends there).
+            while True:
+                r, t_r = pop_arrival_nb(ss, cl, now)
+                if r < 0:
+                    break
+                rq.arrival[r] = t_r
+                _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
+            rk.seqc[4] += 1
+            drain_now = cl.dlist[cl.dirty.shape[0]] > 0
+            continue
         if p.fast:
             # Under load light ticks are rare: after four pass ends of a group in a row that
             # were not, its next seven are not tried (then one is); a light tick resets the

@@ -26,9 +26,10 @@ from test_steady_decode import _cluster_case, _disagg_case, assert_same_results
 NPZ = Path(__file__).parent / "data" / "perf" / "H200_TP1P_TP1D_mocker_perf_data.npz"
 
 
-def _light(monkeypatch, workload, engine, fallbacks=False, **kw):
+def _light(monkeypatch, workload, engine, fallbacks=False, arrivals=False, **kw):
     """Run with and without light ticks, check the results are identical; returns the number of
-    light ticks of the first run (and, with ``fallbacks=True``, its steady-pass fallbacks)."""
+    light ticks of the first run (and, with ``fallbacks=True``, its steady-pass fallbacks; with
+    ``arrivals=True``, the arrival ticks it handled on their light path instead)."""
     states = []
     build = sim._build_state
 
@@ -38,10 +39,12 @@ def _light(monkeypatch, workload, engine, fallbacks=False, **kw):
 
     monkeypatch.setattr(sim, "_build_state", keep)
     a = sim.simulate(workload, engine, light_ticks=True, **kw)
-    n, nfall = int(states[-1].rk.seqc[3]), int(states[-1].rk.seqc[1])
+    n, nfall, narr = (int(states[-1].rk.seqc[i]) for i in (3, 1, 4))
     b = sim.simulate(workload, engine, light_ticks=False, **kw)
-    assert int(states[-1].rk.seqc[3]) == 0
+    assert int(states[-1].rk.seqc[3]) == 0 and int(states[-1].rk.seqc[4]) == 0
     assert_same_results(a, b)
+    if arrivals:
+        return narr
     return (n, nfall) if fallbacks else n
 
 
@@ -102,6 +105,27 @@ def test_groups_running_ahead(monkeypatch):
     # more passes ahead than a group's ring of phantom events holds
     long = synthetic(64, 3000, 12, arrival_interval_ms=40_000.0)
     assert _light(monkeypatch, long, engine, num_workers=3) > 20_000
+
+
+def test_arrivals_joining_groups_in_mid_pass(monkeypatch):
+    """Under load most arrivals join a worker in mid-pass: those ticks skip the full tick (the
+    light arrival path), and those that wake an idle worker take it; the results are the
+    one-tick-at-a-time run's, alone and with sessions, DP groups, telemetry, caps and a fleet
+    schedule (which keep the path off while a fleet event is pending)."""
+    engine = EngineArgs(block_size=16, num_gpu_blocks=4000)
+    wl = synthetic(400, 60, 400, arrival_interval_ms=4.0)
+    n = _light(monkeypatch, wl, engine, arrivals=True, num_workers=4)
+    assert n > 300  # (a few arrivals find their worker idle)
+    assert _light(monkeypatch, wl, engine, arrivals=True, num_workers=1) > 300
+    assert _light(monkeypatch, wl, dataclasses.replace(engine, dp_size=2), arrivals=True, num_workers=2) > 300
+    assert _light(monkeypatch, wl, engine, arrivals=True, num_workers=3, telemetry_interval_ms=3.0) > 300
+    assert _light(monkeypatch, wl, engine, arrivals=True, num_workers=3, max_sim_time_ms=900.0) > 100
+    assert _light(monkeypatch, wl, engine, arrivals=True, num_workers=3,
+                  scaling_schedule=[[0, 3], [300, 1], [700, 4]]) > 100
+    sessions = synthetic(300, 40, 150, arrival_interval_ms=6.0, turns_per_session=3, inter_turn_delay_ms=5.0)
+    assert _light(monkeypatch, sessions, engine, arrivals=True, num_workers=2) > 100
+    # kv_router: its routing may dispatch from a queue; the path stays off
+    assert _light(monkeypatch, wl, engine, arrivals=True, num_workers=3, router_mode="kv_router") == 0
 
 
 def test_light_ticks_with_pauses_fleet_and_caps(monkeypatch):
