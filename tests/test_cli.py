@@ -1,6 +1,6 @@
 """Command line (fastsim/cli.py): flags, Dynamo's rules, unsupported flags, error handling.
 
-Every case here fails before a simulation starts, so these tests do not need fastsim.sim.
+Every case but the last (the cycle collector's, on a tiny trace) fails before a simulation starts.
 """
 
 import json
@@ -274,3 +274,30 @@ def test_compile_notice_only_when_compiling():
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)  # warms the cache
     again = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert "compiling" not in again.stderr
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_replay_runs_without_the_cycle_collector_and_restores_it(monkeypatch, tmp_path, capsys, enabled):
+    """``replay`` turns the cycle collector off while it runs (one simulation frees its garbage by
+    reference counting) and leaves it as it found it, also when the command fails."""
+    import gc
+
+    import fastsim.api as api
+
+    seen = []
+    real = api.run_trace_replay
+
+    def spy(*a, **k):
+        seen.append(gc.isenabled())
+        return real(*a, **k)
+
+    monkeypatch.setattr(api, "run_trace_replay", spy)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        code, _, _ = run(capsys, "replay", TRACE, "--report-json", str(tmp_path / "r.json"))
+        assert code == 0 and seen == [False]
+        assert gc.isenabled() is enabled
+        code, _, _ = run(capsys, "replay", str(tmp_path / "missing.jsonl"))
+        assert code == 2 and gc.isenabled() is enabled
+    finally:
+        gc.enable()
