@@ -8,10 +8,13 @@ fault instead; Linux gives them to a mapping that asks (``madvise(MADV_HUGEPAGE)
 ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``madvise`` or ``always``. Separate numpy
 arrays of a few hundred KiB each never get them: they are too small to hold an aligned 2 MiB page.
 
-:func:`columns` lays the columns one after another in a single anonymous mapping whose first
-column starts on a 2 MiB boundary and asks for huge pages. Where that is unavailable (another
-system, huge pages disabled, or a block too small to fill one), it uses one ordinary zeroed numpy
-buffer: the same columns, the same contents.
+:func:`columns` lays the columns one after another in one zeroed numpy buffer, the first column
+on a 2 MiB boundary, and asks the kernel for huge pages for it. A buffer this large comes from
+fresh memory the first time (a new mapping, which then gets huge pages); once freed, the C
+allocator hands the same memory out again to the next simulation in the process, already mapped,
+so a sweep's later runs take no page faults for it at all. Where huge pages cannot be asked for
+(another system, huge pages disabled, a block under 2 MiB) the buffer is the same without the
+advice: the same columns, the same contents.
 
 The columns are views of the block, so the block lives as long as any of them: give columns
 that outlive each other separate blocks (the simulator keeps the result timestamps apart from the
@@ -20,6 +23,7 @@ loop's scratch state, which it frees before the report is built).
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import time
 
@@ -34,6 +38,21 @@ SLOW_HUGE_PAGE_S = 1e-3  # a huge page slower than this to map: the rest of the 
 huge_pages_enabled = True  # tests turn it off to check that both layouts give the same results
 
 
+def _libc_madvise():
+    if _MADV_HUGEPAGE is None or _MADV_NOHUGEPAGE is None:
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_madvise = _libc_madvise()
+
+
 def _offsets(n, spec):
     offsets, total = [], 0
     for dtype, _ in spec:
@@ -44,31 +63,24 @@ def _offsets(n, spec):
 
 def _huge_buffer(total):
     """A zeroed uint8 buffer of ``total`` bytes starting on a 2 MiB boundary, the kernel asked to
-    back it with huge pages; None when no mapping can be made."""
-    span = -(-total // HUGE_PAGE) * HUGE_PAGE
-    try:
-        m = mmap.mmap(-1, span + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    except (OSError, ValueError, AttributeError):
-        return None
-    raw = np.frombuffer(m, dtype=np.uint8)
+    back its pages not yet mapped with huge pages."""
+    raw = np.zeros(total + HUGE_PAGE, dtype=np.uint8)
     start = -raw.ctypes.data % HUGE_PAGE
-    try:
-        m.madvise(_MADV_HUGEPAGE, start, span)
-    except (OSError, ValueError):
-        return raw[start:start + total]  # no huge pages here: one mapping, touched page by page
-    # Each huge page is mapped here, one store each, and timed: a page that is slow to come
+    npages = min(-(-total // HUGE_PAGE), (raw.shape[0] - start) // HUGE_PAGE)
+    base = raw.ctypes.data + start
+    if npages == 0 or _madvise(base, npages * HUGE_PAGE, _MADV_HUGEPAGE) != 0:
+        return raw[start:start + total]  # no huge pages here: touched page by page
+    # Each huge page is mapped here, one store each, and timed (memory recycled from an earlier
+    # simulation is mapped already: each store is then only a store). A page that is slow to come
     # (compaction, or guest memory its host has not backed yet: 5-7 ms per 2 MiB on the virtual
     # machines measured, against 0.1 ms for memory an earlier process freed moments before) means
     # the next ones would likely be slow too, so the rest of the block goes back to small pages,
     # which the kernel mostly recycles warm.
-    for k in range(span // HUGE_PAGE):
+    for k in range(npages):
         t = time.perf_counter()
         raw[start + k * HUGE_PAGE] = 0
-        if time.perf_counter() - t > SLOW_HUGE_PAGE_S and (k + 1) * HUGE_PAGE < span:
-            try:
-                m.madvise(_MADV_NOHUGEPAGE, start + (k + 1) * HUGE_PAGE, span - (k + 1) * HUGE_PAGE)
-            except (OSError, ValueError):
-                pass
+        if time.perf_counter() - t > SLOW_HUGE_PAGE_S and k + 1 < npages:
+            _madvise(base + (k + 1) * HUGE_PAGE, (npages - k - 1) * HUGE_PAGE, _MADV_NOHUGEPAGE)
             break
     return raw[start:start + total]
 
@@ -77,10 +89,9 @@ def columns(n, spec):
     """Arrays of length ``n``, one per ``(dtype, fill)`` of ``spec``, each filled with ``fill``
     (0, -1, NaN, ...), all in one block of memory (see the module's docstring)."""
     offsets, total = _offsets(n, spec)
-    buf = None
-    if huge_pages_enabled and _MADV_HUGEPAGE is not None and total >= HUGE_PAGE:
+    if huge_pages_enabled and _madvise is not None and total >= HUGE_PAGE:
         buf = _huge_buffer(total)
-    if buf is None:
+    else:
         buf = np.zeros(max(total, 1), dtype=np.uint8)
     out = []
     for (dtype, fill), off in zip(spec, offsets):
