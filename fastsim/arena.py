@@ -34,6 +34,8 @@ _ALIGN = 64  # each column starts on a cache line
 _MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
 _MADV_NOHUGEPAGE = getattr(mmap, "MADV_NOHUGEPAGE", None)
 SLOW_HUGE_PAGE_S = 1e-3  # a huge page slower than this to map: the rest of the block in small pages
+COLD_PAUSE_S = 10.0  # ... and the blocks asked for in the next seconds, entirely
+_cold_until = 0.0
 
 huge_pages_enabled = True  # tests turn it off to check that both layouts give the same results
 
@@ -76,11 +78,16 @@ def _huge_buffer(total):
     # machines measured, against 0.1 ms for memory an earlier process freed moments before) means
     # the next ones would likely be slow too, so the rest of the block goes back to small pages,
     # which the kernel mostly recycles warm.
+    # (A simulation asks for several blocks in a row: after a slow page, the next blocks of the
+    # next few seconds take small pages from the start.)
+    global _cold_until
     for k in range(npages):
         t = time.perf_counter()
         raw[start + k * HUGE_PAGE] = 0
-        if time.perf_counter() - t > SLOW_HUGE_PAGE_S and k + 1 < npages:
-            _madvise(base + (k + 1) * HUGE_PAGE, (npages - k - 1) * HUGE_PAGE, _MADV_NOHUGEPAGE)
+        if time.perf_counter() - t > SLOW_HUGE_PAGE_S:
+            _cold_until = time.monotonic() + COLD_PAUSE_S
+            if k + 1 < npages:
+                _madvise(base + (k + 1) * HUGE_PAGE, (npages - k - 1) * HUGE_PAGE, _MADV_NOHUGEPAGE)
             break
     return raw[start:start + total]
 
@@ -89,7 +96,8 @@ def columns(n, spec):
     """Arrays of length ``n``, one per ``(dtype, fill)`` of ``spec``, each filled with ``fill``
     (0, -1, NaN, ...), all in one block of memory (see the module's docstring)."""
     offsets, total = _offsets(n, spec)
-    if huge_pages_enabled and _madvise is not None and total >= HUGE_PAGE:
+    if (huge_pages_enabled and _madvise is not None and total >= HUGE_PAGE
+            and time.monotonic() >= _cold_until):
         buf = _huge_buffer(total)
     else:
         buf = np.zeros(max(total, 1), dtype=np.uint8)

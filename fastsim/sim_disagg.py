@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from fastsim import arena
 from fastsim.errors import DeadEndError, InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.sim import (
@@ -144,20 +145,27 @@ def simulate_disagg(
     emit_cap = int(min(emit_cap, max(n, 1))) + 1
     pa = make_pass_acc(max_blocks, emit_cap, emit_cap)
     kvb = prefill_engine.kv_bytes_per_token
+    # the handoff columns in two blocks (fastsim/arena.py): those the report keeps, and scratch
+    handoff, reserved, activated, released, route_overlap = arena.columns(
+        n, [(np.float64, np.nan)] * 4 + [(np.int64, -1)])
+    res_matched, xheap, xready, pre_idx, dec_idx, res_next, rel_next, arr_next = arena.columns(
+        max(n, 1), [(np.int64, 0), (np.int64, 0), (np.float64, np.nan)] + [(np.int32, -1)] * 5)
+    res_matched, xready, pre_idx, dec_idx, res_next, rel_next, arr_next = (
+        a[:n] for a in (res_matched, xready, pre_idx, dec_idx, res_next, rel_next, arr_next))
     dg = Disagg(
         n_pre=P, n_dec=D,
         kv_bytes=float(kvb) if (kvb is not None and bw is not None) else 0.0,
         bandwidth=float(bw) if (kvb is not None and bw is not None) else 0.0,
         missing_only=prefill_engine.kv_transfer_timing_mode == "destination_missing",
-        pre_idx=np.full(n, -1, np.int32), dec_idx=np.full(n, -1, np.int32),
-        handoff=np.full(n, np.nan), reserved=np.full(n, np.nan), activated=np.full(n, np.nan),
-        released=np.full(n, np.nan), route_overlap=np.full(n, -1, np.int64),
-        res_matched=np.zeros(n, np.int64), res_next=np.full(n, -1, np.int32),
+        pre_idx=pre_idx, dec_idx=dec_idx,
+        handoff=handoff, reserved=reserved, activated=activated,
+        released=released, route_overlap=route_overlap,
+        res_matched=res_matched, res_next=res_next,
         res_head=np.full(D, -1, np.int32), res_tail=np.full(D, -1, np.int32),
-        rel_next=np.full(n, -1, np.int32), rel_head=np.full(P, -1, np.int32),
-        rel_tail=np.full(P, -1, np.int32), xheap=np.zeros(max(n, 1), np.int64),
-        xready=np.full(n, np.nan), xtie=np.arange(n, dtype=np.int64),
-        arr_next=np.full(n, -1, np.int32), arr_head=np.full(D, -1, np.int32), arr_tail=np.full(D, -1, np.int32),
+        rel_next=rel_next, rel_head=np.full(P, -1, np.int32),
+        rel_tail=np.full(P, -1, np.int32), xheap=xheap,
+        xready=xready, xtie=np.arange(n, dtype=np.int64),
+        arr_next=arr_next, arr_head=np.full(D, -1, np.int32), arr_tail=np.full(D, -1, np.int32),
         st=np.zeros(4, np.int64),
     )
     out = np.zeros(4)

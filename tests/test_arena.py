@@ -20,10 +20,12 @@ _SPEC = [(np.float64, np.nan), (np.int64, -1), (np.int32, 0), (np.int32, -1), (n
 
 @pytest.fixture(params=["huge", "huge-given-up", "plain"])
 def layout(request, monkeypatch):
+    monkeypatch.setattr(arena, "_cold_until", 0.0)  # (no pause left by an earlier slow page)
     if request.param == "plain":
         monkeypatch.setattr(arena, "huge_pages_enabled", False)
     elif request.param == "huge-given-up":
         monkeypatch.setattr(arena, "SLOW_HUGE_PAGE_S", -1.0)  # every page "slow": small after the first
+        monkeypatch.setattr(arena, "COLD_PAUSE_S", 0.0)
     return request.param
 
 
@@ -66,3 +68,21 @@ def test_the_same_simulation_whatever_the_layout(layout):
         default = sim.simulate(wl, EngineArgs(block_size=16), num_workers=2)
     assert_same_results(run, default)
     assert run.summary["completed_requests"] == 30_000
+
+
+def test_a_slow_huge_page_pauses_the_advice(monkeypatch):
+    """After a slow huge page, blocks asked for in the next seconds take small pages at once."""
+    if arena._madvise is None:
+        pytest.skip("huge pages cannot be asked for on this system")
+    asked = []
+    real = arena._huge_buffer
+    monkeypatch.setattr(arena, "_huge_buffer", lambda total: asked.append(total) or real(total))
+    monkeypatch.setattr(arena, "SLOW_HUGE_PAGE_S", -1.0)
+    monkeypatch.setattr(arena, "_cold_until", 0.0)
+    spec = [(np.float64, np.nan)] * 4
+    arena.columns(300_000, spec)  # 9.6 MB: asks, and finds its first page "slow"
+    cols = arena.columns(300_000, spec)  # within the pause: a plain buffer
+    assert len(asked) == 1 and np.isnan(cols[3]).all()
+    monkeypatch.setattr(arena, "_cold_until", 0.0)  # the pause over
+    arena.columns(300_000, spec)
+    assert len(asked) == 2
