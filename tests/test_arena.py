@@ -86,3 +86,18 @@ def test_a_slow_huge_page_pauses_the_advice(monkeypatch):
     monkeypatch.setattr(arena, "_cold_until", 0.0)  # the pause over
     arena.columns(300_000, spec)
     assert len(asked) == 2
+
+
+def test_the_same_disaggregated_simulation_whatever_the_layout(layout):
+    """The disaggregated run's request and handoff columns (two pools, 30k requests)."""
+    from fastsim.sim_disagg import simulate_disagg
+
+    wl = synthetic(64, 4, 30_000, arrival_interval_ms=0.05)
+    pre, dec = EngineArgs(block_size=16, worker_type="prefill"), EngineArgs(block_size=16, worker_type="decode")
+    run = simulate_disagg(wl, pre, dec, num_prefill_workers=1, num_decode_workers=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(arena, "huge_pages_enabled", _DEFAULTS[0])
+        mp.setattr(arena, "SLOW_HUGE_PAGE_S", _DEFAULTS[1])
+        default = simulate_disagg(wl, pre, dec, num_prefill_workers=1, num_decode_workers=2)
+    assert_same_results(run, default)
+    assert run.summary["completed_requests"] == 30_000
