@@ -534,6 +534,27 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
         now = t
         light = pd.fast and _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p,
                                         fl_d, dg, pa, now)
+        if pd.fast and not light and t_arr == now and cl.cdue[cl.ctree[1]] > now and not (
+                dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now) and (
+                fl_p.fs[NSTARTING] == 0 and fl_d.fs[NSTARTING] == 0 and fl_p.fs[NDRAINING] == 0
+                and fl_d.fs[NDRAINING] == 0 and fl_p.fs[SCHEDPOS] >= fl_p.sched_t.shape[0]
+                and fl_d.fs[SCHEDPOS] >= fl_d.sched_t.shape[0]):
+            # An arrival tick with no pass end, no finished transfer and no fleet event (as in
+            # kernels/loop.py): the drain would route the arrivals to prefill workers and then
+            # find nothing else to do unless one of them went to an idle worker (the last drain
+            # left every idle worker with nothing it could do).
+            woke = False
+            while True:
+                r, t_r = pop_arrival_nb(ss, cl, now)
+                if r < 0:
+                    break
+                rq_p.arrival[r] = t_r
+                rq_d.arrival[r] = t_r
+                _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r)
+                if not cl.busy[dg.pre_idx[r]]:
+                    woke = True
+            rk_p.seqc[4] += 1
+            light = not woke
     # steady members become explicit before the results are read
     for k in range(rk_p.n_run.shape[0]):
         materialize_nb(pp, rq_p, rk_p, k, rk_p.rpass[k], cl.last_stamp[k])

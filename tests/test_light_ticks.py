@@ -148,8 +148,9 @@ def test_small_pool_stops_the_light_path(monkeypatch):
     assert light > 100 and fallbacks > 10
 
 
-def _light_disagg(monkeypatch, workload, pre, dec, **kw):
-    """``_light`` for disaggregated runs: light ticks of the decode workers."""
+def _light_disagg(monkeypatch, workload, pre, dec, arrivals=False, **kw):
+    """``_light`` for disaggregated runs: light ticks of the decode workers (``arrivals=True``:
+    the arrival ticks handled without the drain instead)."""
     import fastsim.kernels.disagg as kd
     from fastsim.sim_disagg import simulate_disagg
 
@@ -157,16 +158,16 @@ def _light_disagg(monkeypatch, workload, pre, dec, **kw):
     real = kd.run_disagg_nb
 
     def run(*args):
-        seen.append(args[9])  # the decode ranks
+        seen.append((args[8], args[9]))  # the prefill and the decode ranks
         return real(*args)
 
     monkeypatch.setattr(kd, "run_disagg_nb", run)
     a = simulate_disagg(workload, pre, dec, light_ticks=True, **kw)
-    n = int(seen[-1].seqc[3])
+    n, narr = int(seen[-1][1].seqc[3]), int(seen[-1][0].seqc[4])
     b = simulate_disagg(workload, pre, dec, light_ticks=False, **kw)
-    assert int(seen[-1].seqc[3]) == 0
+    assert int(seen[-1][1].seqc[3]) == 0 and int(seen[-1][0].seqc[4]) == 0
     assert_same_results(a, b)
-    return n
+    return narr if arrivals else n
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -179,6 +180,25 @@ def test_random_disaggregated(monkeypatch, seed):
     except fastsim.errors.DeadEndError:
         with pytest.raises(fastsim.errors.DeadEndError):
             simulate_disagg(wl, pre, dec, light_ticks=False, **kw)
+
+
+def test_disaggregated_arrivals_joining_prefill_workers_in_mid_pass(monkeypatch):
+    """Arrivals that find their prefill worker busy skip the drain; the results are the full
+    tick's, with round robin and kv_router, and with a fleet schedule (the path off while a fleet
+    event is pending)."""
+    pre = EngineArgs.coerce(dict(block_size=16, worker_type="prefill"))
+    dec = EngineArgs.coerce(dict(block_size=16, worker_type="decode"))
+    wl = synthetic(600, 40, 400, arrival_interval_ms=3.0)
+    assert _light_disagg(monkeypatch, wl, pre, dec, arrivals=True, num_prefill_workers=2, num_decode_workers=3) > 200
+    assert _light_disagg(monkeypatch, wl, pre, dec, arrivals=True, num_prefill_workers=1, num_decode_workers=2,
+                         router_mode="kv_router") > 200
+    assert _light_disagg(monkeypatch, wl, pre, dec, arrivals=True, num_prefill_workers=2, num_decode_workers=2,
+                         max_sim_time_ms=700.0) > 50
+    assert _light_disagg(monkeypatch, wl, pre, dec, arrivals=True, num_prefill_workers=2, num_decode_workers=2,
+                         scaling_schedule={"prefill": [[0, 2], [400, 1], [800, 3]]}) > 50
+    sessions = synthetic(300, 30, 150, arrival_interval_ms=4.0, turns_per_session=3, inter_turn_delay_ms=2.0)
+    assert _light_disagg(monkeypatch, sessions, pre, dec, arrivals=True, num_prefill_workers=2,
+                         num_decode_workers=2) > 50
 
 
 def test_light_path_runs_on_decode_workers(monkeypatch):
