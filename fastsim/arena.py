@@ -14,7 +14,9 @@ fresh memory the first time (a new mapping, which then gets huge pages); once fr
 allocator hands the same memory out again to the next simulation in the process, already mapped,
 so a sweep's later runs take no page faults for it at all. Where huge pages cannot be asked for
 (another system, huge pages disabled, a block under 2 MiB) the buffer is the same without the
-advice: the same columns, the same contents.
+advice: the same columns, the same contents. (numpy's own huge-page advice for large arrays stays
+off while fastsim simulates, ``fastsim/pages.py``: these blocks are the only ones advised, and
+each of their pages is checked as it is mapped.)
 
 The columns are views of the block, so the block lives as long as any of them: give columns
 that outlive each other separate blocks (the simulator keeps the result timestamps apart from the
