@@ -421,7 +421,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     saved = warnings.showwarning
     warnings.showwarning = _show_warning
     # One replay frees its garbage by reference counting; the cycle collector would only walk the
-    # million-odd objects that importing numba and pandas leaves, again and again (60-90 ms of a
+    # million-odd objects that importing numba and pandas leaves, again and again (60-70 ms of a
     # 0.8 s run). Sweeps, which run for long in one process, keep it.
     collecting = gc.isenabled()
     if args.command == "replay":

@@ -148,10 +148,10 @@ def simulate_disagg(
     # the handoff columns in two blocks (fastsim/arena.py): those the report keeps, and scratch
     handoff, reserved, activated, released, route_overlap = arena.columns(
         n, [(np.float64, np.nan)] * 4 + [(np.int64, -1)])
+    # (one row at least: the transfer heap needs one; the report reads the worker ids, n rows)
     res_matched, xheap, xready, pre_idx, dec_idx, res_next, rel_next, arr_next = arena.columns(
         max(n, 1), [(np.int64, 0), (np.int64, 0), (np.float64, np.nan)] + [(np.int32, -1)] * 5)
-    res_matched, xready, pre_idx, dec_idx, res_next, rel_next, arr_next = (
-        a[:n] for a in (res_matched, xready, pre_idx, dec_idx, res_next, rel_next, arr_next))
+    pre_idx, dec_idx = pre_idx[:n], dec_idx[:n]
     dg = Disagg(
         n_pre=P, n_dec=D,
         kv_bytes=float(kvb) if (kvb is not None and bw is not None) else 0.0,

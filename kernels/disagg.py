@@ -358,6 +358,24 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
 
 
 @inline
+def _route_arrivals(pp, pool_p, rq_p, rq_d, rk_p, ss, cl, rt_p, fl_p, dg, pa, now):
+    """Release every arrival due at ``now``, in arrival order, and route it to a prefill worker
+    (the tick's phase 3). Returns (arrivals routed, whether one went to an idle worker)."""
+    n = 0
+    woke = False
+    while True:
+        r, t_arr = pop_arrival_nb(ss, cl, now)
+        if r < 0:
+            return n, woke
+        rq_p.arrival[r] = t_arr
+        rq_d.arrival[r] = t_arr
+        _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r)
+        n += 1
+        if not cl.busy[dg.pre_idx[r]]:
+            woke = True
+
+
+@inline
 def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
            rt_d, rt_none, fl_p, fl_d, dg, pa, now):
     n_groups = dg.n_pre + dg.n_dec
@@ -383,13 +401,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             _arrive_decode(rq_d, rk_d, cl, dg, dg.dec_idx[r], r)
             changed = True
         # 3. arrivals go to a prefill worker
-        while True:
-            r, t_arr = pop_arrival_nb(ss, cl, now)
-            if r < 0:
-                break
-            rq_p.arrival[r] = t_arr
-            rq_d.arrival[r] = t_arr
-            _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r)
+        if _route_arrivals(pp, pool_p, rq_p, rq_d, rk_p, ss, cl, rt_p, fl_p, dg, pa, now)[0] > 0:
             changed = True
         # 4. the decode pool: reservations and activations of idle workers, then ready workers;
         # 5. then the prefill pool: idle workers release sources; ready workers run, again while
@@ -543,16 +555,7 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
             # kernels/loop.py): the drain would route the arrivals to prefill workers and then
             # find nothing else to do unless one of them went to an idle worker (the last drain
             # left every idle worker with nothing it could do).
-            woke = False
-            while True:
-                r, t_r = pop_arrival_nb(ss, cl, now)
-                if r < 0:
-                    break
-                rq_p.arrival[r] = t_r
-                rq_d.arrival[r] = t_r
-                _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r)
-                if not cl.busy[dg.pre_idx[r]]:
-                    woke = True
+            woke = _route_arrivals(pp, pool_p, rq_p, rq_d, rk_p, ss, cl, rt_p, fl_p, dg, pa, now)[1]
             rk_p.seqc[4] += 1
             light = not woke
     # steady members become explicit before the results are read

@@ -543,6 +543,17 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
 
 
 @inline
+def _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now):
+    """Release every arrival due at ``now``, in arrival order, and route it (the tick's phase 3)."""
+    while True:
+        r, t_arr = pop_arrival_nb(ss, cl, now)
+        if r < 0:
+            return
+        rq.arrival[r] = t_arr
+        _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
+
+
+@inline
 def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     """Process everything due at ``now`` until nothing changes (the tick phases, in order)."""
     while True:
@@ -562,12 +573,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
                 while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
                     _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
         # 3. arrivals
-        while True:
-            r, t_arr = pop_arrival_nb(ss, cl, now)
-            if r < 0:
-                break
-            rq.arrival[r] = t_arr
-            _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
+        _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now)
         # 4. ready groups, lowest id first (only groups marked since the last drive can be)
         gcap = cl.dirty.shape[0]
         nd = cl.dlist[gcap]
@@ -858,13 +864,9 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
             # An arrival tick with no pass end and no fleet event: the drain would release and
             # route the arrivals and then drive the groups they woke. Routing them here is the
             # same; the drain is needed only if one of them went to an idle group (under load
-            # they mostly join a group in mid-pass, and the tick ends there).
-            while True:
-                r, t_r = pop_arrival_nb(ss, cl, now)
-                if r < 0:
-                    break
-                rq.arrival[r] = t_r
-                _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
+            # they mostly join a group in mid-pass, and the tick ends there). Not for kv_router:
+            # its routing can fill the router's block table, which the loop checks after a drain.
+            _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now)
             rk.seqc[4] += 1
             drain_now = cl.dlist[cl.dirty.shape[0]] > 0
             continue
