@@ -65,10 +65,10 @@ def _offsets(n, spec):
     return offsets, total
 
 
-def _huge_buffer(total):
-    """A zeroed uint8 buffer of ``total`` bytes starting on a 2 MiB boundary, the kernel asked to
-    back its pages not yet mapped with huge pages."""
-    raw = np.zeros(total + HUGE_PAGE, dtype=np.uint8)
+def _huge_buffer(total, zeroed=True):
+    """A uint8 buffer of ``total`` bytes (zeroed, or left as it comes) starting on a 2 MiB
+    boundary, the kernel asked to back its pages not yet mapped with huge pages."""
+    raw = (np.zeros if zeroed else np.empty)(total + HUGE_PAGE, dtype=np.uint8)
     start = -raw.ctypes.data % HUGE_PAGE
     npages = min(-(-total // HUGE_PAGE), (raw.shape[0] - start) // HUGE_PAGE)
     base = raw.ctypes.data + start
@@ -94,20 +94,22 @@ def _huge_buffer(total):
     return raw[start:start + total]
 
 
-def columns(n, spec):
+def columns(n, spec, zeroed=True):
     """Arrays of length ``n``, one per ``(dtype, fill)`` of ``spec``, each filled with ``fill``
-    (0, -1, NaN, ...), all in one block of memory (see the module's docstring)."""
+    (0, -1, NaN, ...), all in one block of memory (see the module's docstring). ``zeroed=False``:
+    the arrays are left as the memory comes (``fill`` ignored), for columns whose every row is
+    written before it is read (memory recycled within the process is then not cleared first)."""
     offsets, total = _offsets(n, spec)
     if (huge_pages_enabled and _madvise is not None and total >= HUGE_PAGE
             and time.monotonic() >= _cold_until):
-        buf = _huge_buffer(total)
+        buf = _huge_buffer(total, zeroed)
     else:
-        buf = np.zeros(max(total, 1), dtype=np.uint8)
+        buf = (np.zeros if zeroed else np.empty)(max(total, 1), dtype=np.uint8)
     out = []
     for (dtype, fill), off in zip(spec, offsets):
         dtype = np.dtype(dtype)
         col = buf[off:off + n * dtype.itemsize].view(dtype)
-        if fill != 0:  # (NaN included)
+        if zeroed and fill != 0:  # (NaN included)
             col[:] = fill
         out.append(col)
     return out

@@ -120,6 +120,19 @@ def max_tokens(isl, osl):
     return top
 
 
+def settle_unarrived(rq, n_arrived):
+    """Give the rows that never arrived (a capped run, a dead end) the start ``arrive_nb`` gives
+    an arriving row: unset times, no worker, no links (``sbase == 0`` marks them)."""
+    if n_arrived >= rq.isl.shape[0]:
+        return
+    rows = np.flatnonzero(rq.sbase == 0)
+    for col in (rq.arrival, rq.first_admit, rq.first_token, rq.second_token, rq.last_token,
+                rq.terminal):
+        col[rows] = np.nan
+    for col in (rq.sbase, rq.rank, rq.qnext, rq.qprev, rq.xnext, rq.xprev):
+        col[rows] = -1
+
+
 def _requests(workload, key_ptr, keys, block_size, osl=None):
     """Per-request state; ``osl`` overrides the workload's output lengths (a prefill copy's)."""
     from fastsim.kernels.scheduler import Reqs
@@ -139,12 +152,15 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
     # (wnext) with the explicit-list link (xnext) and the second-token link (snext) with xprev (a
     # steady request is not on the explicit list; making it explicit again discards the wheel and
     # the second-token lists). 12 bytes less per request.
+    # A row's unset times (NaN) and links (-1) are written when it arrives
+    # (``scheduler.arrive_nb``), while the row is in cache, and after a run by
+    # :func:`settle_unarrived` for the rows that never arrived: the times start as the memory
+    # comes, the state as zeros (``sbase == 0`` marks a row that never arrived).
     arrival, first_admit, first_token, second_token, last_token, terminal = arena.columns(
-        n, [(np.float64, np.nan)] * 6)
+        n, [(np.float64, 0)] * 6, zeroed=False)
     (seq, sbase, computed, generated, alloc, rank, qnext, qprev, npreempt, reused, first_reused,
      nheld, xnext, xprev, status, term_kind) = arena.columns(
-        n, [(np.int64, 0), (np.int64, -1)] + [(np.int32, 0)] * 3 + [(np.int32, -1)] * 3
-        + [(np.int32, 0)] * 4 + [(np.int32, -1)] * 2 + [(np.int8, 0)] * 2)
+        n, [(np.int64, 0)] * 2 + [(np.int32, 0)] * 12 + [(np.int8, 0)] * 2)
     return Reqs(
         isl=isl,
         osl=osl,
@@ -322,6 +338,7 @@ def simulate(
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                           single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
                           light_ticks)
+    settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:

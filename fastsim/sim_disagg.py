@@ -17,6 +17,7 @@ from fastsim.sim import (
     _load_kernels,
     _requests,
     _router_state,
+    settle_unarrived,
 )
 
 
@@ -175,6 +176,8 @@ def simulate_disagg(
                            load_perf_model(decode_engine.planner_profile_data),
                            make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, ranks(P, pp.cap, pp.budget), ranks(D, pd.cap, pd.budget),
                            ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
+    settle_unarrived(rq_p, int(cl.state[NARRIVED]))
+    settle_unarrived(rq_d, int(cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
         raise DeadEndError(

@@ -72,6 +72,7 @@ from fastsim.kernels.scheduler import (
     REJECTED,
     TERM_HANDOFF,
     TERM_REJECTED,
+    arrive_nb,
     enqueue_waiting_nb,
     free_blocks_nb,
     materialize_nb,
@@ -367,8 +368,8 @@ def _route_arrivals(pp, pool_p, rq_p, rq_d, rk_p, ss, cl, rt_p, fl_p, dg, pa, no
         r, t_arr = pop_arrival_nb(ss, cl, now)
         if r < 0:
             return n, woke
-        rq_p.arrival[r] = t_arr
-        rq_d.arrival[r] = t_arr
+        arrive_nb(rq_p, r, t_arr)
+        arrive_nb(rq_d, r, t_arr)
         _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r)
         n += 1
         if not cl.busy[dg.pre_idx[r]]:

@@ -66,6 +66,7 @@ from fastsim.kernels.scheduler import (
     rank_pass_nb,
     _block_mod,
     _step_ms,
+    arrive_nb,
     steady_next_ok,
     steady_pass_ms,
     steady_pass_nb,
@@ -549,7 +550,7 @@ def _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now):
         r, t_arr = pop_arrival_nb(ss, cl, now)
         if r < 0:
             return
-        rq.arrival[r] = t_arr
+        arrive_nb(rq, r, t_arr)
         _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
 
 

@@ -272,6 +272,27 @@ def _stop_running(rq, rk, k, r, explicit):
 
 
 @inner
+def arrive_nb(rq, r, t):
+    """Request ``r`` arrives at ``t``: its row starts here. ``sim._requests`` leaves the row as
+    zeros (filling every row up front cost more than this, made while the row is in cache): the
+    result times start unset (NaN) and the links and the steady base at -1. Every later value of
+    ``sbase`` is -1 or a pass number + 1, so ``sbase == 0`` marks a row that never arrived
+    (``sim.settle_unarrived`` gives such rows the same start after a capped run)."""
+    rq.arrival[r] = t
+    rq.first_admit[r] = np.nan
+    rq.first_token[r] = np.nan
+    rq.second_token[r] = np.nan
+    rq.last_token[r] = np.nan
+    rq.terminal[r] = np.nan
+    rq.sbase[r] = -1
+    rq.rank[r] = -1
+    rq.qnext[r] = -1
+    rq.qprev[r] = -1
+    rq.xnext[r] = -1
+    rq.xprev[r] = -1
+
+
+@inner
 def enqueue_waiting_nb(rq, rk, k, r):
     """Submit request ``r`` to rank ``k``'s waiting queue (Dynamo's ``receive``)."""
     rq.status[r] = WAITING

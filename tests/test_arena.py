@@ -46,6 +46,64 @@ def test_columns_filled_aligned_and_apart(n, layout):
         assert (col == (2.5 if i == 0 else 1)).all()
 
 
+def test_unzeroed_columns_are_left_as_the_memory_comes(layout, monkeypatch):
+    monkeypatch.setattr(arena, "np", _Poisoned())
+    cols = arena.columns(300_000, [(np.float64, np.nan), (np.int32, -1)], zeroed=False)
+    assert (cols[1] == _POISON_I32).all()  # (the fill is not applied)
+
+
+# A byte pattern for memory "as it comes": every float64 of it a finite number, every int32 of
+# it a valid-looking positive id, so a row read before it is written would go unnoticed as NaN
+# or -1 would not.
+_POISON_BYTE = 0x21
+_POISON_I32 = int(np.full(1, _POISON_BYTE, np.uint8).repeat(4).view(np.int32)[0])
+
+
+class _Poisoned:
+    """numpy, except that ``empty`` returns poisoned memory."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def empty(shape, dtype=float):
+        return np.full(shape, _POISON_BYTE, dtype=np.uint8).view(dtype)
+
+
+def _agg(**kw):
+    wl = synthetic(64, 8, 30_000, arrival_interval_ms=0.05)
+    return sim.simulate(wl, EngineArgs(block_size=16), num_workers=2, **kw)
+
+
+def _disagg(**kw):
+    from fastsim.sim_disagg import simulate_disagg
+
+    wl = synthetic(64, 8, 30_000, arrival_interval_ms=0.05)
+    return simulate_disagg(wl, EngineArgs.coerce(dict(block_size=16, worker_type="prefill")),
+                           EngineArgs.coerce(dict(block_size=16, worker_type="decode")),
+                           num_prefill_workers=1, num_decode_workers=2, **kw)
+
+
+@pytest.mark.parametrize("run", [_agg, _disagg], ids=["aggregated", "disaggregated"])
+@pytest.mark.parametrize("cap", [None, 700.0], ids=["whole", "capped"])
+def test_rows_start_when_they_arrive(run, cap, monkeypatch):
+    """The result times are not cleared up front (``zeroed=False``): each row's start is written
+    when it arrives, and after a capped run for the rows that never did. With that memory
+    poisoned the results are the same, and the rows that never arrived read as such."""
+    clean = run(max_sim_time_ms=cap)
+    monkeypatch.setattr(arena, "np", _Poisoned())
+    poisoned = run(max_sim_time_ms=cap)
+    assert_same_results(poisoned, clean)
+    df = poisoned.requests
+    if cap is None:
+        assert clean.summary["completed_requests"] == 30_000
+    else:
+        never = df["arrival_time_ms"].isna()
+        assert 0 < never.sum() < 30_000  # the cap fell while requests were still to arrive
+        assert df.loc[never, ["first_admit_ms", "first_token_ms", "terminal_time_ms"]].isna().all().all()
+        assert df.loc[never, "decode_worker_idx"].isna().all()
+
+
 def test_a_large_block_starts_on_a_huge_page_boundary(monkeypatch):
     if arena._madvise is None:
         pytest.skip("huge pages cannot be asked for on this system")
@@ -77,7 +135,8 @@ def test_a_slow_huge_page_pauses_the_advice(monkeypatch):
         pytest.skip("huge pages cannot be asked for on this system")
     asked = []
     real = arena._huge_buffer
-    monkeypatch.setattr(arena, "_huge_buffer", lambda total: asked.append(total) or real(total))
+    monkeypatch.setattr(arena, "_huge_buffer",
+                        lambda total, zeroed=True: asked.append(total) or real(total, zeroed))
     monkeypatch.setattr(arena, "SLOW_HUGE_PAGE_S", -1.0)
     monkeypatch.setattr(arena, "_cold_until", 0.0)
     spec = [(np.float64, np.nan)] * 4
