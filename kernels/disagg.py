@@ -36,6 +36,7 @@ from fastsim.kernels.fleet import (
     SCHEDPOS,
     UNUSED,
     apply_schedule_nb,
+    at_rest_nb,
     mark_ready_nb,
     next_fleet_event_nb,
     nth_active_nb,
@@ -480,9 +481,7 @@ def _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p, fl_
     k = g - dg.n_pre
     if rk_d.n_wait[k] > 0 or rk_d.xhead[k] >= 0 or dg.res_head[k] >= 0 or dg.arr_head[k] >= 0:
         return False
-    if (fl_p.fs[NSTARTING] > 0 or fl_d.fs[NSTARTING] > 0 or fl_p.fs[NDRAINING] > 0
-            or fl_d.fs[NDRAINING] > 0 or fl_p.fs[SCHEDPOS] < fl_p.sched_t.shape[0]
-            or fl_d.fs[SCHEDPOS] < fl_d.sched_t.shape[0]):
+    if not (at_rest_nb(fl_p) and at_rest_nb(fl_d)):
         return False
     if _next_arrival(ss, cl)[1] <= now or (dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now):
         return False
@@ -547,11 +546,9 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
         now = t
         light = pd.fast and _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p,
                                         fl_d, dg, pa, now)
-        if pd.fast and not light and t_arr == now and cl.cdue[cl.ctree[1]] > now and not (
-                dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now) and (
-                fl_p.fs[NSTARTING] == 0 and fl_d.fs[NSTARTING] == 0 and fl_p.fs[NDRAINING] == 0
-                and fl_d.fs[NDRAINING] == 0 and fl_p.fs[SCHEDPOS] >= fl_p.sched_t.shape[0]
-                and fl_d.fs[SCHEDPOS] >= fl_d.sched_t.shape[0]):
+        if (pd.fast and not light and t_arr == now and cl.cdue[cl.ctree[1]] > now
+                and not (dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now)
+                and at_rest_nb(fl_p) and at_rest_nb(fl_d)):
             # An arrival tick with no pass end, no finished transfer and no fleet event (as in
             # kernels/loop.py): the drain would route the arrivals to prefill workers and then
             # find nothing else to do unless one of them went to an idle worker (the last drain

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim.kernels.jit import inner, kernel_noalloc
+from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.kvpool import NACTIVE, NINACTIVE
 
 UNUSED, STARTING, ACTIVE, DRAINING, RETIRED, CANCELLED = 0, 1, 2, 3, 4, 5
@@ -107,6 +107,14 @@ def apply_target_nb(fl, now, target):
             fl.fs[NDRAINING] += 1
             excess -= 1
     return True
+
+
+@inline
+def at_rest_nb(fl):
+    """No fleet event can be due: no worker starting or draining, no scaling step left, no
+    planner (the event loops' light paths run only then)."""
+    return (fl.fs[NSTARTING] == 0 and fl.fs[NDRAINING] == 0
+            and fl.fs[SCHEDPOS] >= fl.sched_t.shape[0] and fl.planner_ms == 0.0)
 
 
 @kernel_noalloc

@@ -33,6 +33,7 @@ from fastsim.kernels.fleet import (
     TARGET,
     apply_schedule_nb,
     apply_target_nb,
+    at_rest_nb,
     mark_ready_nb,
     next_fleet_event_nb,
     nth_active_nb,
@@ -626,8 +627,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             return False
     if rt.mode == KV_ROUTER and (rt.fhead[g] >= 0 or rt.state[2] > 0):
         return False
-    if (fl.fs[NSTARTING] > 0 or fl.fs[NDRAINING] > 0 or fl.fs[SCHEDPOS] < fl.sched_t.shape[0]
-            or fl.planner_ms > 0.0):
+    if not at_rest_nb(fl):
         return False
     if _next_arrival(ss, cl)[1] <= now:
         return False
@@ -859,9 +859,8 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
         ws = _step_ws(cl, fl, ws, now, t)
         now = t
         drain_now = True
-        if p.fast and t_arr == now and cl.cdue[cl.ctree[1]] > now and rt.mode != KV_ROUTER and (
-                fl.fs[NSTARTING] == 0 and fl.fs[NDRAINING] == 0
-                and fl.fs[SCHEDPOS] >= fl.sched_t.shape[0] and fl.planner_ms == 0.0):
+        if (p.fast and t_arr == now and cl.cdue[cl.ctree[1]] > now and rt.mode != KV_ROUTER
+                and at_rest_nb(fl)):
             # An arrival tick with no pass end and no fleet event: the drain would release and
             # route the arrivals and then drive the groups they woke. Routing them here is the
             # same; the drain is needed only if one of them went to an idle group (under load
