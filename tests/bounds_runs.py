@@ -1,0 +1,79 @@
+"""Simulations of every kind, for ``test_index_bounds.py`` to run with numba's bounds checking on.
+
+Run as a script (``python tests/bounds_runs.py``); prints one line per group of runs and "ok" at
+the end. An ``IndexError`` raised inside a kernel ends it with a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import fastsim.errors  # noqa: E402
+import fastsim.sim as sim  # noqa: E402
+from fastsim.config import EngineArgs  # noqa: E402
+from fastsim.sim_disagg import simulate_disagg  # noqa: E402
+from fastsim.workload import load_mooncake, synthetic  # noqa: E402
+
+from test_engine_vs_naive import random_case  # noqa: E402
+from test_steady_decode import _cluster_case, _disagg_case  # noqa: E402
+
+
+def _both(run, *args, **kw):
+    """``run`` with each exact optimisation on and off (their kernels' paths differ); a dead end
+    is a legitimate outcome of some random cases."""
+    for steady, light in ((True, True), (False, False)):
+        try:
+            rep = run(*args, steady_decode=steady, light_ticks=light, **kw)
+            rep.summary  # the report's statistics kernels too
+        except fastsim.errors.DeadEndError:
+            pass
+
+
+def main():
+    for seed in range(0, 60, 3):  # single worker, traces: prefix caching, chunking, preemption
+        rows, tbs, engine = random_case(seed)
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "trace.jsonl"
+            p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            wl = load_mooncake(p, trace_block_size=tbs)
+        _both(sim.simulate, wl, EngineArgs.coerce(engine))
+    print("traces", flush=True)
+    for seed in range(24):  # clusters: DP, kv_router, closed loops, sessions, shared prefixes
+        wl, engine, kw = _cluster_case(seed)
+        _both(sim.simulate, wl, engine, **kw)
+    print("clusters", flush=True)
+    for seed in range(8):
+        wl, pre, dec, kw = _disagg_case(seed)
+        _both(simulate_disagg, wl, pre, dec, **kw)
+    print("disaggregated", flush=True)
+    wl = synthetic(512, 400, 400, arrival_interval_ms=4.0)
+    engine = EngineArgs(block_size=16, num_gpu_blocks=3000, startup_time=0.2)
+    for kw in (dict(num_workers=2, max_sim_time_ms=3000.0),
+               dict(num_workers=2, telemetry_interval_ms=5.0),
+               dict(num_workers=1, planner=lambda s: 1 + int(s.now_ms // 700) % 3,
+                    planner_interval_ms=50.0, max_workers=4),
+               dict(num_workers=3, scaling_schedule=[[0, 3], [800, 1], [1600, 4]]),
+               dict(num_workers=3, router_mode="kv_router", scaling_schedule=[[0, 3], [900, 2]])):
+        _both(sim.simulate, wl, engine, **kw)
+    pre = EngineArgs(block_size=16, worker_type="prefill")
+    dec = EngineArgs(block_size=16, worker_type="decode", num_gpu_blocks=2000, startup_time=0.1)
+    _both(simulate_disagg, wl, pre, dec, num_prefill_workers=1, num_decode_workers=2,
+          scaling_schedule={"prefill": [[0, 1], [500, 2]], "decode": [[0, 2], [700, 1]]},
+          max_sim_time_ms=2500.0)
+    print("fleets", flush=True)
+    light = synthetic(256, 300, 60, arrival_interval_ms=900.0)  # steady runs ahead of the loop
+    _both(sim.simulate, light, EngineArgs(block_size=16), num_workers=1)
+    _both(sim.simulate, light, EngineArgs(block_size=16), num_workers=3)
+    print("ok", flush=True)
+
+
+if __name__ == "__main__":
+    random.seed(0)
+    main()

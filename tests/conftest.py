@@ -1,0 +1,42 @@
+"""Suite-wide set-up: the bounds-checked simulations of ``test_index_bounds.py`` start in a
+second process as soon as the test is collected, so that their compile (a few minutes on two
+cores, mostly numba's) overlaps the rest of the suite instead of adding to it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_bounds = {}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if any(item.nodeid.endswith("test_index_bounds.py::test_kernels_never_index_below_zero")
+           for item in items):
+        start_bounds_runs()
+
+
+def start_bounds_runs():
+    """Start ``bounds_runs.py`` with numba's bounds checking on, in a numba cache of its own
+    (once per session); ``_bounds`` keeps the process and its output file."""
+    if "proc" in _bounds:
+        return _bounds
+    d = tempfile.mkdtemp(prefix="fastsim-bounds-")
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=os.path.join(d, "cache"))
+    env.pop("FASTSIM_INDEX_WRAPAROUND", None)
+    out = open(os.path.join(d, "out.txt"), "w+")
+    _bounds.update(dir=d, out=out, proc=subprocess.Popen(
+        [sys.executable, str(HERE / "bounds_runs.py")], env=env, stdout=out,
+        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+    return _bounds
+
+
+def pytest_sessionfinish(session, exitstatus):
+    proc = _bounds.get("proc")
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
