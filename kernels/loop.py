@@ -119,8 +119,9 @@ def make_sessions(workload, concurrency):
         order=order,
         n_static=0 if concurrency else int(first.shape[0]),
         tie=tie,
-        ready_at=np.zeros(n),  # (written only for rows entering the heap: pages mapped as used)
-        heap=np.zeros(max(n, 1), dtype=np.int64),
+        # (written only for rows entering the heap, which a single-turn open loop never uses)
+        ready_at=np.zeros(n if tie.shape[0] else 1),
+        heap=np.zeros(max(n, 1) if tie.shape[0] else 1, dtype=np.int64),
         cur=np.full(1, -1, dtype=np.int64),
         cur_t=np.full(1, np.inf),
     )
