@@ -5,6 +5,7 @@ cores, mostly numba's) overlaps the rest of the suite instead of adding to it.""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,10 @@ def start_bounds_runs():
 
 def pytest_sessionfinish(session, exitstatus):
     proc = _bounds.get("proc")
-    if proc is not None and proc.poll() is None:
+    if proc is None:
+        return
+    if proc.poll() is None:
         proc.kill()
         proc.wait()
+    _bounds["out"].close()
+    shutil.rmtree(_bounds["dir"], ignore_errors=True)  # (its numba cache: tens of MB)
