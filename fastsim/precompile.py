@@ -4,8 +4,9 @@ numba compiles the aggregated loop (``kernels.loop.run_loop_nb``) in one thread.
 is spent inlining the loop's inner functions (no callee is needed yet); then type inference asks
 for every kernel the loop calls, and each is compiled on the spot, one after the other (about a
 third of the cold compile). When the cache is empty, :func:`start` launches
-``python -m fastsim.precompile``: it compiles those callees, in the order the loop asks for them,
-with the exact signatures the loop uses (:data:`CALLEES`), and writes them to the same numba cache.
+``python -m fastsim.precompile``: it compiles those callees, from the last the loop asks for to
+the first, with the exact signatures the loop uses (:data:`CALLEES`), and writes them to the same
+numba cache.
 By the time the loop's type inference reaches one, the first process loads it from the cache
 instead of compiling it (if it is not there yet, it compiles it itself, as without the helper).
 A first disaggregated run compiles its own loop while a helper compiles the aggregated one, whose
@@ -98,7 +99,11 @@ def compile_callees():
     import importlib
 
     tables = state_types()
-    for mod, name, args in CALLEES:
+    # Backwards: the loop asks for its callees from the first on, a few seconds after the start,
+    # and compiles itself any the helper has not finished; starting from the far end, the two
+    # meet in the middle instead of compiling the same kernels at once (cold compile on a 2-core
+    # guest: 36.8 -> 34.6 s).
+    for mod, name, args in reversed(CALLEES):
         kernel = getattr(importlib.import_module(f"fastsim.kernels.{mod}"), name)
         kernel.compile(signature(args, tables))
 

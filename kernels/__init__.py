@@ -46,6 +46,14 @@ way (numba's implementations of numpy functions inside them keep their wraparoun
 ``tests/test_index_bounds.py`` runs simulations of every kind with numba's bounds checking on,
 which then rejects any negative index the kernels would use. ``FASTSIM_INDEX_WRAPAROUND=1``
 compiles them with numba's usual indexing (a cache of its own).
+
+numba's IR-level inlining (``inline="always"``) deep-copies the callee's IR block by block, each
+block with a fresh copy memo, so the callee's variable scope (every variable of the function) is
+copied once per basic block: quadratic in the size of the callee. ``_inline_sharing_scopes`` has
+every block of one copy share one copy of the scope (inlining then replaces the callee blocks'
+scope with the caller's anyway). The compiled code is the same byte for byte (all 114 cached
+objects of a cold compile compared); the cold compile is about 1.3 s shorter (36.2 against 37.5 s
+on a 2-core guest), and the IR copies under a profiler took 3 s instead of 41 s.
 """
 
 import hashlib
@@ -83,12 +91,61 @@ def _index_as_written():
     return True
 
 
+def _inline_sharing_scopes():
+    """Make numba's IR-level inlining copy a callee's variable scope once per copy of the
+    callee, not once per basic block (see above). Returns True if installed."""
+    import copy
+    import threading
+
+    try:
+        from numba.core import inline_closurecall, ir
+    except ImportError:
+        return False
+    worker = getattr(inline_closurecall, "InlineWorker", None)
+    scope = getattr(ir, "Scope", None)
+    if worker is None or scope is None or not hasattr(worker, "inline_ir"):
+        return False
+    if getattr(worker.inline_ir, "fastsim", False):
+        return True
+    if "__deepcopy__" in vars(scope):
+        return False  # numba copies scopes its own way now: leave it
+    active = threading.local()
+
+    def scope_deepcopy(self, memo):
+        shared = getattr(active, "scopes", None)
+        if shared is not None and id(self) in shared:
+            out = shared[id(self)][1]
+        else:
+            rv = self.__reduce_ex__(4)
+            out = copy._reconstruct(self, memo, *rv)
+            if shared is not None:
+                shared[id(self)] = (self, out)  # (keeps ``self`` alive: its id stays unique)
+        memo[id(self)] = out
+        return out
+
+    usual = worker.inline_ir
+
+    def inline_ir(self, *args, **kwargs):
+        outer = getattr(active, "scopes", None)
+        active.scopes = {}
+        try:
+            return usual(self, *args, **kwargs)
+        finally:
+            active.scopes = outer
+
+    inline_ir.fastsim = True
+    scope.__deepcopy__ = scope_deepcopy
+    worker.inline_ir = inline_ir
+    return True
+
+
 def _configure():
     import numba
     from numba.core import config
 
     os.environ.setdefault("NUMBA_OPT", "2")
     as_written = _index_as_written()
+    _inline_sharing_scopes()
     if not os.environ.get("NUMBA_CACHE_DIR"):
         here = Path(__file__).resolve().parent
         h = hashlib.sha256(f"{numba.__version__} opt{os.environ['NUMBA_OPT']} "
