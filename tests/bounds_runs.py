@@ -7,13 +7,14 @@ the end. An ``IndexError`` raised inside a kernel ends it with a traceback.
 from __future__ import annotations
 
 import json
-import random
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
 
 import fastsim.errors  # noqa: E402
 import fastsim.sim as sim  # noqa: E402
@@ -26,17 +27,33 @@ from test_steady_decode import _cluster_case, _disagg_case  # noqa: E402
 
 
 def _both(run, *args, **kw):
-    """``run`` with each exact optimisation on and off (their kernels' paths differ); a dead end
-    is a legitimate outcome of some random cases."""
+    """``run`` (and the report it builds) with each exact optimisation on and off (their kernels'
+    paths differ); a dead end is a legitimate outcome of some random cases."""
     for steady, light in ((True, True), (False, False)):
         try:
-            rep = run(*args, steady_decode=steady, light_ticks=light, **kw)
-            rep.summary  # the report's statistics kernels too
+            run(*args, steady_decode=steady, light_ticks=light, **kw)
         except fastsim.errors.DeadEndError:
             pass
 
 
+def bounds_are_checked():
+    """Exit with an error unless numba checks the bounds of fastsim's kernels in this process
+    (else every run below would pass without checking anything)."""
+    from numba.core import config
+
+    from fastsim.kernels.scan import max_sum_nb
+
+    if not config.BOUNDSCHECK:
+        sys.exit("numba's bounds checking is off (NUMBA_BOUNDSCHECK=1 expected)")
+    try:
+        max_sum_nb(np.zeros(2, dtype=np.int64), np.zeros(1, dtype=np.int64))  # reads b[1]
+    except IndexError:
+        return
+    sys.exit("an index past the end of an array went unchecked in a fastsim kernel")
+
+
 def main():
+    bounds_are_checked()
     for seed in range(0, 60, 3):  # single worker, traces: prefix caching, chunking, preemption
         rows, tbs, engine = random_case(seed)
         with tempfile.TemporaryDirectory() as d:
@@ -75,5 +92,4 @@ def main():
 
 
 if __name__ == "__main__":
-    random.seed(0)
     main()
