@@ -146,10 +146,11 @@ def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None):
     return report
 
 
-def _cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms):
+def _cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms,
+                threads=None):
     return dict(scaling_schedule=scaling_schedule, planner=planner,
                 planner_interval_ms=planner_interval_ms, max_workers=max_workers,
-                telemetry_interval_ms=telemetry_interval_ms)
+                telemetry_interval_ms=telemetry_interval_ms, threads=threads)
 
 
 def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int = 1,
@@ -157,11 +158,12 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
                       max_sim_time_ms: Optional[float] = None, sla=(None, None, None),
                       report_jsonl_path=None, router_config=None, seed: int = 0,
                       scaling_schedule=None, planner=None, planner_interval_ms=None,
-                      max_workers=None, telemetry_interval_ms=None):
+                      max_workers=None, telemetry_interval_ms=None, threads=None):
     """Simulate an already-loaded :class:`Workload` (for sweeps that reuse one workload).
 
     ``engine_args`` is anything :meth:`EngineArgs.coerce` accepts. Writes ``report_jsonl_path`` if
-    given and returns the :class:`fastsim.report.Report`.
+    given and returns the :class:`fastsim.report.Report`. ``threads``: see
+    :func:`fastsim.sim.simulate` (the same results with any number).
     """
     from fastsim.sim import simulate  # lazy: numba loads only when a simulation runs
 
@@ -176,7 +178,7 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
         replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms, sla=tuple(sla),
         router_config=RouterConfig.coerce(router_config), seed=seed,
         scaling_schedule=scaling_schedule, planner=planner, planner_interval_ms=planner_interval_ms,
-        max_workers=max_workers, telemetry_interval_ms=telemetry_interval_ms,
+        max_workers=max_workers, telemetry_interval_ms=telemetry_interval_ms, threads=threads,
     )
     if report_jsonl_path is not None:
         report.to_jsonl(os.fspath(report_jsonl_path))
@@ -216,6 +218,7 @@ def run_trace_replay(
     planner_interval_ms: Optional[float] = None,
     max_workers: Optional[int] = None,
     telemetry_interval_ms: Optional[float] = None,
+    threads: Optional[int] = None,
     **unsupported: Any,
 ):
     """Replay a trace file offline (Dynamo's ``run_trace_replay``); returns a ``Report``.
@@ -236,7 +239,10 @@ def run_trace_replay(
     (``[[t_ms, workers], ...]``, new workers start in ``startup_time`` seconds of the engine args),
     ``planner`` (a callable given a :class:`fastsim.sim.PlannerState` every ``planner_interval_ms``,
     returning a target worker count or None; at most ``max_workers``), and
-    ``telemetry_interval_ms`` (per-worker samples in ``Report.workers``).
+    ``telemetry_interval_ms`` (per-worker samples in ``Report.workers``). ``threads``: how many
+    threads a round-robin replay may run its workers' shards in (``fastsim.sim.simulate``; the
+    same results with any number; default ``FASTSIM_THREADS`` or the usable cores, 1 for a sweep
+    that runs one replay per core).
 
     Not supported yet (NotSupportedError): ``replay_mode="online"``, disaggregated engine args, ``aic_perf_config``, ``planner_config``,
     ``model_name``, the agentic/delta/dynamo trace formats and their ``trace_*_prefix_*`` options.
@@ -284,7 +290,8 @@ def run_trace_replay(
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
         router_config=opts["router_config"], seed=seed, **_cluster_kw(
-            scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms),
+            scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms,
+            threads),
     )
 
 
@@ -326,6 +333,7 @@ def run_synthetic_trace_replay(
     planner_interval_ms: Optional[float] = None,
     max_workers: Optional[int] = None,
     telemetry_interval_ms: Optional[float] = None,
+    threads: Optional[int] = None,
     **unsupported: Any,
 ):
     """Replay a synthetic workload offline (Dynamo's ``run_synthetic_trace_replay``); returns a ``Report``.
@@ -366,5 +374,6 @@ def run_synthetic_trace_replay(
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
         router_config=opts["router_config"], seed=seed, **_cluster_kw(
-            scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms),
+            scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms,
+            threads),
     )

@@ -98,6 +98,9 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-prefix-groups", type=int, default=0)
     p.add_argument("--inter-turn-delay-ms", type=float, default=0.0)
     p.add_argument("--num-workers", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None,
+                   help="fastsim only: threads for a round-robin cluster's shards (same results with "
+                        "any number; default $FASTSIM_THREADS or the usable cores)")
     p.add_argument("--num-prefill-workers", type=int, default=1)
     p.add_argument("--num-decode-workers", type=int, default=1)
     p.add_argument("--replay-concurrency", type=int)
@@ -245,6 +248,7 @@ def _cmd_replay(args) -> int:
         seed=args.seed,
         scaling_schedule=args.scaling_schedule,
         telemetry_interval_ms=args.telemetry_interval_ms,
+        threads=args.threads,
         arrival_speedup_ratio=args.arrival_speedup_ratio,
         sla_ttft_ms=args.sla_ttft_ms,
         sla_itl_ms=args.sla_itl_ms,

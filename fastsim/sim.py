@@ -229,6 +229,7 @@ def _load_kernels():
     w.trace_block_size = 16
     try:
         simulate(w, EngineArgs(block_size=16))
+        simulate(w, EngineArgs(block_size=16), num_workers=2, threads=2)  # a split run's kernels
     finally:
         precompile.finish(helper)
 
@@ -253,6 +254,7 @@ def simulate(
     debug: bool | None = None,
     steady_decode: bool = True,
     light_ticks: bool = True,
+    threads: int | None = None,
 ):
     """Simulate ``workload`` on a cluster of aggregated workers; returns a :class:`Report`.
 
@@ -274,7 +276,14 @@ def simulate(
       of steady passes alone, and an arrival tick whose arrivals all join groups in mid-pass, on
       light paths instead of the full tick (exact optimisations, see ``kernels/loop.py``); False
       for checking.
+    * ``threads``: a round-robin cluster whose workers never meet (an open loop of single-turn
+      requests, no scaling, no telemetry, no time cap) is simulated as that many shards of its
+      workers side by side, one thread each, with the same results (``fastsim/shards.py``).
+      Default: the ``FASTSIM_THREADS`` environment variable, else the cores this process may use,
+      for runs of at least 20,000 requests. 1: never split (a sweep running one simulation per
+      core).
     """
+    from fastsim import shards
     from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)
     from fastsim.report import build_report
@@ -293,9 +302,17 @@ def simulate(
     if telemetry_interval_ms is not None and not telemetry_interval_ms > 0:
         raise InputError(f"telemetry_interval_ms is {telemetry_interval_ms!r}; it must be > 0")
 
+    n_shards = shards.plan(workload, threads=threads, num_workers=num_workers, router_mode=router_mode,
+                           replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
+                           schedule=schedule, planner=planner,
+                           telemetry_interval_ms=telemetry_interval_ms)
     _load_kernels()
     t0 = time.perf_counter()
     dp = max(int(engine.dp_size or 1), 1)
+    if n_shards > 1:
+        return _simulate_split(workload, engine, n_shards, t0, num_workers=num_workers, dp=dp,
+                               sla=sla, seed=seed, debug=debug, steady_decode=steady_decode,
+                               light_ticks=light_ticks)
     if planner is not None:
         g_cap = int(max_workers or 4 * num_workers)
         if g_cap < num_workers:
@@ -359,7 +376,7 @@ def simulate(
         check(st, engine)
     # only the per-request results and the gap statistics go on: the rest of the state is freed
     # before the report's own arrays are made (peak memory)
-    cols, gaps, fl = _request_columns(st.rq, workload, dp, single_path), st.gaps, st.fl
+    cols, gaps, fl = _request_columns(st.rq, dp, single_path), st.gaps, st.fl
     del st
     report = build_report(
         cols,
@@ -428,10 +445,59 @@ class _State(NamedTuple):
     pa: object
 
 
+def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, seed, debug,
+                    steady_decode, light_ticks):
+    """``simulate`` of a cluster split into shards (``fastsim/shards.py``), timed from ``t0``."""
+    from fastsim import shards
+    from fastsim.kernels.loop import DEAD_END
+    from fastsim.report import build_report
+
+    status, cols, gaps, fl, ws, states, remaining = shards.simulate_shards(
+        workload, engine, n_shards, num_workers=num_workers, dp=dp, steady_decode=steady_decode,
+        light_ticks=light_ticks, seed=seed)
+    wall_ms = (time.perf_counter() - t0) * 1000.0
+    if status == DEAD_END:
+        raise DeadEndError(
+            f"offline replay reached a dead end with {remaining} in-flight requests remaining "
+            "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
+            "chunked prefill disabled, or a request whose KV footprint can never fit)"
+        )
+    if debug is None:
+        import os
+
+        debug = os.environ.get("FASTSIM_DEBUG", "") not in ("", "0")
+    if debug:
+        from fastsim.invariants import check
+
+        for st in states:
+            check(st, engine)
+    del states
+    report = build_report(
+        cols,
+        _gap_columns(gaps),
+        {
+            "num_workers": num_workers,
+            "single_path": False,
+            "decode_worker_seconds": ws,
+            "prefill_worker_seconds": 0.0,
+            "prefill_gpus_per_worker": 0,
+            "decode_gpus_per_worker": dp,
+            "wall_time_ms": wall_ms,
+            "sla_ttft_ms": sla[0],
+            "sla_itl_ms": sla[1],
+            "sla_e2e_ms": sla[2],
+        },
+    )
+    report.workers = None
+    report.fleet = lambda: _fleet_frame(fl)
+    return report
+
+
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                  single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True,
-                 light_ticks=True):
-    """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each)."""
+                 light_ticks=True, tick_log=0):
+    """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each);
+    ``tick_log``: entries of the loop's tick log (a shard of a split run), 0 for none."""
     from fastsim.kernels.fleet import ACTIVE, Fleet
     from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
@@ -468,13 +534,14 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         dlist=np.zeros(g_cap + 1, dtype=np.int64),
         dwork=np.zeros(g_cap, dtype=np.int64),
         last_stamp=np.full(g_cap, np.nan),
-        state=np.zeros(6, dtype=np.int64),
+        state=np.zeros(7, dtype=np.int64),
         light=np.zeros(g_cap, dtype=np.int64),
         ph=np.zeros(g_cap * _PH),
         ph_head=np.zeros(g_cap, dtype=np.int64),
         ph_n=np.zeros(g_cap, dtype=np.int64),
         ptree=ptree,
         pdue=pdue,
+        tlog=np.zeros(tick_log),
     )
     gaps = new_gaps(g_cap)
     gstate = np.zeros(g_cap, dtype=np.int8)
@@ -585,7 +652,7 @@ class PlannerState(NamedTuple):
         )
 
 
-def _request_columns(rq, workload, dp, single_path):
+def _request_columns(rq, dp, single_path):
     from fastsim.kernels.scheduler import COMPLETED, NOT_ARRIVED, REJECTED
 
     st = rq.status

@@ -128,10 +128,10 @@ def simulate_disagg(
         pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
         wctr=np.zeros(G, np.int64), ctree=ctree, cdue=cdue, dirty=np.zeros(G, np.bool_),
         dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),
-        state=np.zeros(6, np.int64), light=np.zeros(G, np.int64),
+        state=np.zeros(7, np.int64), light=np.zeros(G, np.int64),
         # (no phantom events: the disaggregated loop runs no worker ahead of it, see kernels/loop.py)
         ph=np.zeros(0), ph_head=np.zeros(G, np.int64), ph_n=np.zeros(G, np.int64),
-        ptree=ptree, pdue=pdue,
+        ptree=ptree, pdue=pdue, tlog=np.zeros(0),
     )
     gaps = new_gaps(G)
     cfg = RouterConfig.coerce(router_config)

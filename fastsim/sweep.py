@@ -383,7 +383,7 @@ def _warm_worker():
 def _run_task(task):
     """Run one configuration ``(config_id, mode, kwargs, keep_requests)``. Never raises an
     Exception: returns ``(record, per-request DataFrame or None)``."""
-    cid, mode, kwargs, keep = task
+    cid, mode, kwargs, keep, threads = task
     from fastsim import api
 
     t0 = time.perf_counter()
@@ -392,6 +392,7 @@ def _run_task(task):
         warnings.simplefilter("always")
         try:
             kw = copy.deepcopy(kwargs)
+            kw.setdefault("threads", threads)
             if mode == "trace":
                 rep = api.run_trace_replay(kw.pop("trace_files"), **kw)
             else:
@@ -752,6 +753,9 @@ def sweep(spec, executor="local", workers=None, checkpoint=None, progress=True, 
             sys.stderr.write(f"sweep: all {sp.n_configs} configurations already done ({ck.out})\n")
         if frame is None and todo:
             n = min(int(workers or os.cpu_count() or 1), len(todo))
+            # one replay per core: a replay splits itself into threads only when it runs alone
+            one = 1 if executor != "serial" and n > 1 else None
+            todo = [t + (one,) for t in todo]
             pool = None if executor == "serial" else _Pool(executor, n, scheduler_address)
             bar, ok = _Progress(sp.n_configs, len(records), progress), False
 

@@ -3,6 +3,8 @@
 * ``kernel``: called from Python, may allocate (numba's reference counting on).
 * ``kernel_noalloc``: called from Python, never allocates (reference counting off: reading arrays
   out of the state tuples costs nothing).
+* ``loop_kernel``: ``kernel_noalloc`` that releases the GIL while it runs (the event loops: the
+  shards of a split run go on side by side in threads, ``fastsim/shards.py``).
 * ``inner``: only ever called from other kernels (no Python or C entry point is generated).
 * ``inline``: inlined into its callers at numba's IR level (the per-pass call chain).
 
@@ -13,6 +15,7 @@ from numba import njit
 
 kernel = njit(cache=True, error_model="numpy")
 kernel_noalloc = njit(cache=True, error_model="numpy", _nrt=False)
+loop_kernel = njit(cache=True, error_model="numpy", _nrt=False, nogil=True)
 inner = njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True,
              no_cfunc_wrapper=True)
 inline = njit(cache=True, error_model="numpy", _nrt=False, inline="always")

@@ -41,7 +41,7 @@ from fastsim.kernels.fleet import (
     sample_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
-from fastsim.kernels.jit import inline, inner, kernel_noalloc
+from fastsim.kernels.jit import inline, inner, loop_kernel
 from fastsim.kernels.router import (
     FCFS,
     KV_ROUTER,
@@ -76,7 +76,7 @@ from fastsim.kernels.scheduler import (
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
 from fastsim.kernels.stats import DD_NBINS, dd_index_nb
 
-OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK = 0, 1, 2, 3, 4, 5
+OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL = 0, 1, 2, 3, 4, 5, 6
 
 
 class Sessions(NamedTuple):
@@ -145,7 +145,7 @@ class Cluster(NamedTuple):
     dlist: np.ndarray  # int64[G + 1]: dirty group ids; dlist[G] holds their count
     dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
     last_stamp: np.ndarray  # float64[G]: end of the group's last pass (NaN: none yet)
-    state: np.ndarray  # int64[6]: [rr, n_heap, static_pos, next_session, n_arrived, n_done]
+    state: np.ndarray  # int64[7]: [rr, n_heap, static_pos, next_session, n_arrived, n_done, n_ticks]
     light: np.ndarray  # int64[G]: the group's pass ends in a row that were not light ticks (run_loop_nb)
     # phantom events (``_steady_run``): a ring of pass ends per group, and a tournament of the
     # groups' earliest ones
@@ -154,9 +154,12 @@ class Cluster(NamedTuple):
     ph_n: np.ndarray  # int64[G]
     ptree: np.ndarray  # int64[2m] (kernels/heap.py)
     pdue: np.ndarray  # float64[m]
+    # the times at which the worker-seconds step (every event, phantoms included), in time order,
+    # for a run split into shards (``fastsim/shards.py``); empty: not kept
+    tlog: np.ndarray  # float64[cap]; state[NTICKS] entries used
 
 
-RR, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE = range(6)
+RR, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE, NTICKS = range(7)
 
 
 class Gaps(NamedTuple):
@@ -668,6 +671,26 @@ _PH = 256  # phantom events a group may hold (see ``_steady_run``)
 
 
 @inline
+def _log_tick(cl, t):
+    """Keep ``t`` in the tick log, if one is kept (a split run, ``fastsim/shards.py``). The loop
+    returns TICKS_FULL before the log could overflow (``_tick_room``)."""
+    if cl.tlog.shape[0] > 0:
+        i = cl.state[NTICKS]
+        cl.tlog[i] = t
+        cl.state[NTICKS] = i + 1
+
+
+@inline
+def _tick_room(cl):
+    """Entries the tick log can still take beyond what one step of the loop may add (a step
+    logs its own time and every phantom event before it: at most ``_PH`` per group); a large
+    number when no log is kept."""
+    if cl.tlog.shape[0] == 0:
+        return np.int64(1) << 62
+    return cl.tlog.shape[0] - cl.state[NTICKS] - (cl.ph_n.shape[0] * _PH + 2)
+
+
+@inline
 def _step_ws(cl, fl, ws, now, t):
     """The worker-seconds after the loop steps from ``now`` to ``t``, over the phantom events in
     between (``_steady_run``) in time order: Dynamo adds ``live * (t - now) / 1000`` at every
@@ -677,12 +700,14 @@ def _step_ws(cl, fl, ws, now, t):
         g = cl.ptree[1]
         pt = cl.pdue[g]
         ws += live * (pt - now) / 1000.0
+        _log_tick(cl, pt)
         now = pt
         m = cl.ph_n[g] - 1
         head = (cl.ph_head[g] + 1) % _PH
         cl.ph_n[g] = m
         cl.ph_head[g] = head
         tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[g * _PH + head] if m > 0 else np.inf)
+    _log_tick(cl, t)
     return ws + live * (t - now) / 1000.0
 
 
@@ -731,7 +756,8 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
     m = cl.ph_n[g]
     alone = cl.ctree.shape[0] == 2
     live = fl.fs[NLIVE]
-    while E < limit and m < _PH and steady_next_ok(p, pool, rq, rk, k, P, nact):
+    room = _tick_room(cl)  # (alone, each pass start is logged)
+    while E < limit and m < _PH and n < room and steady_next_ok(p, pool, rq, rk, k, P, nact):
         nb = rk.bcnt[k * bs + _block_mod(p, P)]
         dms = _step_ms(p, perf, rk, k, nact + nb, slen, ns)
         e = (E + 0.0) + dms
@@ -746,6 +772,7 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
         _pool_gaps(gaps, e - E, ns, g)  # (the pass's tokens: the group's last stamp was ``E``)
         if alone:
             ws += live * (E - now) / 1000.0
+            _log_tick(cl, E)
             now = E
         else:
             cl.ph[base + (head + m) % _PH] = E  # the loop will not stop at E: a phantom event
@@ -786,11 +813,13 @@ def _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, ws):
         if t == np.inf or (fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < t) or (
                 cl.max_sim_time >= 0.0 and t > cl.max_sim_time):
             return now, ws, False  # the loop's own business
+        if _tick_room(cl) < 0:
+            return now, ws, False  # the tick log is nearly full: the loop returns TICKS_FULL
         ws = _step_ws(cl, fl, ws, now, t)
         now = t
 
 
-@kernel_noalloc
+@loop_kernel
 def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
     """Run the simulation until it ends or pauses. ``out`` (float64[4]) holds [worker_seconds, now].
 
@@ -828,6 +857,9 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
                 status = PLANNER_TICK
                 break
         if cl.state[NDONE] >= n_rows:
+            break
+        if _tick_room(cl) < 0:
+            status = TICKS_FULL  # the caller empties the log and calls again
             break
         t = np.inf
         if fl.fs[NSTARTING] > 0 or fl.fs[SCHEDPOS] < fl.sched_t.shape[0] or fl.planner_ms > 0.0:

@@ -1,0 +1,387 @@
+"""A round-robin cluster whose workers never meet, simulated as shards side by side.
+
+With round-robin routing, an open loop of single-turn requests and a fixed fleet, nothing one
+worker does reaches another: request ``i`` (in arrival order) goes to worker ``i % W`` whatever
+happens (Dynamo's ``next_worker`` counter), its rank within that worker follows from the worker's
+own arrivals, and each worker's scheduler, KV cache and gap statistics are its own
+(``kernels/loop.py``, ``Gaps``). The simulation of such a cluster is the simulations of its
+workers. :func:`simulate_shards` deals the workers out to ``k`` shards (worker ``w`` to shard
+``w % k``), simulates each shard's requests on its own workers in a thread of its own (the event
+loop releases the GIL), and puts the results back in the cluster's rows and worker ids.
+
+Everything the report reads comes out the same, bit for bit (``tests/test_shards.py``), with one
+sum to take care of: the worker-seconds, which the unsplit loop adds up event by event over the
+whole cluster. Each shard logs its events' times (``Cluster.tlog``), and the logs are merged
+and folded in time order while the shards run (``kernels/ticks.py``). A shard whose log fills
+hands it over and goes on; one that runs far ahead of the others in virtual time waits for them
+once it holds more than ``_PENDING_MAX`` unfolded ticks, so the logs stay small.
+
+Not split (the plain loop runs): kv_router (its choices depend on every worker's load), a closed
+loop or sessions of several turns (a turn's arrival depends on when its worker finished the last
+one), scaling schedules and planners, telemetry, a time cap, arrivals out of order in the trace,
+and one worker.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+
+from fastsim.errors import InputError
+
+AUTO_MIN_REQUESTS = 20_000  # threads=None: smaller runs are not split (a thread costs ~0.1 ms)
+_LOG_MIN = 1 << 16  # tick log entries per shard (a shard hands its log over when it fills)
+_PENDING_MAX = 1 << 20  # unfolded ticks a shard may hold before it waits for the others
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def resolve_threads(threads) -> tuple:
+    """``(threads, explicit)``: ``threads`` as given, else ``FASTSIM_THREADS``, else the cores this
+    process may use (then only runs of at least ``AUTO_MIN_REQUESTS`` requests are split)."""
+    if threads is None:
+        env = os.environ.get("FASTSIM_THREADS", "").strip()
+        if not env:
+            return usable_cores(), False
+        try:
+            threads = int(env)
+        except ValueError:
+            raise InputError(f"FASTSIM_THREADS is {env!r}; it must be a positive integer") from None
+        if threads < 1:
+            raise InputError(f"FASTSIM_THREADS is {env!r}; it must be a positive integer")
+        return threads, True
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise InputError(f"threads is {threads!r}; it must be a positive integer")
+    return int(threads), True
+
+
+def plan(workload, *, threads, num_workers, router_mode, replay_concurrency, max_sim_time_ms,
+         schedule, planner, telemetry_interval_ms) -> int:
+    """How many shards to simulate ``workload`` in: 1 (the plain loop) when it cannot or need not
+    be split (see the module's docstring)."""
+    n_threads, explicit = resolve_threads(threads)
+    n = int(workload.isl.shape[0])
+    if (n_threads < 2 or num_workers < 2 or router_mode != "round_robin" or replay_concurrency
+            or max_sim_time_ms is not None or schedule or planner is not None
+            or telemetry_interval_ms or n == 0):
+        return 1
+    if not explicit and n < AUTO_MIN_REQUESTS:
+        return 1
+    if workload.session_ptr.shape[0] - 1 != n:
+        return 1  # sessions of several turns
+    first = np.asarray(workload.session_arrival_ms, dtype=np.float64)
+    if not bool(np.all(first[1:] >= first[:-1])):
+        return 1  # out of order (or NaN): the release order is not the row order
+    return min(n_threads, int(num_workers))
+
+
+def _rows(n, num_workers, k, s):
+    """The rows (in arrival order) of shard ``s`` of ``k``: those routed to workers ``w % k == s``."""
+    if num_workers % k == 0:
+        return slice(s, None, k)  # (i % W) % k == i % k
+    return np.flatnonzero((np.arange(n) % num_workers) % k == s)
+
+
+def _sub_workload(workload, rows):
+    """The requests ``rows`` of a single-turn open-loop ``workload``, as a workload of their own."""
+    from fastsim.workload import Workload
+
+    isl = np.ascontiguousarray(workload.isl[rows])
+    m = int(isl.shape[0])
+    hash_ptr = hash_ids = None
+    if workload.hash_ptr is not None:
+        ptr = np.asarray(workload.hash_ptr, dtype=np.int64)
+        starts, lens = ptr[:-1][rows], np.diff(ptr)[rows]
+        hash_ptr = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(lens, out=hash_ptr[1:])
+        take = np.repeat(starts - hash_ptr[:-1], lens) + np.arange(int(hash_ptr[-1]))
+        hash_ids = np.asarray(workload.hash_ids)[take]
+    idx = np.arange(m, dtype=np.int64)
+    return Workload(
+        isl=isl,
+        osl=np.ascontiguousarray(workload.osl[rows]),
+        session=idx,
+        turn=np.zeros(m, dtype=np.int64),  # (zeros are not touched: a single-turn loop never reads them)
+        delay_ms=np.zeros(m),
+        session_arrival_ms=np.ascontiguousarray(workload.session_arrival_ms[rows]),
+        session_ptr=np.arange(m + 1, dtype=np.int64),
+        session_rows=idx,
+        hash_ptr=hash_ptr,
+        hash_ids=hash_ids,
+        trace_block_size=workload.trace_block_size,
+        line=np.zeros(m, dtype=np.int64),  # (source lines: the split run reports none)
+        source=workload.source,
+    )
+
+
+class _TickFold:
+    """The worker-seconds of the whole cluster, folded from the shards' tick logs as they come
+    (each log in time order): every tick up to the earliest time an unfinished shard has logged
+    is folded. A shard that has finished its own work folds for the others (``help``), so the
+    last shard to finish finds little left to fold; a shard far ahead of the others in virtual
+    time waits for them (``_PENDING_MAX``)."""
+
+    def __init__(self, k, live):
+        self.live = int(live)
+        self.pending = [np.zeros(0) for _ in range(k)]
+        self.front = [-np.inf] * k  # the time each shard has logged up to
+        self.done = [False] * k
+        self.acc = np.zeros(2)  # [worker-seconds, last tick]: the loop starts at 0
+        self.cond = threading.Condition()
+        self.helpers = 0
+        self.folding = False
+        self.jobs = []  # [callable, state]: "posted", "taken", "done" (``post``)
+
+    def _take(self):
+        """The foldable ticks (called with the lock held): the pending ticks up to the earliest
+        front of an unfinished shard, merged into at most two arrays in time order."""
+        from fastsim.kernels.ticks import merge_ticks_nb
+
+        upto = min((f for f, d in zip(self.front, self.done) if not d), default=np.inf)
+        heads = []
+        for s, p in enumerate(self.pending):
+            cut = p.shape[0] if upto == np.inf else int(np.searchsorted(p, upto, side="right"))
+            if cut:
+                heads.append(p[:cut])
+                self.pending[s] = p[cut:]
+        while len(heads) > 2:
+            heads = [merge_ticks_nb(heads[0], heads[1])] + heads[2:]
+        return heads
+
+    def _fold(self):
+        """Fold what can be folded (called with the lock held; it is released while folding, and
+        one thread folds at a time)."""
+        from fastsim.kernels.ticks import fold_ticks_nb
+
+        while not self.folding:
+            heads = self._take()
+            if not heads:
+                return
+            self.folding = True
+            self.cond.release()
+            try:
+                fold_ticks_nb(self.acc, self.live, heads[0], heads[1] if len(heads) > 1 else heads[0][:0])
+            finally:
+                self.cond.acquire()
+                self.folding = False
+                self.cond.notify_all()
+
+    def offer(self, s, ticks, finished, fold=True):
+        """Shard ``s`` hands over its next ticks (``finished``: its last); ``fold``: it folds what
+        it can, unless another shard does (the shard in the calling thread leaves it to them)."""
+        with self.cond:
+            if ticks.shape[0]:
+                p = self.pending[s]
+                self.pending[s] = np.concatenate((p, ticks)) if p.shape[0] else ticks
+                self.front[s] = float(ticks[-1])
+            self.done[s] = finished
+            if fold and self.helpers == 0:
+                self._fold()
+            self.cond.notify_all()
+            while (not finished and self.pending[s].shape[0] > _PENDING_MAX
+                   and any(not d and f < self.front[s] for f, d in zip(self.front, self.done))):
+                self.cond.wait()
+
+    def help(self):
+        """Fold for the other shards, and run the jobs they post, until all have finished (a
+        shard whose own work is done)."""
+        with self.cond:
+            self.helpers += 1
+            try:
+                while True:
+                    for job in self.jobs:
+                        if job[1] == "posted":
+                            job[1] = "taken"
+                            self.cond.release()
+                            try:
+                                job[0]()
+                            finally:
+                                self.cond.acquire()
+                                job[1] = "done"
+                                self.cond.notify_all()
+                    self._fold()
+                    if all(self.done) and all(job[1] == "done" for job in self.jobs):
+                        return
+                    self.cond.wait()
+            finally:
+                self.helpers -= 1
+
+    def post(self, fn):
+        """Offer ``fn`` to a helping shard; ``finish`` runs it here if none took it."""
+        job = [fn, "posted"]
+        with self.cond:
+            self.jobs.append(job)
+            self.cond.notify_all()
+        return job
+
+    def finish(self, job):
+        with self.cond:
+            if job[1] == "posted":
+                job[1] = "taken"
+                self.cond.release()
+                try:
+                    job[0]()
+                finally:
+                    self.cond.acquire()
+                    job[1] = "done"
+                    self.cond.notify_all()
+            while job[1] != "done":
+                self.cond.wait()
+
+    def worker_seconds(self):
+        with self.cond:
+            while self.folding:
+                self.cond.wait()
+            self._fold()
+            return float(self.acc[0])
+
+
+@functools.lru_cache(maxsize=None)
+def _status_codes():
+    """The report's status code of each scheduler status (as ``sim._request_columns``)."""
+    from fastsim.kernels.scheduler import COMPLETED, FAILED, NOT_ARRIVED, REJECTED
+
+    lut = np.ones(FAILED + 1, dtype=np.int8)
+    lut[NOT_ARRIVED], lut[COMPLETED], lut[REJECTED] = 0, 2, 3
+    return lut
+
+
+
+def _scatter(dst, rq, rows, rank_map, lo, hi):
+    """A shard's per-request results ``lo:hi`` into the cluster's columns ``dst`` = (float64[6, n],
+    int64[5, n], int8[n]) at ``rows`` (a slice with a step, or row numbers)."""
+    from fastsim.kernels.ticks import scatter_results_nb
+
+    if isinstance(rows, slice):
+        first, step, idx = rows.start, rows.step, np.zeros(0, dtype=np.int64)
+    else:
+        first, step, idx = 0, 0, rows
+    scatter_results_nb(dst[0], dst[1], dst[2],
+                       (rq.arrival, rq.first_admit, rq.first_token, rq.second_token, rq.last_token,
+                        rq.terminal),
+                       (rq.generated, rq.reused, rq.first_reused, rq.npreempt),
+                       rq.rank, rq.status, rank_map, _status_codes(), first, step, idx, lo, hi)
+
+
+def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, light_ticks, seed):
+    """Simulate ``workload`` on ``num_workers`` round-robin workers as ``k`` shards side by side.
+
+    Returns ``(status, columns, gaps, fleet, worker_seconds, states, remaining)``: the loop's
+    status (OK or DEAD_END), the per-request columns and the pooled gap statistics in the
+    cluster's rows and groups (as ``sim._request_columns`` gives them and ``sim._gap_columns``
+    takes them), a fleet record for ``sim._fleet_frame``, the cluster's worker-seconds, the
+    shards' final states (for the invariant checks) and the requests left in flight (a dead
+    end)."""
+    from fastsim import sim
+    from fastsim.kernels.loop import DEAD_END, NDONE, NARRIVED, NTICKS, OK, TICKS_FULL, run_loop_nb
+
+    n = int(workload.isl.shape[0])
+    fold = _TickFold(k, num_workers)
+    rows = [_rows(n, num_workers, k, s) for s in range(k)]
+    n_workers = [len(range(s, num_workers, k)) for s in range(k)]
+    states = [None] * k
+    results = [None] * k
+
+    def prepare(s):
+        sub = _sub_workload(workload, rows[s])
+        log = max(_LOG_MIN, 4 * (n_workers[s] * 256 + 2))  # (room for a step: kernels/loop.py)
+        states[s] = sim._build_state(sub, engine, n_workers[s], n_workers[s], dp, None, None, False,
+                                     [], None, None, steady_decode, light_ticks, tick_log=log)
+
+    def run(s):
+        try:
+            st = states[s]
+            rt = sim._router_state("round_robin", None, st.params, st.n, n_workers[s] * dp,
+                                   n_workers[s], 1, seed)
+            out = np.zeros(4)
+            while True:
+                status = run_loop_nb(st.params, st.perf, st.pool, st.rq, st.rk, st.ss, st.cl,
+                                     st.gaps, rt, st.fl, st.pa, out)
+                if status != TICKS_FULL:
+                    break
+                fold.offer(s, st.cl.tlog[:int(st.cl.state[NTICKS])].copy(), False, fold=s < k - 1)
+                st.cl.state[NTICKS] = 0
+            if status not in (OK, DEAD_END):
+                raise RuntimeError(f"shard {s} of a split run stopped with status {status}")
+            sim.settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
+            m = st.n
+            last = st.cl.tlog[:int(st.cl.state[NTICKS])].copy()
+            if s < k - 1:
+                fold.offer(s, last, True)
+                with scatter_lock:  # (the shards' rows interleave: one shard writes at a time)
+                    _scatter(dst, st.rq, rows[s], rank_map[s], 0, m)
+            else:
+                with scatter_lock:
+                    # the last shard (usually the last to finish) shares its rows with a helping
+                    # shard: posted before its last ticks, as a helper stops once all are done
+                    half = fold.post(lambda: _scatter(dst, st.rq, rows[s], rank_map[s], 0, m // 2))
+                    fold.offer(s, last, True, fold=False)
+                    _scatter(dst, st.rq, rows[s], rank_map[s], m // 2, m)
+                    fold.finish(half)
+            results[s] = status
+            if s < k - 1:
+                fold.help()  # (the shard in the calling thread is usually the last to finish)
+        except BaseException as exc:  # re-raised by the caller
+            results[s] = exc
+            with fold.cond:  # a shard waiting on this one must not wait forever
+                fold.done[s] = True
+                fold.cond.notify_all()
+
+    # the per-request results, in the cluster's rows (as ``sim._request_columns`` gives them):
+    # each shard writes its rows when its loop ends, the first ones while the others still run
+    dst = (np.empty((6, n)), np.empty((5, n), dtype=np.int64), np.empty(n, dtype=np.int8))
+    cols = {"arrival_ms": dst[0][0], "first_admit_ms": dst[0][1], "first_token_ms": dst[0][2],
+            "second_token_ms": dst[0][3], "last_token_ms": dst[0][4], "terminal_ms": dst[0][5],
+            "status": dst[2], "input_length": np.asarray(workload.isl, dtype=np.int64),
+            "requested_output_length": np.asarray(workload.osl, dtype=np.int64),
+            "output_length": dst[1][0], "reused_tokens": dst[1][1], "first_reused_tokens": dst[1][2],
+            "worker_idx": dst[1][4], "preemptions": dst[1][3]}
+    # a shard's local rank k is global worker s + k_worker * k, rank k % dp within it (-1 stays)
+    rank_map = []
+    for s in range(k):
+        local = np.arange(n_workers[s] * dp)
+        rank_map.append(np.append((s + k * (local // dp)) * dp + local % dp, -1))
+
+    scatter_lock = threading.Lock()
+    threads = []
+    for s in range(k):
+        prepare(s)  # (here: the shards' set-up is Python, which holds the GIL anyway)
+        if s < k - 1:
+            th = threading.Thread(target=run, args=(s,), name=f"fastsim-shard-{s}", daemon=True)
+            th.start()
+            threads.append(th)
+        else:
+            run(s)
+    for th in threads:
+        th.join()
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    status = DEAD_END if DEAD_END in results else OK
+    ws = fold.worker_seconds()
+
+    g0 = states[0].gaps
+    gaps = SimpleNamespace(**{name: np.zeros((num_workers,) + getattr(g0, name).shape[1:],
+                                             dtype=getattr(g0, name).dtype)
+                              for name in ("itl", "itl_n", "otpu", "otpu_n")})
+    gaps.itl_hist = sum(st.gaps.itl_hist for st in states)
+    gaps.otpu_hist = sum(st.gaps.otpu_hist for st in states)
+    fleet = SimpleNamespace(fs=np.array([num_workers]), gstate=np.zeros(num_workers, np.int8),
+                            passes=np.zeros(num_workers, np.int64))
+    for s, st in enumerate(states):
+        w = n_workers[s]
+        for name in ("itl", "itl_n", "otpu", "otpu_n"):
+            getattr(gaps, name)[s::k] = getattr(st.gaps, name)[:w]
+        fleet.gstate[s::k] = st.fl.gstate[:w]
+        fleet.passes[s::k] = st.fl.passes[:w]
+    remaining = sum(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]) for st in states)
+    return status, cols, gaps, fleet, ws, states, remaining
