@@ -29,6 +29,8 @@ import os
 import threading
 from types import SimpleNamespace
 
+from typing import NamedTuple
+
 import numpy as np
 
 from fastsim.errors import InputError
@@ -99,28 +101,48 @@ def _sub_workload(workload, rows):
     m = int(isl.shape[0])
     hash_ptr = hash_ids = None
     if workload.hash_ptr is not None:
-        ptr = np.asarray(workload.hash_ptr, dtype=np.int64)
-        starts, lens = ptr[:-1][rows], np.diff(ptr)[rows]
+        hp = np.asarray(workload.hash_ptr, dtype=np.int64)
+        starts, lens = hp[:-1][rows], np.diff(hp)[rows]
         hash_ptr = np.zeros(m + 1, dtype=np.int64)
         np.cumsum(lens, out=hash_ptr[1:])
         take = np.repeat(starts - hash_ptr[:-1], lens) + np.arange(int(hash_ptr[-1]))
         hash_ids = np.asarray(workload.hash_ids)[take]
-    idx = np.arange(m, dtype=np.int64)
+    ptr = np.arange(m + 1, dtype=np.int64)  # (session i is row i: one array serves all three)
     return Workload(
         isl=isl,
         osl=np.ascontiguousarray(workload.osl[rows]),
-        session=idx,
+        session=ptr[:-1],
         turn=np.zeros(m, dtype=np.int64),  # (zeros are not touched: a single-turn loop never reads them)
         delay_ms=np.zeros(m),
         session_arrival_ms=np.ascontiguousarray(workload.session_arrival_ms[rows]),
-        session_ptr=np.arange(m + 1, dtype=np.int64),
-        session_rows=idx,
+        session_ptr=ptr,
+        session_rows=ptr[:-1],
         hash_ptr=hash_ptr,
         hash_ids=hash_ids,
         trace_block_size=workload.trace_block_size,
         line=np.zeros(m, dtype=np.int64),  # (source lines: the split run reports none)
         source=workload.source,
     )
+
+
+class Results(NamedTuple):
+    """A split run's per-request results: the request-state columns ``sim._request_columns``
+    reads, in the cluster's rows and ranks."""
+
+    arrival: np.ndarray
+    first_admit: np.ndarray
+    first_token: np.ndarray
+    second_token: np.ndarray
+    last_token: np.ndarray
+    terminal: np.ndarray
+    generated: np.ndarray
+    reused: np.ndarray
+    first_reused: np.ndarray
+    npreempt: np.ndarray
+    rank: np.ndarray
+    status: np.ndarray
+    isl: np.ndarray
+    osl: np.ndarray
 
 
 class _TickFold:
@@ -245,42 +267,33 @@ class _TickFold:
             return float(self.acc[0])
 
 
-@functools.lru_cache(maxsize=None)
-def _status_codes():
-    """The report's status code of each scheduler status (as ``sim._request_columns``)."""
-    from fastsim.kernels.scheduler import COMPLETED, FAILED, NOT_ARRIVED, REJECTED
-
-    lut = np.ones(FAILED + 1, dtype=np.int8)
-    lut[NOT_ARRIVED], lut[COMPLETED], lut[REJECTED] = 0, 2, 3
-    return lut
-
-
-
 def _scatter(dst, rq, rows, rank_map, lo, hi):
-    """A shard's per-request results ``lo:hi`` into the cluster's columns ``dst`` = (float64[6, n],
-    int64[5, n], int8[n]) at ``rows`` (a slice with a step, or row numbers)."""
+    """A shard's per-request results ``lo:hi`` into the cluster's (``dst``, a ``Results``) at
+    ``rows`` (a slice with a step, or row numbers)."""
     from fastsim.kernels.ticks import scatter_results_nb
 
     if isinstance(rows, slice):
         first, step, idx = rows.start, rows.step, np.zeros(0, dtype=np.int64)
     else:
         first, step, idx = 0, 0, rows
-    scatter_results_nb(dst[0], dst[1], dst[2],
+    scatter_results_nb((dst.arrival, dst.first_admit, dst.first_token, dst.second_token,
+                        dst.last_token, dst.terminal),
+                       (dst.generated, dst.reused, dst.first_reused, dst.npreempt, dst.rank),
+                       dst.status,
                        (rq.arrival, rq.first_admit, rq.first_token, rq.second_token, rq.last_token,
                         rq.terminal),
                        (rq.generated, rq.reused, rq.first_reused, rq.npreempt),
-                       rq.rank, rq.status, rank_map, _status_codes(), first, step, idx, lo, hi)
+                       rq.rank, rq.status, rank_map, first, step, idx, lo, hi)
 
 
 def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, light_ticks, seed):
     """Simulate ``workload`` on ``num_workers`` round-robin workers as ``k`` shards side by side.
 
-    Returns ``(status, columns, gaps, fleet, worker_seconds, states, remaining)``: the loop's
-    status (OK or DEAD_END), the per-request columns and the pooled gap statistics in the
-    cluster's rows and groups (as ``sim._request_columns`` gives them and ``sim._gap_columns``
-    takes them), a fleet record for ``sim._fleet_frame``, the cluster's worker-seconds, the
-    shards' final states (for the invariant checks) and the requests left in flight (a dead
-    end)."""
+    Returns ``(status, results, gaps, fleet, worker_seconds, states, remaining)``: the loop's
+    status (OK or DEAD_END), the per-request :class:`Results` and the pooled gap statistics in
+    the cluster's rows and groups (as ``sim._request_columns`` and ``sim._gap_columns`` take
+    them), a fleet record for ``sim._fleet_frame``, the cluster's worker-seconds, the shards'
+    final states (for the invariant checks) and the requests left in flight (a dead end)."""
     from fastsim import sim
     from fastsim.kernels.loop import DEAD_END, NDONE, NARRIVED, NTICKS, OK, TICKS_FULL, run_loop_nb
 
@@ -316,9 +329,9 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
             m = st.n
             last = st.cl.tlog[:int(st.cl.state[NTICKS])].copy()
             if s < k - 1:
-                fold.offer(s, last, True)
                 with scatter_lock:  # (the shards' rows interleave: one shard writes at a time)
                     _scatter(dst, st.rq, rows[s], rank_map[s], 0, m)
+                fold.offer(s, last, True)
             else:
                 with scatter_lock:
                     # the last shard (usually the last to finish) shares its rows with a helping
@@ -336,20 +349,19 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
                 fold.done[s] = True
                 fold.cond.notify_all()
 
-    # the per-request results, in the cluster's rows (as ``sim._request_columns`` gives them):
-    # each shard writes its rows when its loop ends, the first ones while the others still run
-    dst = (np.empty((6, n)), np.empty((5, n), dtype=np.int64), np.empty(n, dtype=np.int8))
-    cols = {"arrival_ms": dst[0][0], "first_admit_ms": dst[0][1], "first_token_ms": dst[0][2],
-            "second_token_ms": dst[0][3], "last_token_ms": dst[0][4], "terminal_ms": dst[0][5],
-            "status": dst[2], "input_length": np.asarray(workload.isl, dtype=np.int64),
-            "requested_output_length": np.asarray(workload.osl, dtype=np.int64),
-            "output_length": dst[1][0], "reused_tokens": dst[1][1], "first_reused_tokens": dst[1][2],
-            "worker_idx": dst[1][4], "preemptions": dst[1][3]}
+    # the per-request results in the cluster's rows, as the unsplit loop leaves them in its
+    # request state (``sim._request_columns`` reads them): each shard writes its rows when its
+    # loop ends, the first ones while the others still run, and so maps their pages (small
+    # pages: a huge page the host has taken back can take 5-7 ms to come, ``fastsim/arena.py``,
+    # and a thread cannot time its faults and fall back)
+    times = [np.empty(n, dtype=dt) for dt in [np.float64] * 6 + [np.int32] * 5 + [np.int8]]
+    dst = Results(*times, isl=np.asarray(workload.isl, dtype=np.int64),
+                  osl=np.asarray(workload.osl, dtype=np.int64))
     # a shard's local rank k is global worker s + k_worker * k, rank k % dp within it (-1 stays)
     rank_map = []
     for s in range(k):
         local = np.arange(n_workers[s] * dp)
-        rank_map.append(np.append((s + k * (local // dp)) * dp + local % dp, -1))
+        rank_map.append(np.append((s + k * (local // dp)) * dp + local % dp, -1).astype(np.int32))
 
     scatter_lock = threading.Lock()
     threads = []
@@ -384,4 +396,4 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
         fleet.gstate[s::k] = st.fl.gstate[:w]
         fleet.passes[s::k] = st.fl.passes[:w]
     remaining = sum(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]) for st in states)
-    return status, cols, gaps, fleet, ws, states, remaining
+    return status, dst, gaps, fleet, ws, states, remaining

@@ -452,7 +452,7 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
     from fastsim.kernels.loop import DEAD_END
     from fastsim.report import build_report
 
-    status, cols, gaps, fl, ws, states, remaining = shards.simulate_shards(
+    status, results, gaps, fl, ws, states, remaining = shards.simulate_shards(
         workload, engine, n_shards, num_workers=num_workers, dp=dp, steady_decode=steady_decode,
         light_ticks=light_ticks, seed=seed)
     wall_ms = (time.perf_counter() - t0) * 1000.0
@@ -473,7 +473,7 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
             check(st, engine)
     del states
     report = build_report(
-        cols,
+        _request_columns(results, dp, False),
         _gap_columns(gaps),
         {
             "num_workers": num_workers,

@@ -56,22 +56,21 @@ def merge_ticks_nb(a, b):
 
 
 @fold_kernel
-def scatter_results_nb(dst_f, dst_i, dst_s, times, counts, rank, status, rank_map, codes, first,
-                       step, rows, lo, hi):
-    """A shard's per-request results ``lo:hi`` into the cluster's columns: the shard's row ``i``
-    is the cluster's row ``first + i * step`` (``step`` > 0) or ``rows[i]`` (``step`` == 0).
+def scatter_results_nb(dst_f, dst_i, dst_s, times, counts, rank, status, rank_map, first, step,
+                       rows, lo, hi):
+    """A shard's per-request results ``lo:hi`` into the cluster's: the shard's row ``i`` is the
+    cluster's row ``first + i * step`` (``step`` > 0) or ``rows[i]`` (``step`` == 0).
 
-    The six timestamp columns of ``times`` go to ``dst_f`` (float64[6, n]), the four counts of
-    ``counts`` (output, reused, first reused, preemptions) to ``dst_i[:4]`` (int64[5, n]), the rank
-    through ``rank_map`` (its last entry for -1) to ``dst_i[4]``, the status through ``codes`` to
-    ``dst_s``."""
+    The six timestamp columns of ``times`` go to ``dst_f``, the four counts of ``counts``
+    (output, reused, first reused, preemptions) to ``dst_i[:4]``, the rank through ``rank_map``
+    (its last entry for -1) to ``dst_i[4]``, the status to ``dst_s``."""
     last = rank_map.shape[0] - 1
     for i in range(lo, hi):
         r = first + i * step if step > 0 else rows[i]
         for c in range(6):
-            dst_f[c, r] = times[c][i]
+            dst_f[c][r] = times[c][i]
         for c in range(4):
-            dst_i[c, r] = counts[c][i]
+            dst_i[c][r] = counts[c][i]
         k = rank[i]
-        dst_i[4, r] = rank_map[k if k >= 0 else last]
-        dst_s[r] = codes[status[i]]
+        dst_i[4][r] = rank_map[k if k >= 0 else last]
+        dst_s[r] = status[i]

@@ -88,6 +88,15 @@ def main():
     light = synthetic(256, 300, 60, arrival_interval_ms=900.0)  # steady runs ahead of the loop
     _both(sim.simulate, light, EngineArgs(block_size=16), num_workers=1)
     _both(sim.simulate, light, EngineArgs(block_size=16), num_workers=3)
+    # split into shards (fastsim/shards.py): tick logs that fill and are handed over, the results
+    # scattered back by stride (workers divisible by shards) and by row number (not)
+    import fastsim.shards as shards
+
+    shards._LOG_MIN = 1
+    for workers, threads in ((4, 2), (3, 2), (5, 3)):
+        _both(sim.simulate, light, EngineArgs(block_size=16), num_workers=workers, threads=threads)
+        _both(sim.simulate, wl, engine, num_workers=workers, threads=threads)
+    print("shards", flush=True)
     print("ok", flush=True)
 
 
