@@ -94,13 +94,15 @@ def _huge_buffer(total, zeroed=True):
     return raw[start:start + total]
 
 
-def columns(n, spec, zeroed=True):
+def columns(n, spec, zeroed=True, huge=True):
     """Arrays of length ``n``, one per ``(dtype, fill)`` of ``spec``, each filled with ``fill``
     (0, -1, NaN, ...), all in one block of memory (see the module's docstring). ``zeroed=False``:
     the arrays are left as the memory comes (``fill`` ignored), for columns whose every row is
-    written before it is read (memory recycled within the process is then not cleared first)."""
+    written before it is read (memory recycled within the process is then not cleared first).
+    ``huge=False``: no huge pages, and nothing mapped here (the block's first writer maps it,
+    page by page: a thread of a split run, ``fastsim/shards.py``)."""
     offsets, total = _offsets(n, spec)
-    if (huge_pages_enabled and _madvise is not None and total >= HUGE_PAGE
+    if (huge and huge_pages_enabled and _madvise is not None and total >= HUGE_PAGE
             and time.monotonic() >= _cold_until):
         buf = _huge_buffer(total, zeroed)
     else:

@@ -307,8 +307,12 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     def prepare(s):
         sub = _sub_workload(workload, rows[s])
         log = max(_LOG_MIN, 4 * (n_workers[s] * 256 + 2))  # (room for a step: kernels/loop.py)
+        # the request state of a shard in a thread is mapped by its own loop, page by page (it
+        # has time to spare: the calling thread's shard starts last); the calling thread's own
+        # is mapped here, in huge pages
         states[s] = sim._build_state(sub, engine, n_workers[s], n_workers[s], dp, None, None, False,
-                                     [], None, None, steady_decode, light_ticks, tick_log=log)
+                                     [], None, None, steady_decode, light_ticks, tick_log=log,
+                                     huge_pages=s == k - 1)
 
     def run(s):
         try:
@@ -353,10 +357,12 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     # request state (``sim._request_columns`` reads them): each shard writes its rows when its
     # loop ends, the first ones while the others still run, and so maps their pages (small
     # pages: a huge page the host has taken back can take 5-7 ms to come, ``fastsim/arena.py``,
-    # and a thread cannot time its faults and fall back)
+    # and a thread cannot time its faults and fall back; mapped here instead, they cost the
+    # calling thread's shard, which starts last, a millisecond or more)
     times = [np.empty(n, dtype=dt) for dt in [np.float64] * 6 + [np.int32] * 5 + [np.int8]]
     dst = Results(*times, isl=np.asarray(workload.isl, dtype=np.int64),
                   osl=np.asarray(workload.osl, dtype=np.int64))
+
     # a shard's local rank k is global worker s + k_worker * k, rank k % dp within it (-1 stays)
     rank_map = []
     for s in range(k):

@@ -134,8 +134,9 @@ def settle_unarrived(rq, n_arrived):
         col[rows] = -1
 
 
-def _requests(workload, key_ptr, keys, block_size, osl=None):
-    """Per-request state; ``osl`` overrides the workload's output lengths (a prefill copy's)."""
+def _requests(workload, key_ptr, keys, block_size, osl=None, huge_pages=True):
+    """Per-request state; ``osl`` overrides the workload's output lengths (a prefill copy's);
+    ``huge_pages``: see ``arena.columns`` (``huge``)."""
     from fastsim.kernels.scheduler import Reqs
 
     n = workload.isl.shape[0]
@@ -158,10 +159,10 @@ def _requests(workload, key_ptr, keys, block_size, osl=None):
     # :func:`settle_unarrived` for the rows that never arrived: the times start as the memory
     # comes, the state as zeros (``sbase == 0`` marks a row that never arrived).
     arrival, first_admit, first_token, second_token, last_token, terminal = arena.columns(
-        n, [(np.float64, 0)] * 6, zeroed=False)
+        n, [(np.float64, 0)] * 6, zeroed=False, huge=huge_pages)
     (seq, sbase, computed, generated, alloc, rank, qnext, qprev, npreempt, reused, first_reused,
      nheld, xnext, xprev, status, term_kind) = arena.columns(
-        n, [(np.int64, 0)] * 2 + [(np.int32, 0)] * 12 + [(np.int8, 0)] * 2)
+        n, [(np.int64, 0)] * 2 + [(np.int32, 0)] * 12 + [(np.int8, 0)] * 2, huge=huge_pages)
     return Reqs(
         isl=isl,
         osl=osl,
@@ -495,9 +496,10 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
 
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                  single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True,
-                 light_ticks=True, tick_log=0):
+                 light_ticks=True, tick_log=0, huge_pages=True):
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each);
-    ``tick_log``: entries of the loop's tick log (a shard of a split run), 0 for none."""
+    ``tick_log``: entries of the loop's tick log (a shard of a split run), 0 for none;
+    ``huge_pages=False``: the request state in small pages its loop maps (a shard in a thread)."""
     from fastsim.kernels.fleet import ACTIVE, Fleet
     from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
@@ -511,7 +513,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     n_ranks = g_cap * dp
     bs = params.block_size
     key_ptr, keys = _block_keys(workload, bs, params.caching)
-    rq = _requests(workload, key_ptr, keys, bs)
+    rq = _requests(workload, key_ptr, keys, bs, huge_pages=huge_pages)
     pool = make_pool(n_ranks, params.cap)
     rk = make_ranks(n_ranks, bs, params.cap, params.budget)
     concurrency = int(replay_concurrency or 0)

@@ -4,9 +4,9 @@ negative number. With numba's bounds checking on, an index outside ``[0, len)`` 
 ``IndexError``; with the wraparound gone that includes every negative index, which would
 otherwise have been mapped into range first. ``bounds_runs.py`` runs simulations of every kind
 (traces with prefix caching and preemption, clusters with DP ranks, kv_router, closed loops and
-sessions, disaggregation, scaling, planners, telemetry, caps, clusters split into shards, each with
-the exact optimisations on
-and off) compiled that way, in a process of its own (``conftest.py`` starts it early).
+sessions, disaggregation, scaling, planners, telemetry, caps, clusters split into shards, each
+with the exact optimisations on and off) compiled that way, in a process of its own
+(``conftest.py`` starts it early).
 """
 
 from __future__ import annotations
