@@ -24,11 +24,9 @@ and one worker.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from types import SimpleNamespace
-
 from typing import NamedTuple
 
 import numpy as np
@@ -246,6 +244,7 @@ class _TickFold:
         return job
 
     def finish(self, job):
+        """Wait for a posted job, running it here if no helper has taken it."""
         with self.cond:
             if job[1] == "posted":
                 job[1] = "taken"
@@ -260,6 +259,7 @@ class _TickFold:
                 self.cond.wait()
 
     def worker_seconds(self):
+        """The cluster's worker-seconds, once every shard has handed over its last ticks."""
         with self.cond:
             while self.folding:
                 self.cond.wait()

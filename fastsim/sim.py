@@ -220,7 +220,7 @@ def _load_kernels():
     helper = None
     if not precompile.cached("run_loop_nb"):
         sys.stderr.write("fastsim: compiling the simulation kernels for this machine "
-                         "(first run only, about 25-40 s; later runs load them from the cache)\n")
+                         "(first run only, about 25-70 s; later runs load them from the cache)\n")
         sys.stderr.flush()
         helper = precompile.start()  # compiles the loop's callees alongside
     w = synthetic(16, 2, 1, arrival_interval_ms=1.0)

@@ -46,6 +46,7 @@ def _random_case(seed):
         enable_chunked_prefill=rng.random() < 0.8,
         preemption_mode=rng.choice(["lifo", "fifo"]),
         dp_size=rng.choice([1, 1, 2, 4]),
+        max_model_len=rng.choice([None, None, None, rng.randint(300, 1200)]),
     ))
     wl = synthetic(
         rng.randint(50, 900), rng.randint(1, 300), rng.randint(50, 600),
