@@ -209,6 +209,9 @@ class _TickFold:
             self.cond.notify_all()
             while (not finished and self.pending[s].shape[0] > _PENDING_MAX
                    and any(not d and f < self.front[s] for f, d in zip(self.front, self.done))):
+                self._fold()  # (a shard that waits has time to fold, whoever else would)
+                if self.pending[s].shape[0] <= _PENDING_MAX:
+                    break
                 self.cond.wait()
 
     def help(self):

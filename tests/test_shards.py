@@ -2,6 +2,7 @@
 unsplit loop's results bit for bit: every per-request field, every report field (worker-seconds
 included, folded from the shards' tick logs), the fleet frame."""
 
+import json
 import random
 from pathlib import Path
 
@@ -136,3 +137,22 @@ def test_unsplit_and_split_worker_seconds_differ_from_a_naive_sum():
                            threads=1).summary["decode_worker_seconds"] for s in range(2)]
     assert rep.summary["decode_worker_seconds"] != sum(halves)
     assert np.isclose(rep.summary["decode_worker_seconds"], sum(halves), rtol=1e-3)
+
+
+def test_cli_threads(tmp_path, capsys):
+    from fastsim.cli import main
+
+    flags = ["replay", "--input-tokens", "256", "--output-tokens", "16", "--request-count", "400",
+             "--arrival-interval-ms", "2", "--num-workers", "4"]
+    reports = []
+    for threads in ("1", "2"):
+        out = tmp_path / f"r{threads}.json"
+        assert main(flags + ["--threads", threads, "--report-json", str(out)]) == 0
+        rep = json.loads(out.read_text())
+        rep.pop("wall_time_ms")
+        reports.append({k: v for k, v in rep.items() if not k.startswith("processed_")})
+    assert reports[0] == reports[1]
+    capsys.readouterr()
+    assert main(flags + ["--threads", "0"]) != 0
+    err = capsys.readouterr().err
+    assert "threads is 0" in err and "Traceback" not in err
