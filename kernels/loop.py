@@ -825,8 +825,9 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
 
     Returns OK, DEAD_END (no future event while requests are unfinished), SIM_CAP, TABLE_FULL (the
     router's block table was too small: re-run with a larger one), or a pause the caller resumes by
-    calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers) or PLANNER_TICK
-    (a planner may set ``fl.fs[TARGET]``).
+    calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers), PLANNER_TICK
+    (a planner may set ``fl.fs[TARGET]``) or TICKS_FULL (empty the tick log ``cl.tlog``: a shard
+    of a split run, ``fastsim/shards.py``). It releases the GIL while it runs.
     """
     n_rows = rq.isl.shape[0]
     ws = out[0]

@@ -1,4 +1,5 @@
-"""The worker-seconds of a run split into shards, from the shards' tick logs (``fastsim/shards.py``).
+"""A run split into shards (``fastsim/shards.py``): its worker-seconds, from the shards' tick logs,
+and its per-request results, written back into the cluster's rows.
 
 The loop adds ``live * (t - now) / 1000`` at every event of the whole cluster, in time order
 (``kernels/loop.py``, ``_step_ws``), and a float sum depends on the order and the places of its
@@ -52,7 +53,6 @@ def merge_ticks_nb(a, b):
             out[k] = b[j]
             j += 1
     return out
-
 
 
 @fold_kernel
