@@ -287,7 +287,6 @@ def simulate(
     from fastsim import shards
     from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)
-    from fastsim.report import build_report
 
     if router_mode not in ("round_robin", "kv_router"):
         raise InputError(f"router_mode is {router_mode!r}; allowed: 'round_robin', 'kv_router'")
@@ -361,17 +360,8 @@ def simulate(
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:
-        remaining = int(st.cl.state[NARRIVED] - st.cl.state[NDONE])
-        raise DeadEndError(
-            f"offline replay reached a dead end with {remaining} in-flight requests remaining "
-            "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
-            "chunked prefill disabled, or a request whose KV footprint can never fit)"
-        )
-    if debug is None:
-        import os
-
-        debug = os.environ.get("FASTSIM_DEBUG", "") not in ("", "0")
-    if debug and max_sim_time_ms is None:
+        raise _dead_end(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]))
+    if _debug(debug) and max_sim_time_ms is None:
         from fastsim.invariants import check
 
         check(st, engine)
@@ -379,13 +369,41 @@ def simulate(
     # before the report's own arrays are made (peak memory)
     cols, gaps, fl = _request_columns(st.rq, dp, single_path), st.gaps, st.fl
     del st
+    return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_path,
+                   worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
+                   telemetry=bool(telemetry_interval_ms))
+
+
+def _dead_end(remaining):
+    return DeadEndError(
+        f"offline replay reached a dead end with {remaining} in-flight requests remaining "
+        "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
+        "chunked prefill disabled, or a request whose KV footprint can never fit)"
+    )
+
+
+def _debug(debug):
+    """``simulate``'s ``debug``: as given, else the ``FASTSIM_DEBUG`` environment variable."""
+    if debug is None:
+        import os
+
+        return os.environ.get("FASTSIM_DEBUG", "") not in ("", "0")
+    return bool(debug)
+
+
+def _report(cols, gaps, fl, *, num_workers, single_path, worker_seconds, dp, wall_ms, sla,
+            telemetry):
+    """The :class:`Report` of an aggregated run from its per-request columns, gap statistics and
+    fleet record."""
+    from fastsim.report import build_report
+
     report = build_report(
         cols,
         _gap_columns(gaps),
         {
             "num_workers": num_workers,
             "single_path": single_path,
-            "decode_worker_seconds": float(out[0]),
+            "decode_worker_seconds": worker_seconds,
             "prefill_worker_seconds": 0.0,
             "prefill_gpus_per_worker": 0,
             "decode_gpus_per_worker": dp,
@@ -395,7 +413,7 @@ def simulate(
             "sla_e2e_ms": sla[2],
         },
     )
-    report.workers = (lambda: _telemetry_frame(fl)) if telemetry_interval_ms else None
+    report.workers = (lambda: _telemetry_frame(fl)) if telemetry else None
     report.fleet = lambda: _fleet_frame(fl)
     return report
 
@@ -451,47 +469,22 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
     """``simulate`` of a cluster split into shards (``fastsim/shards.py``), timed from ``t0``."""
     from fastsim import shards
     from fastsim.kernels.loop import DEAD_END
-    from fastsim.report import build_report
 
     status, results, gaps, fl, ws, states, remaining = shards.simulate_shards(
         workload, engine, n_shards, num_workers=num_workers, dp=dp, steady_decode=steady_decode,
         light_ticks=light_ticks, seed=seed)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
-        raise DeadEndError(
-            f"offline replay reached a dead end with {remaining} in-flight requests remaining "
-            "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
-            "chunked prefill disabled, or a request whose KV footprint can never fit)"
-        )
-    if debug is None:
-        import os
-
-        debug = os.environ.get("FASTSIM_DEBUG", "") not in ("", "0")
-    if debug:
+        raise _dead_end(remaining)
+    if _debug(debug):
         from fastsim.invariants import check
 
         for st in states:
             check(st, engine)
     del states
-    report = build_report(
-        _request_columns(results, dp, False),
-        _gap_columns(gaps),
-        {
-            "num_workers": num_workers,
-            "single_path": False,
-            "decode_worker_seconds": ws,
-            "prefill_worker_seconds": 0.0,
-            "prefill_gpus_per_worker": 0,
-            "decode_gpus_per_worker": dp,
-            "wall_time_ms": wall_ms,
-            "sla_ttft_ms": sla[0],
-            "sla_itl_ms": sla[1],
-            "sla_e2e_ms": sla[2],
-        },
-    )
-    report.workers = None
-    report.fleet = lambda: _fleet_frame(fl)
-    return report
+    return _report(_request_columns(results, dp, False), gaps, fl, num_workers=num_workers,
+                   single_path=False, worker_seconds=ws, dp=dp, wall_ms=wall_ms, sla=sla,
+                   telemetry=False)
 
 
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
