@@ -33,7 +33,10 @@ import numpy as np
 
 from fastsim.errors import InputError
 
-AUTO_MIN_REQUESTS = 20_000  # threads=None: smaller runs are not split (a thread costs ~0.1 ms)
+# A split run costs about 2 ms more in a fresh process (each shard's own set-up, the thread, the
+# fold): on 4 workers of a 2-core guest, 20k requests took 7.5 ms unsplit and 8.0 split, 50k
+# 16.4 and 16-18, 75k 24 and 20 (on 64 workers splitting pays from 20k).
+AUTO_MIN_REQUESTS = 50_000  # threads=None: smaller runs are not split
 _LOG_MIN = 1 << 16  # tick log entries per shard (a shard hands its log over when it fills)
 _PENDING_MAX = 1 << 20  # unfolded ticks a shard may hold before it waits for the others
 

@@ -281,7 +281,7 @@ def simulate(
       requests, no scaling, no telemetry, no time cap) is simulated as that many shards of its
       workers side by side, one thread each, with the same results (``fastsim/shards.py``).
       Default: the ``FASTSIM_THREADS`` environment variable, else the cores this process may use,
-      for runs of at least 20,000 requests. 1: never split (a sweep running one simulation per
+      for runs of at least 50,000 requests. 1: never split (a sweep running one simulation per
       core).
     """
     from fastsim import shards
