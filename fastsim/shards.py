@@ -226,20 +226,24 @@ class _TickFold:
                 while True:
                     for job in self.jobs:
                         if job[1] == "posted":
-                            job[1] = "taken"
-                            self.cond.release()
-                            try:
-                                job[0]()
-                            finally:
-                                self.cond.acquire()
-                                job[1] = "done"
-                                self.cond.notify_all()
+                            self._run(job)
                     self._fold()
                     if all(self.done) and all(job[1] == "done" for job in self.jobs):
                         return
                     self.cond.wait()
             finally:
                 self.helpers -= 1
+
+    def _run(self, job):
+        """Run a posted job (called with the lock held; it is released while the job runs)."""
+        job[1] = "taken"
+        self.cond.release()
+        try:
+            job[0]()
+        finally:
+            self.cond.acquire()
+            job[1] = "done"
+            self.cond.notify_all()
 
     def post(self, fn):
         """Offer ``fn`` to a helping shard; ``finish`` runs it here if none took it."""
@@ -253,14 +257,7 @@ class _TickFold:
         """Wait for a posted job, running it here if no helper has taken it."""
         with self.cond:
             if job[1] == "posted":
-                job[1] = "taken"
-                self.cond.release()
-                try:
-                    job[0]()
-                finally:
-                    self.cond.acquire()
-                    job[1] = "done"
-                    self.cond.notify_all()
+                self._run(job)
             while job[1] != "done":
                 self.cond.wait()
 

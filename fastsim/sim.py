@@ -367,7 +367,7 @@ def simulate(
         check(st, engine)
     # only the per-request results and the gap statistics go on: the rest of the state is freed
     # before the report's own arrays are made (peak memory)
-    cols, gaps, fl = _request_columns(st.rq, dp, single_path), st.gaps, st.fl
+    cols, gaps, fl = _request_columns(st.rq, single_path), st.gaps, st.fl
     del st
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_path,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
@@ -482,7 +482,7 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
         for st in states:
             check(st, engine)
     del states
-    return _report(_request_columns(results, dp, False), gaps, fl, num_workers=num_workers,
+    return _report(_request_columns(results, False), gaps, fl, num_workers=num_workers,
                    single_path=False, worker_seconds=ws, dp=dp, wall_ms=wall_ms, sla=sla,
                    telemetry=False)
 
@@ -647,7 +647,7 @@ class PlannerState(NamedTuple):
         )
 
 
-def _request_columns(rq, dp, single_path):
+def _request_columns(rq, single_path):
     from fastsim.kernels.scheduler import COMPLETED, NOT_ARRIVED, REJECTED
 
     st = rq.status

@@ -41,8 +41,9 @@ numba turns every ``a[i]`` with a signed ``i`` into ``a[i + (i < 0) * len(a)]``:
 instructions and, in a loop whose hundreds of arrays live on the stack, a reload of the length.
 The kernels never index with a negative number (a -1 link or "none" is always tested first), so
 the wraparound only costs: without it the aggregated loop of 100k requests on 4 workers took
-about 11.5 ms instead of 13.0 (four alternating fresh-process pairs). Only the code of fastsim's own kernels is compiled this
-way (numba's implementations of numpy functions inside them keep their wraparound), and
+about 11.5 ms instead of 13.0 (four alternating fresh-process pairs). Only the code of
+fastsim's own kernels is compiled this way (numba's implementations of numpy functions inside
+them keep their wraparound), and
 ``tests/test_index_bounds.py`` runs simulations of every kind with numba's bounds checking on,
 which then rejects any negative index the kernels would use. ``FASTSIM_INDEX_WRAPAROUND=1``
 compiles them with numba's usual indexing (a cache of its own).

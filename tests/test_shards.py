@@ -15,7 +15,7 @@ from fastsim import shards, sim
 from fastsim.config import EngineArgs
 from fastsim.workload import load_mooncake, synthetic
 
-from test_steady_decode import assert_same_results
+from test_steady_decode import assert_same_results, random_engine
 
 MOONCAKE_SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mooncake_trace_1000.jsonl"
 
@@ -38,17 +38,11 @@ def _same_split(workload, engine, *, threads=2, **kw):
 
 def _random_case(seed):
     rng = random.Random(7000 + seed)
-    bs = rng.choice([8, 16, 64])
-    engine = EngineArgs.coerce(dict(
-        block_size=bs,
-        num_gpu_blocks=rng.choice([40, 120, 400, 4000]),
-        max_num_seqs=rng.choice([4, 16, 256]),
-        max_num_batched_tokens=rng.choice([256, 1024, 8192]),
-        enable_chunked_prefill=rng.random() < 0.8,
-        preemption_mode=rng.choice(["lifo", "fifo"]),
-        dp_size=rng.choice([1, 1, 2, 4]),
-        max_model_len=rng.choice([None, None, None, rng.randint(300, 1200)]),
-    ))
+    engine = random_engine(rng)
+    bs = engine["block_size"]
+    if rng.random() < 0.25:
+        engine["max_model_len"] = rng.randint(300, 1200)
+    engine = EngineArgs.coerce(engine)
     wl = synthetic(
         rng.randint(50, 900), rng.randint(1, 300), rng.randint(50, 600),
         arrival_interval_ms=rng.choice([0.0, 1.0, 5.0, 30.0]),
@@ -113,8 +107,20 @@ def test_what_is_not_split():
     unsorted = synthetic(64, 8, 100, arrival_interval_ms=1.0)
     unsorted.session_arrival_ms = unsorted.session_arrival_ms[::-1].copy()
     assert shards.plan(unsorted, **base) == 1
-    # by default, only runs large enough to pay for a thread
-    assert shards.plan(wl, **dict(base, threads=None)) == 1 or shards.usable_cores() < 2
+
+
+
+def test_default_splits_only_large_runs(monkeypatch):
+    monkeypatch.delenv("FASTSIM_THREADS", raising=False)
+    monkeypatch.setattr(shards, "usable_cores", lambda: 2)
+    base = dict(threads=None, num_workers=4, router_mode="round_robin", replay_concurrency=None,
+                max_sim_time_ms=None, schedule=[], planner=None, telemetry_interval_ms=None)
+    small = synthetic(64, 8, shards.AUTO_MIN_REQUESTS - 1, arrival_interval_ms=1.0)
+    large = synthetic(64, 8, shards.AUTO_MIN_REQUESTS, arrival_interval_ms=1.0)
+    assert shards.plan(small, **base) == 1
+    assert shards.plan(large, **base) == 2
+    monkeypatch.setattr(shards, "usable_cores", lambda: 1)
+    assert shards.plan(large, **base) == 1
 
 
 def test_threads_argument_checked(monkeypatch):

@@ -69,11 +69,10 @@ def test_random_single_worker_traces(seed, tmp_path):
             sim.simulate(wl, EngineArgs.coerce(engine), steady_decode=False)
 
 
-def _cluster_case(seed):
-    rng = random.Random(1000 + seed)
-    bs = rng.choice([8, 16, 64])
-    engine = dict(
-        block_size=bs,
+def random_engine(rng):
+    """Random engine arguments (a dict) for cluster cases: small pools, tight batches, DP ranks."""
+    return dict(
+        block_size=rng.choice([8, 16, 64]),
         num_gpu_blocks=rng.choice([40, 120, 400, 4000]),
         max_num_seqs=rng.choice([4, 16, 256]),
         max_num_batched_tokens=rng.choice([256, 1024, 8192]),
@@ -81,6 +80,12 @@ def _cluster_case(seed):
         preemption_mode=rng.choice(["lifo", "fifo"]),
         dp_size=rng.choice([1, 1, 2, 4]),
     )
+
+
+def _cluster_case(seed):
+    rng = random.Random(1000 + seed)
+    engine = random_engine(rng)
+    bs = engine["block_size"]
     if rng.random() < 0.2:
         engine["max_model_len"] = rng.randint(300, 1200)
     wl = synthetic(
