@@ -1,14 +1,20 @@
-"""Compile the event loop's callees in a second process while the first compiles the loop.
+"""Share a cold compile of the event loop between two processes.
 
-numba compiles the aggregated loop (``kernels.loop.run_loop_nb``) in one thread. Its first third
-is spent inlining the loop's inner functions (no callee is needed yet); then type inference asks
-for every kernel the loop calls, and each is compiled on the spot, one after the other (about a
-third of the cold compile). When the cache is empty, :func:`start` launches
-``python -m fastsim.precompile``: it compiles those callees, from the last the loop asks for to
-the first, with the exact signatures the loop uses (:data:`CALLEES`), and writes them to the same
-numba cache.
-By the time the loop's type inference reaches one, the first process loads it from the cache
-instead of compiling it (if it is not there yet, it compiles it itself, as without the helper).
+numba compiles the aggregated loop (``kernels.loop.run_loop_nb``) in one thread: its type
+inference asks for every kernel the loop calls (:data:`CALLEES`: the big pieces of the loop, which
+LLVM inlines back, and the rarer steps it calls), and each is compiled on the spot, one after the
+other; then the loop itself is lowered and optimised. The callees are about three quarters of the
+work. When the cache is empty, :func:`start` launches ``python -m fastsim.precompile`` on the
+second core, and the two processes share the callees through claim files in a temporary
+directory: whichever process is first to create ``claim-<name>`` compiles that kernel (with the
+exact signature the loop uses) into the shared numba cache, then creates ``done-<name>``.
+Before the loop, the first process compiles the callees in the order the loop asks for them,
+skipping those the helper has claimed; the helper starts with the largest (``rank_pass_nb``)
+and goes on from the last to the first. Every compile of a listed signature, in either process
+and at any depth, goes through the claims (:func:`share`), so a kernel is compiled once: a
+process that needs one the other is compiling waits for its ``done`` file and loads it from the
+cache (or compiles it itself if the other process has gone). Call graphs are acyclic and a claim
+is held only while its kernel compiles, so two processes never wait on each other.
 A first disaggregated run compiles its own loop while a helper compiles the aggregated one, whose
 callees the disaggregated loop shares.
 
@@ -20,10 +26,13 @@ changed call cannot silently turn the helper into wasted work.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import time
 
-# (module, kernel, argument types): in the order run_loop_nb's type inference asks for them.
+# (module, kernel, argument types): in the order run_loop_nb's type inference asks for them (those
+# of rank_pass_nb, from _steady_ok to _decode_ms, while it compiles).
 CALLEES = (
     ("scheduler", "_steady_join", ("p", "rq", "rk", "int64", "int32")),
     ("loop", "start_arrivals_nb", ("ss", "cl")),
@@ -34,6 +43,8 @@ CALLEES = (
     ("loop", "_dispatch_kv", ("p", "pool", "rq", "rk", "cl", "rt", "fl", "pa", "int64")),
     ("fleet", "mark_ready_nb", ("fl", "float64")),
     ("loop", "pop_arrival_nb", ("ss", "cl", "float64")),
+    ("scheduler", "rank_pass_nb", ("p", "perf", "pool", "rq", "rk", "int64", "float64", "pa",
+                                   "array(int32, 1d, C)", "array(int32, 1d, C)", "int64", "float64")),
     ("scheduler", "_steady_ok", ("p", "pool", "rq", "rk", "int64", "int64")),
     ("scheduler", "materialize_nb", ("p", "rq", "rk", "int64", "int64", "float64")),
     ("kvpool", "_evict", ("pool", "int64", "int64", "int64", "int64")),
@@ -51,6 +62,8 @@ CALLEES = (
     ("fleet", "retire_drained_nb", ("fl", "array(bool, 1d, C)", "array(int64, 1d, C)",
                                     "array(int64, 1d, C)", "int64", "Literal[int](0)")),
     ("loop", "_route_kv", ("p", "pool", "rq", "rk", "cl", "rt", "fl", "pa", "int64", "float64")),
+    ("loop", "_light_ticks", ("p", "perf", "pool", "rq", "rk", "ss", "cl", "gaps", "rt", "fl", "pa",
+                              "float64", "float64")),
     ("fleet", "nth_active_nb", ("fl", "int64")),
     ("fleet", "next_fleet_event_nb", ("fl",)),
     ("fleet", "sample_nb", ("fl", "pool", "array(int64, 1d, C)", "array(int64, 1d, C)", "int64",
@@ -94,44 +107,154 @@ def signature(args, tables):
     return tuple(out)
 
 
-def compile_callees():
-    """Compile (and cache) every kernel of ``CALLEES``."""
+# the helper's first: the largest subtree (about 40% of the callees' compile), so that the first
+# process, which goes through the rest from the front, meets it at the end
+FIRST = ("rank_pass_nb",)
+CLAIMS_ENV = "FASTSIM_PRECOMPILE_CLAIMS"  # the claim directory, for the helper
+PEER_ENV = "FASTSIM_PRECOMPILE_PEER"  # the first process's pid, for the helper
+WAIT_LIMIT_S = 600.0  # a peer that has not finished a kernel by then is not waited for
+
+
+class Claims:
+    """Claim and done files of one shared compile (module docstring). ``peer_alive()`` says whether
+    the other process can still finish what it claimed."""
+
+    def __init__(self, directory, peer_alive):
+        self.dir = directory
+        self.peer_alive = peer_alive
+
+    def take(self, name):
+        """True if this process is the first to claim ``name`` (it must then call :meth:`done`)."""
+        try:
+            fd = os.open(os.path.join(self.dir, f"claim-{name}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        os.write(fd, str(os.getpid()).encode())  # (who has it)
+        os.close(fd)
+        return True
+
+    def done(self, name):
+        open(os.path.join(self.dir, f"done-{name}"), "w").close()
+
+    def wait(self, name):
+        """Wait until the other process has finished ``name`` (or has gone)."""
+        path = os.path.join(self.dir, f"done-{name}")
+        deadline = time.monotonic() + WAIT_LIMIT_S
+        while not os.path.exists(path) and self.peer_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def _kernels():
+    """``(name, dispatcher, argument types)`` of every ``CALLEES`` entry."""
     import importlib
 
     tables = state_types()
-    # Backwards: the loop asks for its callees from the first on, a few seconds after the start,
-    # and compiles itself any the helper has not finished; starting from the far end, the two
-    # meet in the middle instead of compiling the same kernels at once (cold compile on a 2-core
-    # guest: 36.8 -> 34.6 s).
-    for mod, name, args in reversed(CALLEES):
-        kernel = getattr(importlib.import_module(f"fastsim.kernels.{mod}"), name)
-        kernel.compile(signature(args, tables))
+    return [(name, getattr(importlib.import_module(f"fastsim.kernels.{mod}"), name), signature(args, tables))
+            for mod, name, args in CALLEES]
+
+
+def share(claims, kernels):
+    """Route every compile of a ``CALLEES`` signature in this process through ``claims``: compile
+    it if this process claims it first, else wait for the other's and load it from the cache.
+    Returns a function that removes the routing."""
+    for name, kernel, sig in kernels:
+        usual = kernel.compile
+
+        def compile(sig_, _usual=usual, _name=name, _sig=sig, _kernel=kernel):
+            args = tuple(sig_.args) if hasattr(sig_, "args") else tuple(sig_)
+            if args != _sig or args in _kernel.overloads:
+                return _usual(sig_)
+            if claims.take(_name):
+                try:
+                    return _usual(sig_)
+                finally:
+                    claims.done(_name)
+            claims.wait(_name)
+            return _usual(sig_)  # (loads it from the cache, or compiles it if the other failed)
+
+        kernel.compile = compile
+
+    def restore():
+        for _, kernel, _ in kernels:
+            kernel.__dict__.pop("compile", None)
+
+    return restore
+
+
+def compile_callees(claims=None, order="helper", kernels=None):
+    """Compile (and cache) the kernels of ``CALLEES``; with ``claims``, only those this process
+    claims first, in ``order``: the helper's, or the loop's (for the first process). Every compile
+    of their signatures must then go through the claims already (:func:`share`)."""
+    kernels = kernels or _kernels()
+    if order == "helper":
+        kernels = ([k for k in kernels if k[0] in FIRST]
+                   + [k for k in reversed(kernels) if k[0] not in FIRST])
+    for name, kernel, sig in kernels:
+        if claims is None:
+            kernel.compile(sig)
+        elif claims.take(name):
+            try:
+                type(kernel).compile(kernel, sig)  # (numba's own: this process holds the claim)
+            finally:
+                claims.done(name)
+
+
+class Helper:
+    """A running helper process and the claims this process shares with it."""
+
+    def __init__(self, proc, claims=None):
+        self.proc = proc
+        self.claims = claims
+        self.restore = None
+
+    def compile_first(self):
+        """This process's part of the callees, before it compiles the loop (which then finds
+        them compiled, or waits for the one the helper is finishing)."""
+        if self.claims is None:
+            return
+        kernels = _kernels()
+        self.restore = share(self.claims, kernels)
+        compile_callees(self.claims, order="loop", kernels=kernels)
 
 
 def start(aggregated=False):
-    """Launch the helper process (when there is a second core); returns it, or None.
-    ``aggregated``: the helper loads (compiles) the whole aggregated loop instead, for a process
-    that compiles the disaggregated one (which calls most of the same kernels)."""
+    """Launch the helper process (when there is a second core); returns a :class:`Helper`, or
+    None. ``aggregated``: the helper loads (compiles) the whole aggregated loop instead, for a
+    process that compiles the disaggregated one (which calls most of the same kernels)."""
+    import tempfile
+
     if (os.cpu_count() or 1) < 2 or os.environ.get("FASTSIM_PRECOMPILE", "1") == "0":
         return None
     args = ["--aggregated"] if aggregated else []
+    env = dict(os.environ)
+    claims = None
+    if not aggregated:
+        claims = Claims(tempfile.mkdtemp(prefix="fastsim-compile-"), lambda: proc.poll() is None)
+        env.update({CLAIMS_ENV: claims.dir, PEER_ENV: str(os.getpid())})
     try:
-        return subprocess.Popen([sys.executable, "-m", "fastsim.precompile", *args],
+        proc = subprocess.Popen([sys.executable, "-m", "fastsim.precompile", *args],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+                                stderr=subprocess.DEVNULL, env=env)
     except OSError:
+        if claims is not None:
+            shutil.rmtree(claims.dir, ignore_errors=True)
         return None
+    return Helper(proc, claims)
 
 
-def finish(proc):
+def finish(helper):
     """Wait for the helper (it ends soon after the loop's compile: its work is a part of it)."""
-    if proc is None:
+    if helper is None:
         return
     try:
-        proc.wait(timeout=120)
+        helper.proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        helper.proc.kill()
+        helper.proc.wait()
+    if helper.restore is not None:
+        helper.restore()
+    if helper.claims is not None:
+        shutil.rmtree(helper.claims.dir, ignore_errors=True)
 
 
 def cached(kernel):
@@ -151,5 +274,21 @@ if __name__ == "__main__":
         from fastsim.sim import _load_kernels
 
         _load_kernels()
+    elif os.environ.get(CLAIMS_ENV):
+        peer = int(os.environ[PEER_ENV])
+
+        def peer_alive():
+            try:
+                os.kill(peer, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                pass
+            return True
+
+        claims = Claims(os.environ[CLAIMS_ENV], peer_alive)
+        kernels = _kernels()
+        share(claims, kernels)
+        compile_callees(claims, order="helper", kernels=kernels)
     else:
         compile_callees()

@@ -65,12 +65,22 @@ about 70k instructions over 1,500 blocks of whole-struct loads and stores. Repla
 that IR, the function pipeline took 20.4 s (SROA splitting those structs 11.4 s, correlated
 value propagation 7.2 s), the module pipeline and code generation 4.9 s more; the module
 pipeline alone, whose own SROA does the same splitting after inlining, and code generation took
-9.6 s. ``_module_passes_only`` skips the first round for modules that define fastsim's own
+9.6 s. ``_llvm_passes`` skips the first round for modules that define fastsim's own
 kernels (numba's implementations compiled on their own keep it). The cold compile went from
 66.9-73.8 s to 48.8 s on a 2-core guest; the loop runs as fast (100k requests, alternating
 fresh processes, on 4, 16 with kv_router and 64 workers: within 3% either way), and the suite
 and the reference cases give the same results. ``FASTSIM_FUNCTION_PASSES=1`` restores numba's
 usual two rounds (a cache of its own).
+
+The two largest pieces of the event loop, a rank's pass (``scheduler.rank_pass_nb``) and the light
+ticks (``loop._light_ticks``), are ``llvm_inline`` kernels (``kernels/jit.py``): compiled on their
+own and marked ``alwaysinline`` in their LLVM IR, so that LLVM inlines them back into the loop
+(the loop's object code has no copy of either; the run time is the same as with numba's
+IR-level inlining, within the noise of alternating runs). Compiled on their own, they can be
+compiled by the helper process of a cold start (``fastsim/precompile.py``) while the loop's
+process compiles the other callees, instead of being typed and lowered inside the loop's
+compile. (Without the attribute LLVM inlined them too; with ``noinline`` the loop's own LLVM
+time did not drop, as the linked-in callees are optimised and compiled again in its module.)
 """
 
 import hashlib
@@ -156,12 +166,12 @@ def _inline_sharing_scopes():
     return True
 
 
-def _module_passes_only():
-    """Optimise fastsim's kernels with LLVM's module pipeline only, without numba's function
-    pipeline first (see above). Returns True if installed (False: numba's code generator is not
-    as this was written for, or ``FASTSIM_FUNCTION_PASSES`` is set)."""
-    if os.environ.get("FASTSIM_FUNCTION_PASSES", "") not in ("", "0"):
-        return False
+def _llvm_passes():
+    """Have fastsim's kernels optimised by LLVM's module pipeline only, without numba's function
+    pipeline first, and mark the ``llvm_inline`` kernels ``alwaysinline`` (see above). Returns
+    True if the function pipeline is skipped (False: numba's code generator is not as this was
+    written for, or ``FASTSIM_FUNCTION_PASSES`` is set)."""
+    skip = os.environ.get("FASTSIM_FUNCTION_PASSES", "") in ("", "0")
     try:
         from numba.core import codegen
     except ImportError:
@@ -170,19 +180,26 @@ def _module_passes_only():
     usual = getattr(library, "_optimize_functions", None)
     if usual is None:
         return False
-    if getattr(usual, "fastsim", False):
-        return True
+    if getattr(usual, "fastsim", None) is not None:
+        return usual.fastsim
+    from fastsim.kernels.jit import ALWAYS_INLINE
 
     def _optimize_functions(self, ll_module):
-        if any(_OWN in f.name for f in ll_module.functions if not f.is_declaration):
+        own = False
+        for f in ll_module.functions:
+            if not f.is_declaration and _OWN in f.name:
+                own = True
+                if any(x in f.name for x in ALWAYS_INLINE):
+                    f.add_function_attribute("alwaysinline")
+        if own and skip:
             # what numba's version does besides running the passes
             ll_module.data_layout = self._codegen._data_layout
             return
         usual(self, ll_module)
 
-    _optimize_functions.fastsim = True
+    _optimize_functions.fastsim = skip
     library._optimize_functions = _optimize_functions
-    return True
+    return skip
 
 
 def _configure():
@@ -191,7 +208,7 @@ def _configure():
 
     os.environ.setdefault("NUMBA_OPT", "2")
     as_written = _index_as_written()
-    module_only = _module_passes_only()
+    module_only = _llvm_passes()
     _inline_sharing_scopes()
     if not os.environ.get("NUMBA_CACHE_DIR"):
         here = Path(__file__).resolve().parent

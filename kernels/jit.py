@@ -7,6 +7,9 @@
   shards of a split run go on side by side in threads, ``fastsim/shards.py``).
 * ``inner``: only ever called from other kernels (no Python or C entry point is generated).
 * ``inline``: inlined into its callers at numba's IR level (the per-pass call chain).
+* ``llvm_inline``: ``inner``, compiled on its own and inlined into its callers by LLVM (marked
+  ``alwaysinline``): the large pieces of the event loop, compiled alongside the loop on a cold
+  start instead of within it.
 
 All use ``cache=True`` and numba's numpy error model.
 """
@@ -19,3 +22,12 @@ loop_kernel = njit(cache=True, error_model="numpy", _nrt=False, nogil=True)
 inner = njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True,
              no_cfunc_wrapper=True)
 inline = njit(cache=True, error_model="numpy", _nrt=False, inline="always")
+
+# mangled-name fragments of the ``llvm_inline`` kernels (``kernels/__init__.py`` marks them)
+ALWAYS_INLINE = set()
+
+
+def llvm_inline(fn):
+    parts = fn.__module__.split(".") + [fn.__name__]
+    ALWAYS_INLINE.add("".join(f"{len(x)}{x}" for x in parts) + "B")
+    return inner(fn)

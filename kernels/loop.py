@@ -41,7 +41,7 @@ from fastsim.kernels.fleet import (
     sample_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
-from fastsim.kernels.jit import inline, inner, loop_kernel
+from fastsim.kernels.jit import inline, inner, llvm_inline, loop_kernel
 from fastsim.kernels.router import (
     FCFS,
     KV_ROUTER,
@@ -792,7 +792,7 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
     return now, ws
 
 
-@inline
+@llvm_inline
 def _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, ws):
     """Handle light ticks (``_light_tick``) from ``now`` on, one after the other, stepping the
     clock and the worker-seconds between them as the event loop would, while the loop would do

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim.kernels.blocks import unique_key_nb
-from fastsim.kernels.jit import inline, inner
+from fastsim.kernels.jit import inline, inner, llvm_inline
 from fastsim.kernels.kvpool import (
     NACTIVE,
     alloc_anon_nb,
@@ -662,7 +662,7 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     pend_tail[g] = r
 
 
-@inline
+@llvm_inline
 def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, prev_end):
     """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
 

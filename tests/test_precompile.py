@@ -46,3 +46,71 @@ def test_loop_finds_every_callee_compiled(tmp_path):
     again = [name for name in after if name in listed]
     assert not again, f"compiled again by the loop (signature in CALLEES differs): {again}"
     assert "run_loop_nb" in after
+
+
+class _Kernel:
+    """Stands for a numba dispatcher: ``compile`` records the signatures it compiles."""
+
+    def __init__(self):
+        self.overloads = {}
+        self.compiled = []
+
+    def compile(self, sig):
+        self.compiled.append(tuple(sig))
+        self.overloads[tuple(sig)] = True
+        return "entry"
+
+
+def test_claims_are_exclusive(tmp_path):
+    from fastsim.precompile import Claims
+
+    a, b = Claims(str(tmp_path), lambda: True), Claims(str(tmp_path), lambda: True)
+    assert a.take("k") and not b.take("k") and not a.take("k")
+    assert b.take("other")
+    a.done("k")
+    b.wait("k")  # returns at once: done
+
+
+def test_a_kernel_claimed_elsewhere_is_waited_for_then_loaded(tmp_path):
+    import threading
+    import time
+
+    from fastsim.precompile import Claims, share
+
+    other = Claims(str(tmp_path), lambda: True)
+    assert other.take("k")
+    kernel = _Kernel()
+    restore = share(Claims(str(tmp_path), lambda: True), [("k", kernel, (1, 2))])
+    timer = threading.Timer(0.3, other.done, ("k",))
+    t0 = time.monotonic()
+    timer.start()
+    assert kernel.compile((1, 2)) == "entry"
+    assert time.monotonic() - t0 >= 0.25  # it waited for the other process's ``done``
+    assert kernel.compiled == [(1, 2)]  # then asked numba (which loads it from the cache)
+    # another signature of the same kernel is not shared: compiled at once, no claim taken
+    assert kernel.compile((3,)) == "entry" and kernel.compiled[-1] == (3,)
+    assert not (tmp_path / "claim-k3").exists()
+    restore()
+    assert "compile" not in vars(kernel)
+
+
+def test_a_kernel_claimed_by_a_process_that_has_gone_is_compiled_here(tmp_path):
+    from fastsim.precompile import Claims, share
+
+    assert Claims(str(tmp_path), lambda: True).take("k")  # and never done
+    kernel = _Kernel()
+    share(Claims(str(tmp_path), lambda: False), [("k", kernel, (1,))])
+    assert kernel.compile((1,)) == "entry" and kernel.compiled == [(1,)]
+
+
+def test_the_first_to_claim_compiles_and_marks_it_done(tmp_path):
+    from fastsim.precompile import Claims, compile_callees, share
+
+    claims = Claims(str(tmp_path), lambda: True)
+    kernels = [(name, _Kernel(), (i,)) for i, name in enumerate("abc")]
+    assert Claims(str(tmp_path), lambda: True).take("b")  # the other process has b
+    share(claims, kernels)
+    compile_callees(claims, order="loop", kernels=kernels)
+    assert [k.compiled for _, k, _ in kernels] == [[(0,)], [], [(2,)]]
+    assert (tmp_path / "done-a").exists() and (tmp_path / "done-c").exists()
+    assert not (tmp_path / "done-b").exists()
