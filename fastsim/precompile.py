@@ -18,8 +18,8 @@ is held only while its kernel compiles, so two processes never wait on each othe
 A first disaggregated run compiles its own loop while a helper compiles the aggregated one, whose
 callees the disaggregated loop shares.
 
-The signatures are spelled with the names of the state tables (``rq``, ``pool``, ...) and numba
-scalar type names; ``tests/test_precompile.py`` checks them against what the loop compiles, so a
+The signatures are spelled with the names of the state tables (``rq``, ``pool``, ...), numba
+scalar type names, ``array(dtype, 1d, C)`` and ``type*n`` for a tuple of ``n``; ``tests/test_precompile.py`` checks them against what the loop compiles, so a
 changed call cannot silently turn the helper into wasted work.
 """
 
@@ -70,6 +70,17 @@ CALLEES = (
                             "float64")),
     # and the report's, which the first process needs right after the loop
     ("stats", "dd_percentile_nb", ("array(int64, 1d, C)", "int64", "float64", "float64")),
+    # and those the first process compiles outside the loop (so the helper takes them early): a
+    # trace's block keys (before it), a split run's tick fold and results (after it)
+    ("blocks", "content_block_keys_nb", ("array(int64, 1d, C)",) * 3 + ("int64", "int64",
+                                                                        "array(int64, 1d, C)")),
+    ("ticks", "fold_ticks_nb", ("array(float64, 1d, C)", "int64", "array(float64, 1d, C)",
+                                "array(float64, 1d, C)")),
+    ("ticks", "scatter_results_nb", ("array(float64, 1d, C)*6", "array(int32, 1d, C)*5",
+                                     "array(int8, 1d, C)", "array(float64, 1d, C)*6",
+                                     "array(int32, 1d, C)*4", "array(int32, 1d, C)",
+                                     "array(int8, 1d, C)", "array(int32, 1d, C)", "int64", "int64",
+                                     "array(int64, 1d, C)", "int64", "int64")),
 )
 
 
@@ -93,18 +104,20 @@ def signature(args, tables):
     """The numba argument types of one ``CALLEES`` entry."""
     from numba.core import types
 
-    out = []
-    for a in args:
+    def one(a):
         if a in tables:
-            out.append(tables[a])
-        elif a.startswith("Literal[int]("):
-            out.append(types.IntegerLiteral(int(a[len("Literal[int]("):-1])))
-        elif a.startswith("array("):
+            return tables[a]
+        if "*" in a:  # a tuple of n of the same type
+            item, n = a.rsplit("*", 1)
+            return types.UniTuple(one(item), int(n))
+        if a.startswith("Literal[int]("):
+            return types.IntegerLiteral(int(a[len("Literal[int]("):-1]))
+        if a.startswith("array("):
             dtype, ndim, layout = (x.strip() for x in a[len("array("):-1].split(","))
-            out.append(types.Array(getattr(types, dtype), int(ndim.rstrip("d")), layout))
-        else:
-            out.append(getattr(types, a) if a != "bool" else types.boolean)
-    return tuple(out)
+            return types.Array(getattr(types, dtype), int(ndim.rstrip("d")), layout)
+        return getattr(types, a) if a != "bool" else types.boolean
+
+    return tuple(one(a) for a in args)
 
 
 # the helper's first: the largest subtree (about 40% of the callees' compile), so that the first
