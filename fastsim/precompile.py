@@ -255,11 +255,14 @@ def start(aggregated=False):
     return Helper(proc, claims)
 
 
-def finish(helper):
-    """Wait for the helper (it ends soon after the loop's compile: its work is a part of it)."""
+def finish(helper, abandon=False):
+    """Wait for the helper (it ends soon after the loop's compile: its work is a part of it), or
+    stop it at once if ``abandon`` (the compile it helps has failed or was interrupted)."""
     if helper is None:
         return
     try:
+        if abandon:
+            helper.proc.kill()
         helper.proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
         helper.proc.kill()

@@ -233,8 +233,10 @@ def _load_kernels():
             helper.compile_first()
         simulate(w, EngineArgs(block_size=16))
         simulate(w, EngineArgs(block_size=16), num_workers=2, threads=2)  # a split run's kernels
-    finally:
-        precompile.finish(helper)
+    except BaseException:
+        precompile.finish(helper, abandon=True)
+        raise
+    precompile.finish(helper)
 
 
 @with_small_pages

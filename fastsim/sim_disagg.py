@@ -306,7 +306,7 @@ def _load_disagg_kernels():
     helper = None
     if not precompile.cached("run_disagg_nb"):
         sys.stderr.write("fastsim: compiling the disaggregated simulation kernels for this machine "
-                         "(first run only, about 60-80 s; later runs load them from the cache)\n")
+                         "(first run only, about 40-60 s; later runs load them from the cache)\n")
         sys.stderr.flush()
         if not precompile.cached("run_loop_nb"):
             # the aggregated loop (and the kernels both loops call) in a second process meanwhile
@@ -317,5 +317,7 @@ def _load_disagg_kernels():
         simulate_disagg(synthetic(16, 2, 1, arrival_interval_ms=1.0),
                         EngineArgs(block_size=16, worker_type="prefill"),
                         EngineArgs(block_size=16, worker_type="decode"))
-    finally:
-        precompile.finish(helper)
+    except BaseException:
+        precompile.finish(helper, abandon=True)
+        raise
+    precompile.finish(helper)

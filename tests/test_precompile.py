@@ -113,3 +113,17 @@ def test_the_first_to_claim_compiles_and_marks_it_done(tmp_path):
     assert [k.compiled for _, k, _ in kernels] == [[(0,)], [], [(2,)]]
     assert (tmp_path / "done-a").exists() and (tmp_path / "done-c").exists()
     assert not (tmp_path / "done-b").exists()
+
+
+def test_an_abandoned_compile_stops_its_helper_at_once(tmp_path):
+    import time
+
+    from fastsim.precompile import Claims, Helper, finish
+
+    claims_dir = tmp_path / "claims"
+    claims_dir.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    t0 = time.monotonic()
+    finish(Helper(proc, Claims(str(claims_dir), lambda: proc.poll() is None)), abandon=True)
+    assert proc.poll() is not None and time.monotonic() - t0 < 10
+    assert not claims_dir.exists()
