@@ -1,6 +1,7 @@
 """fastsim's kernels skip numba's per-function LLVM pipeline and are optimised by the module
 pipeline only (``kernels/__init__.py``: ``_llvm_passes``); every other function numba compiles
-keeps both. The ``llvm_inline`` kernels are marked for LLVM to inline them."""
+keeps both. The ``llvm_inline`` kernels are marked for LLVM to inline them, and the kernels'
+Python entry points to be left unoptimised."""
 
 from __future__ import annotations
 
@@ -58,3 +59,9 @@ def test_llvm_inline_kernels_are_marked_alwaysinline():
     marked = _optimized(f"_ZN{kernels._OWN}9scheduler12rank_pass_nbB3v12E")
     other = _optimized(f"_ZN{kernels._OWN}9scheduler11rank_passesB3v12E")
     assert "alwaysinline" in marked and "alwaysinline" not in other
+
+
+def test_entry_points_are_left_unoptimised():
+    entry = _optimized(f"_ZN7cpython{kernels._OWN}4loop11run_loop_nbB2v7E")
+    assert "optnone" in entry and "noinline" in entry
+    assert "optnone" not in _optimized(f"_ZN{kernels._OWN}4loop11run_loop_nbB2v7E")
