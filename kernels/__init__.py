@@ -84,9 +84,8 @@ time did not drop, as the linked-in callees are optimised and compiled again in 
 
 The Python entry point numba generates for a kernel unboxes every array of every state table it
 takes, with an error path for each: for the event loop, 45 KB of its 140 KB of machine code,
-run once per simulation. The entry points of fastsim's kernels (and their C entry points, which
-nothing calls) are marked ``optnone``, so LLVM neither optimises them nor spends its full code
-generator on them: the cold compile went from 36.3 to 34.1 s, and a simulation of 10 requests
+run once per simulation. The Python entry points of fastsim's kernels (and any C entry point) are
+marked ``optnone``, so LLVM neither optimises them nor spends its full code generator on them: the cold compile went from 36.3 to 34.1 s, and a simulation of 10 requests
 takes as long (0.60 ms, 200 runs in each of two alternating pairs of processes; the larger runs
 alike).
 
