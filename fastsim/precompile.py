@@ -19,7 +19,8 @@ A first disaggregated run compiles its own loop while a helper compiles the aggr
 callees the disaggregated loop shares.
 
 The signatures are spelled with the names of the state tables (``rq``, ``pool``, ...), numba
-scalar type names, ``array(dtype, 1d, C)`` and ``type*n`` for a tuple of ``n``; ``tests/test_precompile.py`` checks them against what the loop compiles, so a
+scalar type names, ``array(dtype, 1d, C)`` and ``type*n`` for a tuple of ``n``;
+``tests/test_precompile.py`` checks them against what the loop compiles, so a
 changed call cannot silently turn the helper into wasted work.
 """
 
@@ -44,7 +45,8 @@ CALLEES = (
     ("fleet", "mark_ready_nb", ("fl", "float64")),
     ("loop", "pop_arrival_nb", ("ss", "cl", "float64")),
     ("scheduler", "rank_pass_nb", ("p", "perf", "pool", "rq", "rk", "int64", "float64", "pa",
-                                   "array(int32, 1d, C)", "array(int32, 1d, C)", "int64", "float64")),
+                                   "array(int32, 1d, C)", "array(int32, 1d, C)", "int64",
+                                   "float64")),
     ("scheduler", "_steady_ok", ("p", "pool", "rq", "rk", "int64", "int64")),
     ("scheduler", "materialize_nb", ("p", "rq", "rk", "int64", "int64", "float64")),
     ("kvpool", "_evict", ("pool", "int64", "int64", "int64", "int64")),
@@ -139,7 +141,8 @@ class Claims:
     def take(self, name):
         """True if this process is the first to claim ``name`` (it must then call :meth:`done`)."""
         try:
-            fd = os.open(os.path.join(self.dir, f"claim-{name}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            fd = os.open(os.path.join(self.dir, f"claim-{name}"),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             return False
         os.write(fd, str(os.getpid()).encode())  # (who has it)
@@ -162,8 +165,8 @@ def _kernels():
     import importlib
 
     tables = state_types()
-    return [(name, getattr(importlib.import_module(f"fastsim.kernels.{mod}"), name), signature(args, tables))
-            for mod, name, args in CALLEES]
+    return [(name, getattr(importlib.import_module(f"fastsim.kernels.{mod}"), name),
+             signature(args, tables)) for mod, name, args in CALLEES]
 
 
 def share(claims, kernels):

@@ -84,15 +84,15 @@ time did not drop, as the linked-in callees are optimised and compiled again in 
 
 The Python entry point numba generates for a kernel unboxes every array of every state table it
 takes, with an error path for each: for the event loop, 45 KB of its 140 KB of machine code,
-run once per simulation. The Python entry points of fastsim's kernels (and any C entry point) are
-marked ``optnone``, so LLVM neither optimises them nor spends its full code generator on them: the cold compile went from 36.3 to 34.1 s, and a simulation of 10 requests
-takes as long (0.60 ms, 200 runs in each of two alternating pairs of processes; the larger runs
-alike).
+run once per simulation. The Python entry points of fastsim's kernels (and any C entry point)
+are marked ``optnone``, so LLVM neither optimises them nor spends its full code generator on
+them: the cold compile went from 36.3 to 34.1 s, and a simulation of 10 requests takes as long
+(0.60 ms, 200 runs in each of two alternating pairs of processes; the larger runs alike).
 
 numba looks up each typed call in caches keyed by, among others, the compile flags. Its flags
 hash by their option names only (the same hash for all), so every lookup compares flags, and each
-comparison reads every option (22) of both through a property. In a cold compile
-that was about 240k comparisons and 3 s; ``_quick_flag_compare`` gives the same results from
+comparison reads every option (22) of both through a property. In a cold compile that was
+about 240k comparisons and 3 s; ``_quick_flag_compare`` gives the same results from
 the options set (and each class's defaults, read once), and the same hash without reading any:
 the cold compile went from 37.7 to 36.5 s (``tests/test_flag_compare.py`` checks the results
 against reading every option).
@@ -231,7 +231,8 @@ def _quick_flag_compare():
         return False
     if getattr(TargetConfig.values, "fastsim", False):
         return True
-    if "_values" not in getattr(TargetConfig, "__slots__", ()) or not hasattr(TargetConfig, "options"):
+    slots = getattr(TargetConfig, "__slots__", ())
+    if "_values" not in slots or not hasattr(TargetConfig, "options"):
         return False  # not the TargetConfig this was written for
     per_class = {}  # class -> (its options' defaults, the hash of its flags)
 
