@@ -293,7 +293,7 @@ if __name__ == "__main__":
         from fastsim.sim import _load_kernels
 
         _load_kernels()
-    elif os.environ.get(CLAIMS_ENV):
+    else:  # (started by :func:`start`, which sets both variables)
         peer = int(os.environ[PEER_ENV])
 
         def peer_alive():
@@ -309,5 +309,3 @@ if __name__ == "__main__":
         kernels = _kernels()
         share(claims, kernels)
         compile_callees(claims, order="helper", kernels=kernels)
-    else:
-        compile_callees()

@@ -67,9 +67,10 @@ value propagation 7.2 s), the module pipeline and code generation 4.9 s more; th
 pipeline alone, whose own SROA does the same splitting after inlining, and code generation took
 9.6 s. ``_llvm_passes`` skips the first round for modules that define fastsim's own
 kernels (numba's implementations compiled on their own keep it). The cold compile went from
-66.9-73.8 s to 48.8 s on a 2-core guest; the loop runs as fast (100k requests, alternating
-fresh processes, on 4, 16 with kv_router and 64 workers: within 3% either way), and the suite
-and the reference cases give the same results. ``FASTSIM_FUNCTION_PASSES=1`` restores numba's
+66.9-73.8 s to 48.8 s on a 2-core guest; the loop runs as fast (100k requests, three alternating
+pairs of fresh processes, medians: 4 workers 30.0-32.9 ms against 31.0-34.0 with the function
+pipeline, 64 workers 32.6-32.9 against 33.0-37.6, 16 with kv_router 65.9-68.3 against
+64.9-67.3), and the suite and the reference cases give the same results. ``FASTSIM_FUNCTION_PASSES=1`` restores numba's
 usual two rounds (a cache of its own).
 
 The two largest pieces of the event loop, a rank's pass (``scheduler.rank_pass_nb``) and the light
@@ -92,10 +93,11 @@ them: the cold compile went from 36.3 to 34.1 s, and a simulation of 10 requests
 numba looks up each typed call in caches keyed by, among others, the compile flags. Its flags
 hash by their option names only (the same hash for all), so every lookup compares flags, and each
 comparison reads every option (22) of both through a property. In a cold compile that was
-about 240k comparisons and 3 s; ``_quick_flag_compare`` gives the same results from
-the options set (and each class's defaults, read once), and the same hash without reading any:
-the cold compile went from 37.7 to 36.5 s (``tests/test_flag_compare.py`` checks the results
-against reading every option).
+about 130k comparisons and 63k hashes, 3 s in one process; ``_quick_flag_compare`` gives the
+same results from the options set (and each class's defaults, read once), and the same hash
+without reading any. With the helper taking the kernels just outside the loop
+(``fastsim/precompile.py``), the cold compile went from 39.0 to 36.5 s
+(``tests/test_flag_compare.py`` checks the results against reading every option).
 """
 
 import hashlib
