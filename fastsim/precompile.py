@@ -34,7 +34,6 @@ import time
 
 # (module, kernel, argument types): in the order run_loop_nb's type inference asks for them (those
 # of rank_pass_nb, from _steady_ok to _decode_ms, while it compiles).
-_TABLES = "tables(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)"  # the loop's pinned tables
 CALLEES = (
     ("scheduler", "_steady_join", ("p", "rq", "rk", "int64", "int32")),
     ("loop", "start_arrivals_nb", ("ss", "cl")),
@@ -45,7 +44,7 @@ CALLEES = (
     ("loop", "_dispatch_kv", ("p", "pool", "rq", "rk", "cl", "rt", "fl", "pa", "int64")),
     ("fleet", "mark_ready_nb", ("fl", "float64")),
     ("loop", "pop_arrival_nb", ("ss", "cl", "float64")),
-    ("scheduler", "rank_pass_nb", ("tables(p, perf, pool, rq, rk, pa)", "int64", "float64",
+    ("scheduler", "rank_pass_nb", ("p", "perf", "pool", "rq", "rk", "int64", "float64", "pa",
                                    "array(int32, 1d, C)", "array(int32, 1d, C)", "int64",
                                    "float64")),
     ("scheduler", "_steady_ok", ("p", "pool", "rq", "rk", "int64", "int64")),
@@ -65,12 +64,12 @@ CALLEES = (
     ("fleet", "retire_drained_nb", ("fl", "array(bool, 1d, C)", "array(int64, 1d, C)",
                                     "array(int64, 1d, C)", "int64", "Literal[int](0)")),
     ("loop", "_route_kv", ("p", "pool", "rq", "rk", "cl", "rt", "fl", "pa", "int64", "float64")),
-    ("loop", "_light_ticks", (_TABLES, "float64", "float64")),
+    ("loop", "_light_ticks", ("p", "perf", "pool", "rq", "rk", "ss", "cl", "gaps", "rt", "fl", "pa",
+                              "float64", "float64")),
     ("fleet", "nth_active_nb", ("fl", "int64")),
     ("fleet", "next_fleet_event_nb", ("fl",)),
     ("fleet", "sample_nb", ("fl", "pool", "array(int64, 1d, C)", "array(int64, 1d, C)", "int64",
                             "float64")),
-    ("loop", "drain_nb", (_TABLES, "tables(p, perf, pool, rq, rk, pa)", "float64")),
     # and the report's, which the first process needs right after the loop
     ("stats", "dd_percentile_nb", ("array(int64, 1d, C)", "int64", "float64", "float64")),
     # and those the first process compiles outside the loop (so the helper takes them early): a
@@ -105,17 +104,27 @@ def state_types():
 
 def signature(args, tables):
     """The numba argument types of one ``CALLEES`` entry."""
-    from fastsim.kernels.indirect import parse_type
+    from numba.core import types
 
-    return tuple(parse_type(a, tables) for a in args)
+    def one(a):
+        if a in tables:
+            return tables[a]
+        if "*" in a:  # a tuple of n of the same type
+            item, n = a.rsplit("*", 1)
+            return types.UniTuple(one(item), int(n))
+        if a.startswith("Literal[int]("):
+            return types.IntegerLiteral(int(a[len("Literal[int]("):-1]))
+        if a.startswith("array("):
+            dtype, ndim, layout = (x.strip() for x in a[len("array("):-1].split(","))
+            return types.Array(getattr(types, dtype), int(ndim.rstrip("d")), layout)
+        return getattr(types, a) if a != "bool" else types.boolean
+
+    return tuple(one(a) for a in args)
 
 
-# the helper's first: the kernels the loop calls through pointers (``kernels/indirect.py``), the
-# largest subtree among them; the loop's own compile does not wait for them (only its linking
-# does), so the first process leaves them to the helper
-FIRST = ("rank_pass_nb", "_light_ticks")
-# needed only after the loop: the first process leaves them to the helper as well
-AFTER = ("dd_percentile_nb", "fold_ticks_nb", "scatter_results_nb")
+# the helper's first: the largest subtree (about 40% of the callees' compile), so that the first
+# process, which goes through the rest from the front, meets it at the end
+FIRST = ("rank_pass_nb",)
 CLAIMS_ENV = "FASTSIM_PRECOMPILE_CLAIMS"  # the claim directory, for the helper
 PEER_ENV = "FASTSIM_PRECOMPILE_PEER"  # the first process's pid, for the helper
 WAIT_LIMIT_S = 600.0  # a peer that has not finished a kernel by then is not waited for
@@ -194,10 +203,8 @@ def compile_callees(claims=None, order="helper", kernels=None):
     of their signatures must then go through the claims already (:func:`share`)."""
     kernels = kernels or _kernels()
     if order == "helper":
-        kernels = ([k for n in FIRST for k in kernels if k[0] == n]
+        kernels = ([k for k in kernels if k[0] in FIRST]
                    + [k for k in reversed(kernels) if k[0] not in FIRST])
-    elif claims is not None:
-        kernels = [k for k in kernels if k[0] not in FIRST + AFTER]
     for name, kernel, sig in kernels:
         if claims is None:
             kernel.compile(sig)

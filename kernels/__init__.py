@@ -186,7 +186,8 @@ def _inline_sharing_scopes():
 
 def _llvm_passes():
     """Have fastsim's kernels optimised by LLVM's module pipeline only, without numba's function
-    pipeline first, and mark the kernels' Python and C entry points ``optnone`` (see above). Returns
+    pipeline first, mark the ``llvm_inline`` kernels ``alwaysinline`` and the kernels' Python
+    and C entry points ``optnone`` (see above). Returns
     True if the function pipeline is skipped (False: numba's code generator is not as this was
     written for, or ``FASTSIM_FUNCTION_PASSES`` is set)."""
     skip = os.environ.get("FASTSIM_FUNCTION_PASSES", "") in ("", "0")
@@ -200,13 +201,16 @@ def _llvm_passes():
         return False
     if getattr(usual, "fastsim", None) is not None:
         return usual.fastsim
+    from fastsim.kernels.jit import ALWAYS_INLINE
 
     def _optimize_functions(self, ll_module):
         own = False
         for f in ll_module.functions:
             if not f.is_declaration and _OWN in f.name:
                 own = True
-                if f.name.startswith(_WRAPPERS):
+                if any(x in f.name for x in ALWAYS_INLINE):
+                    f.add_function_attribute("alwaysinline")
+                elif f.name.startswith(_WRAPPERS):
                     f.add_function_attribute("noinline")  # (which optnone requires)
                     f.add_function_attribute("optnone")
         if own and skip:

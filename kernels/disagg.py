@@ -26,7 +26,6 @@ two pools have their own engine arguments, KV pools, request state and routers.
 from typing import NamedTuple
 
 import numpy as np
-from numba.core import types
 
 from fastsim.kernels.fleet import (
     ACTIVE,
@@ -44,7 +43,6 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
-from fastsim.kernels.indirect import indirect, link, pin
 from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
 from fastsim.kernels.loop import (
@@ -325,9 +323,8 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
 
 @inline
 def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
-           rt_d, rt_none, fl_p, fl_d, dg, pa, g, now, rp_p, rp_d):
-    """One pass of worker ``g`` (prefill or decode) if it has work; True if anything changed.
-    ``rp_p``, ``rp_d``: the pools' pinned tables for their passes (``rank_pass_nb``)."""
+           rt_d, rt_none, fl_p, fl_d, dg, pa, g, now):
+    """One pass of worker ``g`` (prefill or decode) if it has work; True if anything changed."""
     pre = g < dg.n_pre
     k = g if pre else g - dg.n_pre
     if (rk_p.n_run[k] + rk_p.n_wait[k] == 0) if pre else (rk_d.n_run[k] + rk_d.n_wait[k] == 0):
@@ -339,9 +336,11 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     pa.ncommon[0] = 0
     prev_end = cl.last_stamp[g]
     if pre:
-        end = _prefill_pass(rp_p, k, now, cl.pend_head, cl.pend_tail, g, prev_end)
+        end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, pa, cl.pend_head,
+                           cl.pend_tail, g, prev_end)
     else:
-        end = _decode_pass(rp_d, k, now, cl.pend_head, cl.pend_tail, g, prev_end)
+        end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, pa, cl.pend_head,
+                           cl.pend_tail, g, prev_end)
     if end < now:
         end = now
     progress = pa.acc[PROGRESS] != 0
@@ -380,7 +379,7 @@ def _route_arrivals(pp, pool_p, rq_p, rq_d, rk_p, ss, cl, rt_p, fl_p, dg, pa, no
 
 @inline
 def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
-           rt_d, rt_none, fl_p, fl_d, dg, pa, now, rp_p, rp_d):
+           rt_d, rt_none, fl_p, fl_d, dg, pa, now):
     n_groups = dg.n_pre + dg.n_dec
     while True:
         changed = False
@@ -447,7 +446,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                     g += 1
                     continue
             if _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl,
-                      gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, g, now, rp_p, rp_d):
+                      gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, g, now):
                 changed = True
                 if prefill_phase and not cl.busy[g]:
                     again = True
@@ -511,8 +510,6 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
                   rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out):
     """Run a disaggregated simulation. ``out`` receives [prefill_ws, decode_ws, now, -]."""
     n_rows = rq_d.isl.shape[0]
-    rp_p = pin((pp, perf_p, pool_p, rq_p, rk_p, pa))
-    rp_d = pin((pd, perf_d, pool_d, rq_d, rk_d, pa))
     start_arrivals_nb(ss, cl)
     now = 0.0
     ws_p = 0.0
@@ -523,7 +520,7 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
         if not light:
             # the one call site of the drain (it is inlined: a call would copy the whole state)
             _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
-                   rt_d, rt_none, fl_p, fl_d, dg, pa, now, rp_p, rp_d)
+                   rt_d, rt_none, fl_p, fl_d, dg, pa, now)
         if cl.state[NDONE] >= n_rows:
             break
         t = np.inf
@@ -568,15 +565,3 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
     out[1] = ws_d
     out[2] = now
     return status
-
-
-# a worker's pass, compiled on its own and called through a pointer (``kernels/indirect.py``);
-# one call per pool (their tables may differ in type)
-_PASS_ARGS = ("int64", "float64", "array(int32, 1d, C)", "array(int32, 1d, C)", "int64", "float64")
-PREFILL_PASS = indirect(rank_pass_nb, types.float64,
-                        ("tables(pp, perf_p, pool_p, rq_p, rk_p, pa)",) + _PASS_ARGS)
-DECODE_PASS = indirect(rank_pass_nb, types.float64,
-                       ("tables(pd, perf_d, pool_d, rq_d, rk_d, pa)",) + _PASS_ARGS)
-_prefill_pass = PREFILL_PASS.call
-_decode_pass = DECODE_PASS.call
-link(run_disagg_nb, PREFILL_PASS, DECODE_PASS)

@@ -18,7 +18,6 @@ are unfinished is a dead end (returned as a status, never a hang).
 from typing import NamedTuple
 
 import numpy as np
-from numba.core import types
 
 from fastsim.kernels.fleet import (
     ACTIVE,
@@ -42,8 +41,7 @@ from fastsim.kernels.fleet import (
     sample_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
-from fastsim.kernels.indirect import deref, indirect, link, pin
-from fastsim.kernels.jit import inline, inner, loop_kernel
+from fastsim.kernels.jit import inline, inner, llvm_inline, loop_kernel
 from fastsim.kernels.router import (
     FCFS,
     KV_ROUTER,
@@ -459,7 +457,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
 
 
 @inline
-def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now, rp):
+def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     """Run one pass on every rank of group ``g`` that has work: the group becomes busy until the
     pass ends, completes it at once (zero duration, something changed) or stalls."""
     dp = cl.dp
@@ -481,7 +479,8 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now, rp):
         if rk.n_run[k] + rk.n_wait[k] == 0:
             continue
         pa.acc[PROGRESS] = 0
-        e = _rank_pass(rp, k, now, cl.pend_head, cl.pend_tail, g, prev_end)
+        e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, cl.pend_head, cl.pend_tail, g,
+                         prev_end)
         if e > end:
             end = e
         if pa.acc[PROGRESS] != 0:
@@ -561,7 +560,7 @@ def _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now):
 
 
 @inline
-def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, rp):
+def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     """Process everything due at ``now`` until nothing changes (the tick phases, in order)."""
     while True:
         changed = False  # by the fleet phases (5, 6)
@@ -598,7 +597,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, rp):
                 g = cl.dwork[i]
                 st = fl.gstate[g]
                 if (st == ACTIVE or st == DRAINING) and not cl.busy[g] and not cl.stalled[g]:
-                    _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now, rp)
+                    _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now)
         # 5. retire drained workers
         if fl.fs[NDRAINING] > 0 and retire_drained_nb(fl, cl.busy, rk.n_run, rk.n_wait, cl.dp, 0):
             changed = True
@@ -613,13 +612,6 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, rp):
         if _next_arrival(ss, cl)[1] <= now:
             continue
         return
-
-
-@inner
-def drain_nb(tabs, rp, now):
-    """``_drain`` on the tables ``tabs`` points to (``rp``: those of a rank's pass)."""
-    p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa = deref(tabs)
-    _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, rp)
 
 
 @inline
@@ -800,14 +792,13 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
     return now, ws
 
 
-@inner
-def _light_ticks(tabs, now, ws):
+@llvm_inline
+def _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, ws):
     """Handle light ticks (``_light_tick``) from ``now`` on, one after the other, stepping the
     clock and the worker-seconds between them as the event loop would, while the loop would do
     nothing else in between (no telemetry tick, no time cap, no fleet event: ``_light_tick``).
     Returns ``(now, ws, drain)``: the tick at the returned ``now`` still needs the full drain if
     ``drain``, else it has been handled (the loop goes on to its next event)."""
-    p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa = deref(tabs)
     while True:
         g = cl.ctree[1]
         if not _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
@@ -839,8 +830,6 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
     of a split run, ``fastsim/shards.py``). It releases the GIL while it runs.
     """
     n_rows = rq.isl.shape[0]
-    tabs = pin((p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa))  # for the light ticks
-    rp = pin((p, perf, pool, rq, rk, pa))  # for a rank's pass
     ws = out[0]
     now = out[1]
     status = OK
@@ -856,7 +845,8 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
         drain_now = True
     while True:
         if drain_now:
-            _drain_call(tabs, rp, now)
+            # the one call site of the drain (it is inlined: a call would copy the whole state)
+            _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
             drain_now = False
             if last:
                 break
@@ -926,7 +916,8 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
                     cl.light[g] = v + 1
                 else:
                     n_light = rk.seqc[3]
-                    now, ws, drain_now = _light_ticks_call(tabs, now, ws)
+                    now, ws, drain_now = _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa,
+                                                      now, ws)
                     if rk.seqc[3] != n_light:
                         cl.light[g] = 0
                     else:
@@ -937,20 +928,3 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
     out[0] = ws
     out[1] = now
     return status
-
-
-# The two large pieces of the loop, compiled on their own and called through pointers
-# (``kernels/indirect.py``): the loop's module holds neither body, so on a cold start the loop
-# compiles alongside them instead of after them, and LLVM does not compile them again inside it.
-_TABLES = "tables(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)"
-RANK_PASS = indirect(rank_pass_nb, types.float64,
-                     ("rp", "int64", "float64", "array(int32, 1d, C)", "array(int32, 1d, C)",
-                      "int64", "float64"))
-DRAIN = indirect(drain_nb, types.none, (_TABLES, "tables(p, perf, pool, rq, rk, pa)", "float64"))
-LIGHT_TICKS = indirect(_light_ticks, types.Tuple((types.float64, types.float64, types.boolean)),
-                       (_TABLES, "float64", "float64"))
-_rank_pass = RANK_PASS.call
-_drain_call = DRAIN.call
-_light_ticks_call = LIGHT_TICKS.call
-link(drain_nb, RANK_PASS)
-link(run_loop_nb, DRAIN, LIGHT_TICKS)

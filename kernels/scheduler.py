@@ -22,8 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim.kernels.blocks import unique_key_nb
-from fastsim.kernels.indirect import deref
-from fastsim.kernels.jit import inline, inner
+from fastsim.kernels.jit import inline, inner, llvm_inline
 from fastsim.kernels.kvpool import (
     NACTIVE,
     alloc_anon_nb,
@@ -663,18 +662,15 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     pend_tail[g] = r
 
 
-@inner
-def rank_pass_nb(tabs, k, now, pend_head, pend_tail, g, prev_end):
+@llvm_inline
+def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, prev_end):
     """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
-    ``tabs`` points to the tables ``(p, perf, pool, rq, rk, pa)`` of the rank's pool (pinned by the
-    event loop, which calls this kernel through a pointer: ``kernels/indirect.py``).
 
     Rows that emit a token are appended to ``pa.emit``; steady members that emit (not listed) are
     counted in ``pa.ncommon``; terminals go on group ``g``'s pending list. ``pa.acc[PROGRESS]``
     tells whether the pass changed anything observable. ``prev_end`` is the end of the group's
     previous pass.
     """
-    p, perf, pool, rq, rk, pa = deref(tabs)
     # Hot loops touch only these locals: reading an array out of a NamedTuple inside a loop costs
     # an NRT incref/decref pair per access, which dominated the run time before this hoisting.
     acc = pa.acc

@@ -1,6 +1,7 @@
 """fastsim's kernels skip numba's per-function LLVM pipeline and are optimised by the module
 pipeline only (``kernels/__init__.py``: ``_llvm_passes``); every other function numba compiles
-keeps both. The kernels' Python entry points are left unoptimised."""
+keeps both. The ``llvm_inline`` kernels are marked for LLVM to inline them, and the kernels'
+Python entry points to be left unoptimised."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from numba.core import codegen
 from numba.core.registry import cpu_target
 
 import fastsim.kernels as kernels
+import fastsim.kernels.scheduler  # noqa: F401 (registers its llvm_inline kernels)
 
 pytestmark = pytest.mark.skipif(os.environ.get("FASTSIM_FUNCTION_PASSES", "") not in ("", "0"),
                                 reason="numba's usual two rounds asked for")
@@ -48,6 +50,15 @@ def test_own_kernels_skip_the_function_pipeline():
 def test_other_functions_keep_it():
     ir = _optimized("_ZN5numba2np8arraymath4sortB2v1")
     assert "alloca" not in ir
+
+
+def test_llvm_inline_kernels_are_marked_alwaysinline():
+    from fastsim.kernels.jit import ALWAYS_INLINE
+
+    assert "7fastsim7kernels9scheduler12rank_pass_nbB" in ALWAYS_INLINE
+    marked = _optimized(f"_ZN{kernels._OWN}9scheduler12rank_pass_nbB3v12E")
+    other = _optimized(f"_ZN{kernels._OWN}9scheduler11rank_passesB3v12E")
+    assert "alwaysinline" in marked and "alwaysinline" not in other
 
 
 def test_entry_points_are_left_unoptimised():
