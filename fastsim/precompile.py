@@ -9,7 +9,8 @@ second core, and the two processes share the callees through claim files in a te
 directory: whichever process is first to create ``claim-<name>`` compiles that kernel (with the
 exact signature the loop uses) into the shared numba cache, then creates ``done-<name>``.
 Before the loop, the first process compiles the callees in the order the loop asks for them,
-skipping those the helper has claimed; the helper starts with the largest (``rank_pass_nb``)
+skipping those the helper has claimed and those needed only after the loop (:data:`AFTER`,
+left to the helper); the helper starts with the largest (``rank_pass_nb``)
 and goes on from the last to the first. Every compile of a listed signature, in either process
 and at any depth, goes through the claims (:func:`share`), so a kernel is compiled once: a
 process that needs one the other is compiling waits for its ``done`` file and loads it from the
@@ -125,6 +126,8 @@ def signature(args, tables):
 # the helper's first: the largest subtree (about 40% of the callees' compile), so that the first
 # process, which goes through the rest from the front, meets it at the end
 FIRST = ("rank_pass_nb",)
+# needed only after the loop: the first process leaves them to the helper
+AFTER = ("dd_percentile_nb", "fold_ticks_nb", "scatter_results_nb")
 CLAIMS_ENV = "FASTSIM_PRECOMPILE_CLAIMS"  # the claim directory, for the helper
 PEER_ENV = "FASTSIM_PRECOMPILE_PEER"  # the first process's pid, for the helper
 WAIT_LIMIT_S = 600.0  # a peer that has not finished a kernel by then is not waited for
@@ -205,6 +208,8 @@ def compile_callees(claims=None, order="helper", kernels=None):
     if order == "helper":
         kernels = ([k for k in kernels if k[0] in FIRST]
                    + [k for k in reversed(kernels) if k[0] not in FIRST])
+    elif claims is not None:
+        kernels = [k for k in kernels if k[0] not in AFTER]
     for name, kernel, sig in kernels:
         if claims is None:
             kernel.compile(sig)

@@ -98,6 +98,12 @@ same results from the options set (and each class's defaults, read once), and th
 without reading any. With the helper taking the kernels just outside the loop
 (``fastsim/precompile.py``), the cold compile went from 39.0 to 36.5 s
 (``tests/test_flag_compare.py`` checks the results against reading every option).
+
+numba colours each of its error messages with colorama, which it sets up anew for every
+message, and typing the kernels meets tens of thousands of failed overload candidates, each of
+which formats one. fastsim turns the colouring off (``NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING``,
+unless it is set already); this takes effect only if numba was not imported before
+``fastsim.kernels``.
 """
 
 import hashlib
@@ -276,6 +282,8 @@ def _quick_flag_compare():
 
 
 def _configure():
+    # no colours in numba's error messages (see above)
+    os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     import numba
     from numba.core import config
 

@@ -127,3 +127,26 @@ def test_an_abandoned_compile_stops_its_helper_at_once(tmp_path):
     finish(Helper(proc, Claims(str(claims_dir), lambda: proc.poll() is None)), abandon=True)
     assert proc.poll() is not None and time.monotonic() - t0 < 10
     assert not claims_dir.exists()
+
+
+def test_the_first_process_leaves_the_kernels_after_the_loop_to_the_helper(tmp_path):
+    from fastsim.precompile import AFTER, Claims, compile_callees
+
+    names = ["a", AFTER[0], "c"]
+    for order, expected in (("loop", [[(0,)], [], [(2,)]]), ("helper", [[(0,)], [(1,)], [(2,)]])):
+        claims_dir = tmp_path / order
+        claims_dir.mkdir()
+        kernels = [(name, _Kernel(), (i,)) for i, name in enumerate(names)]
+        compile_callees(Claims(str(claims_dir), lambda: True), order=order, kernels=kernels)
+        assert [k.compiled for _, k, _ in kernels] == expected, order
+
+
+def test_numba_error_colours_are_off_in_a_fresh_process():
+    code = ("import os, fastsim.kernels; from numba.core import errors; "
+            "print(os.environ.get('NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING'), "
+            "type(errors.termcolor()).__name__)")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "NOPColorScheme"]
