@@ -8,10 +8,11 @@ work. When the cache is empty, :func:`start` launches ``python -m fastsim.precom
 second core, and the two processes share the callees through claim files in a temporary
 directory: whichever process is first to create ``claim-<name>`` compiles that kernel (with the
 exact signature the loop uses) into the shared numba cache, then creates ``done-<name>``.
-Before the loop, the first process compiles the callees in the order the loop asks for them,
-skipping those the helper has claimed and those needed only after the loop (:data:`AFTER`,
-left to the helper); the helper starts with the largest (``rank_pass_nb``)
-and goes on from the last to the first. Every compile of a listed signature, in either process
+Before the loop, the first process compiles the rank pass's own callees from the last (the
+helper, compiling the rank pass, meets them from the first), then the others in the order the loop
+asks for them, skipping those the helper has claimed and those needed only after the loop
+(:data:`AFTER`); the helper starts with the rank pass and the light ticks (:data:`FIRST`) and
+goes on from the last to the first. Every compile of a listed signature, in either process
 and at any depth, goes through the claims (:func:`share`), so a kernel is compiled once: a
 process that needs one the other is compiling waits for its ``done`` file and loads it from the
 cache (or compiles it itself if the other process has gone). Call graphs are acyclic and a claim
@@ -35,6 +36,7 @@ import time
 
 # (module, kernel, argument types): in the order run_loop_nb's type inference asks for them (those
 # of rank_pass_nb, from _steady_ok to _decode_ms, while it compiles).
+_TABLES = "tables(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)"  # the loop's pinned tables
 CALLEES = (
     ("scheduler", "_steady_join", ("p", "rq", "rk", "int64", "int32")),
     ("loop", "start_arrivals_nb", ("ss", "cl")),
@@ -65,8 +67,7 @@ CALLEES = (
     ("fleet", "retire_drained_nb", ("fl", "array(bool, 1d, C)", "array(int64, 1d, C)",
                                     "array(int64, 1d, C)", "int64", "Literal[int](0)")),
     ("loop", "_route_kv", ("p", "pool", "rq", "rk", "cl", "rt", "fl", "pa", "int64", "float64")),
-    ("loop", "_light_ticks", ("p", "perf", "pool", "rq", "rk", "ss", "cl", "gaps", "rt", "fl", "pa",
-                              "float64", "float64")),
+    ("loop", "_light_ticks", (_TABLES, "float64", "float64")),
     ("fleet", "nth_active_nb", ("fl", "int64")),
     ("fleet", "next_fleet_event_nb", ("fl",)),
     ("fleet", "sample_nb", ("fl", "pool", "array(int64, 1d, C)", "array(int64, 1d, C)", "int64",
@@ -105,28 +106,18 @@ def state_types():
 
 def signature(args, tables):
     """The numba argument types of one ``CALLEES`` entry."""
-    from numba.core import types
+    from fastsim.kernels.indirect import parse_type
 
-    def one(a):
-        if a in tables:
-            return tables[a]
-        if "*" in a:  # a tuple of n of the same type
-            item, n = a.rsplit("*", 1)
-            return types.UniTuple(one(item), int(n))
-        if a.startswith("Literal[int]("):
-            return types.IntegerLiteral(int(a[len("Literal[int]("):-1]))
-        if a.startswith("array("):
-            dtype, ndim, layout = (x.strip() for x in a[len("array("):-1].split(","))
-            return types.Array(getattr(types, dtype), int(ndim.rstrip("d")), layout)
-        return getattr(types, a) if a != "bool" else types.boolean
-
-    return tuple(one(a) for a in args)
+    return tuple(parse_type(a, tables) for a in args)
 
 
-# the helper's first: the largest subtree (about 40% of the callees' compile), so that the first
-# process, which goes through the rest from the front, meets it at the end
-FIRST = ("rank_pass_nb",)
-# needed only after the loop: the first process leaves them to the helper
+# the helper's first, both left to it by the first process: the rank pass (the largest subtree,
+# about 40% of the callees' compile, which the loop's type inference waits for) and the light
+# ticks, which the loop calls through a pointer (``kernels/indirect.py``): only its linking, at the
+# end of its compile, waits for them
+FIRST = ("rank_pass_nb", "_light_ticks")
+SUBTREE = ("_steady_ok", "_decode_ms")  # the rank pass's callees in CALLEES: first and last
+# needed only after the loop: the first process leaves them to the helper as well
 AFTER = ("dd_percentile_nb", "fold_ticks_nb", "scatter_results_nb")
 CLAIMS_ENV = "FASTSIM_PRECOMPILE_CLAIMS"  # the claim directory, for the helper
 PEER_ENV = "FASTSIM_PRECOMPILE_PEER"  # the first process's pid, for the helper
@@ -206,10 +197,16 @@ def compile_callees(claims=None, order="helper", kernels=None):
     of their signatures must then go through the claims already (:func:`share`)."""
     kernels = kernels or _kernels()
     if order == "helper":
-        kernels = ([k for k in kernels if k[0] in FIRST]
+        kernels = ([k for n in FIRST for k in kernels if k[0] == n]
                    + [k for k in reversed(kernels) if k[0] not in FIRST])
     elif claims is not None:
-        kernels = [k for k in kernels if k[0] not in AFTER]
+        # the rank pass's own callees first, from its last: the helper, compiling the rank pass,
+        # meets them from its first, and the loop waits for the rank pass
+        names = [k[0] for k in kernels]
+        sub = (set(names[names.index(SUBTREE[0]):names.index(SUBTREE[1]) + 1])
+               if all(n in names for n in SUBTREE) else set())
+        kernels = ([k for k in reversed(kernels) if k[0] in sub]
+                   + [k for k in kernels if k[0] not in sub | set(FIRST + AFTER)])
     for name, kernel, sig in kernels:
         if claims is None:
             kernel.compile(sig)

@@ -74,10 +74,14 @@ pipeline, 64 workers 32.6-32.9 against 33.0-37.6, 16 with kv_router 65.9-68.3 ag
 usual two rounds (a cache of its own).
 
 The two largest pieces of the event loop, a rank's pass (``scheduler.rank_pass_nb``) and the light
-ticks (``loop._light_ticks``), are ``llvm_inline`` kernels (``kernels/jit.py``): compiled on their
-own and marked ``alwaysinline`` in their LLVM IR, so that LLVM inlines them back into the loop
-(the loop's object code has no copy of either; the run time is the same as with numba's
-IR-level inlining, within the noise of alternating runs). Compiled on their own, they can be
+ticks (``loop._light_ticks``), are compiled on their own. The rank's pass is an ``llvm_inline``
+kernel (``kernels/jit.py``), marked ``alwaysinline`` in its LLVM IR, so that LLVM inlines it back
+into the loop (the loop's object code has no copy of it; the run time is the same as with numba's
+IR-level inlining, within the noise of alternating runs). The light ticks are called through a
+pointer (``kernels/indirect.py``), so the loop's module has no copy of their body to optimise and
+compile again (the light ticks run many passes per call; a rank's pass called the same way made
+simulations 50-75% slower, as each call set up a large frame and reloaded every table field it
+read: ``benchmarks/README.md``). Compiled on their own, both can be
 compiled by the helper process of a cold start (``fastsim/precompile.py``) while the loop's
 process compiles the other callees, instead of being typed and lowered inside the loop's
 compile. (Without the attribute LLVM inlined them too; with ``noinline`` the loop's own LLVM

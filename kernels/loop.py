@@ -18,6 +18,7 @@ are unfinished is a dead end (returned as a status, never a hang).
 from typing import NamedTuple
 
 import numpy as np
+from numba.core import types
 
 from fastsim.kernels.fleet import (
     ACTIVE,
@@ -41,7 +42,8 @@ from fastsim.kernels.fleet import (
     sample_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
-from fastsim.kernels.jit import inline, inner, llvm_inline, loop_kernel
+from fastsim.kernels.indirect import deref, indirect, link, pin
+from fastsim.kernels.jit import inline, inner, loop_kernel
 from fastsim.kernels.router import (
     FCFS,
     KV_ROUTER,
@@ -615,6 +617,23 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
 
 
 @inline
+def _light_refused(rk, ss, cl, rt, fl, g, now):
+    """The quick refusals of ``_light_tick`` for group ``g`` at ``now`` (True: not a light tick):
+    the loop tests them before calling ``_light_ticks``, whose call costs more than the test."""
+    if cl.cdue[g] != now or cl.pend_head[g] >= 0:
+        return True
+    # the usual refusals under load first: admissions, prefills
+    for k in range(g * cl.dp, (g + 1) * cl.dp):
+        if rk.n_wait[k] > 0 or rk.xhead[k] >= 0:
+            return True
+    if rt.mode == KV_ROUTER and (rt.fhead[g] >= 0 or rt.state[2] > 0):
+        return True
+    if not at_rest_nb(fl):
+        return True
+    return _next_arrival(ss, cl)[1] <= now
+
+
+@inline
 def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     """Handle the tick at ``now`` on the light path if all it holds is the end of one group's
     pass and that group's next pass, made of steady passes only (``scheduler.steady_pass_ok``):
@@ -622,19 +641,10 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     state afterwards is exactly what ``_drain`` would leave. Returns False, changing nothing, if
     the tick is not of that kind."""
     g = cl.ctree[1]
-    if cl.cdue[g] != now or cl.pend_head[g] >= 0:
+    if _light_refused(rk, ss, cl, rt, fl, g, now):
         return False
     dp = cl.dp
     k0 = g * dp
-    for k in range(k0, k0 + dp):  # the usual refusals under load first: admissions, prefills
-        if rk.n_wait[k] > 0 or rk.xhead[k] >= 0:
-            return False
-    if rt.mode == KV_ROUTER and (rt.fhead[g] >= 0 or rt.state[2] > 0):
-        return False
-    if not at_rest_nb(fl):
-        return False
-    if _next_arrival(ss, cl)[1] <= now:
-        return False
     end = now
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] == 0:
@@ -792,13 +802,15 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
     return now, ws
 
 
-@llvm_inline
-def _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, ws):
+@inner
+def _light_ticks(tabs, now, ws):
     """Handle light ticks (``_light_tick``) from ``now`` on, one after the other, stepping the
     clock and the worker-seconds between them as the event loop would, while the loop would do
     nothing else in between (no telemetry tick, no time cap, no fleet event: ``_light_tick``).
     Returns ``(now, ws, drain)``: the tick at the returned ``now`` still needs the full drain if
-    ``drain``, else it has been handled (the loop goes on to its next event)."""
+    ``drain``, else it has been handled (the loop goes on to its next event). ``tabs`` points to
+    the loop's tables (``kernels/indirect.py``)."""
+    p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa = deref(tabs)
     while True:
         g = cl.ctree[1]
         if not _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
@@ -830,6 +842,7 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
     of a split run, ``fastsim/shards.py``). It releases the GIL while it runs.
     """
     n_rows = rq.isl.shape[0]
+    tabs = pin((p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa))  # for the light ticks
     ws = out[0]
     now = out[1]
     status = OK
@@ -916,8 +929,8 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
                     cl.light[g] = v + 1
                 else:
                     n_light = rk.seqc[3]
-                    now, ws, drain_now = _light_ticks(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa,
-                                                      now, ws)
+                    if not _light_refused(rk, ss, cl, rt, fl, g, now):
+                        now, ws, drain_now = _light_ticks_call(tabs, now, ws)
                     if rk.seqc[3] != n_light:
                         cl.light[g] = 0
                     else:
@@ -928,3 +941,12 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
     out[0] = ws
     out[1] = now
     return status
+
+
+# The light ticks are compiled on their own and called through a pointer (``kernels/indirect.py``):
+# the loop's module does not hold their body, so LLVM does not optimise and compile it again there.
+LIGHT_TICKS = indirect(_light_ticks, types.Tuple((types.float64, types.float64, types.boolean)),
+                       ("tables(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)", "float64",
+                        "float64"))
+_light_ticks_call = LIGHT_TICKS.call
+link(run_loop_nb, LIGHT_TICKS)

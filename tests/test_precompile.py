@@ -150,3 +150,23 @@ def test_numba_error_colours_are_off_in_a_fresh_process():
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["1", "NOPColorScheme"]
+
+
+def test_the_first_process_starts_with_the_rank_pass_callees_from_the_last(tmp_path):
+    from fastsim.precompile import FIRST, SUBTREE, Claims, compile_callees
+
+    log = []
+
+    class Logged(_Kernel):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def compile(self, sig):
+            log.append(self.name)
+            return super().compile(sig)
+
+    names = ["a", FIRST[0], SUBTREE[0], "x", SUBTREE[1], "c"]
+    kernels = [(name, Logged(name), (i,)) for i, name in enumerate(names)]
+    compile_callees(Claims(str(tmp_path), lambda: True), order="loop", kernels=kernels)
+    assert log == [SUBTREE[1], "x", SUBTREE[0], "a", "c"]  # (the rank pass is the helper's)
