@@ -11,7 +11,8 @@ exact signature the loop uses) into the shared numba cache, then creates ``done-
 Before the loop, the first process compiles the rank pass's own callees from the last (the
 helper, compiling the rank pass, meets them from the first), then the others in the order the loop
 asks for them, skipping those the helper has claimed and those needed only after the loop
-(:data:`AFTER`); the helper starts with the rank pass and the light ticks (:data:`FIRST`) and
+(:data:`AFTER`); the helper starts with the rank pass and the light ticks (:data:`FIRST`), ends
+with the loop's Python entry point (:data:`LAST`) and
 goes on from the last to the first. Every compile of a listed signature, in either process
 and at any depth, goes through the claims (:func:`share`), so a kernel is compiled once: a
 process that needs one the other is compiling waits for its ``done`` file and loads it from the
@@ -85,6 +86,10 @@ CALLEES = (
                                      "array(int32, 1d, C)*4", "array(int32, 1d, C)",
                                      "array(int8, 1d, C)", "array(int32, 1d, C)", "int64", "int64",
                                      "array(int64, 1d, C)", "int64", "int64")),
+    # the loop itself, last of the first process's (its Python entry point is the helper's)
+    ("loop", "_loop", (_TABLES, "array(float64, 1d, C)")),
+    ("loop", "run_loop_nb", ("p", "perf", "pool", "rq", "rk", "ss", "cl", "gaps", "rt", "fl", "pa",
+                             "array(float64, 1d, C)")),
 )
 
 
@@ -113,9 +118,12 @@ def signature(args, tables):
 
 # the helper's first, both left to it by the first process: the rank pass (the largest subtree,
 # about 40% of the callees' compile, which the loop's type inference waits for) and the light
-# ticks, which the loop calls through a pointer (``kernels/indirect.py``): only its linking, at the
-# end of its compile, waits for them
+# ticks, which the loop calls through a pointer (``kernels/indirect.py``): only its linking waits
+# for them
 FIRST = ("rank_pass_nb", "_light_ticks")
+# the helper's last, also left to it: the loop's Python entry point, which calls the loop through a
+# pointer (its linking waits for the loop)
+LAST = ("run_loop_nb",)
 SUBTREE = ("_steady_ok", "_decode_ms")  # the rank pass's callees in CALLEES: first and last
 # needed only after the loop: the first process leaves them to the helper as well
 AFTER = ("dd_percentile_nb", "fold_ticks_nb", "scatter_results_nb")
@@ -198,7 +206,8 @@ def compile_callees(claims=None, order="helper", kernels=None):
     kernels = kernels or _kernels()
     if order == "helper":
         kernels = ([k for n in FIRST for k in kernels if k[0] == n]
-                   + [k for k in reversed(kernels) if k[0] not in FIRST])
+                   + [k for k in reversed(kernels) if k[0] not in FIRST + LAST]
+                   + [k for n in LAST for k in kernels if k[0] == n])
     elif claims is not None:
         # the rank pass's own callees first, from its last: the helper, compiling the rank pass,
         # meets them from its first, and the loop waits for the rank pass
@@ -206,7 +215,7 @@ def compile_callees(claims=None, order="helper", kernels=None):
         sub = (set(names[names.index(SUBTREE[0]):names.index(SUBTREE[1]) + 1])
                if all(n in names for n in SUBTREE) else set())
         kernels = ([k for k in reversed(kernels) if k[0] in sub]
-                   + [k for k in kernels if k[0] not in sub | set(FIRST + AFTER)])
+                   + [k for k in kernels if k[0] not in sub | set(FIRST + LAST + AFTER)])
     for name, kernel, sig in kernels:
         if claims is None:
             kernel.compile(sig)

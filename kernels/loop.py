@@ -840,9 +840,18 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
     calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers), PLANNER_TICK
     (a planner may set ``fl.fs[TARGET]``) or TICKS_FULL (empty the tick log ``cl.tlog``: a shard
     of a split run, ``fastsim/shards.py``). It releases the GIL while it runs.
+
+    The loop itself is ``_loop``, called once through a pointer: this kernel is the Python entry
+    point numba generates (it unboxes every array of every table), compiled apart from the loop.
     """
+    return _loop_call(pin((p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)), out)
+
+
+@inner
+def _loop(tabs, out):
+    """``run_loop_nb`` on the tables ``tabs`` points to."""
+    p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa = deref(tabs)
     n_rows = rq.isl.shape[0]
-    tabs = pin((p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa))  # for the light ticks
     ws = out[0]
     now = out[1]
     status = OK
@@ -946,7 +955,10 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
 # The light ticks are compiled on their own and called through a pointer (``kernels/indirect.py``):
 # the loop's module does not hold their body, so LLVM does not optimise and compile it again there.
 LIGHT_TICKS = indirect(_light_ticks, types.Tuple((types.float64, types.float64, types.boolean)),
-                       ("tables(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)", "float64",
-                        "float64"))
+                       ("tabs", "float64", "float64"))
 _light_ticks_call = LIGHT_TICKS.call
-link(run_loop_nb, LIGHT_TICKS)
+link(_loop, LIGHT_TICKS)
+LOOP = indirect(_loop, types.int64, ("tables(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)",
+                                     "array(float64, 1d, C)"))
+_loop_call = LOOP.call
+link(run_loop_nb, LOOP)
