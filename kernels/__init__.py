@@ -80,7 +80,7 @@ into the loop (the loop's object code has no copy of it; the run time is the sam
 IR-level inlining, within the noise of alternating runs). The light ticks are called through a
 pointer (``kernels/indirect.py``), so the loop's module has no copy of their body to optimise and
 compile again (the light ticks run many passes per call; a rank's pass called the same way made
-simulations 50-75% slower, as each call set up a large frame and reloaded every table field it
+simulations 40-55% slower, as each call set up a large frame and reloaded every table field it
 read: ``benchmarks/README.md``). Compiled on their own, both can be
 compiled by the helper process of a cold start (``fastsim/precompile.py``) while the loop's
 process compiles the other callees, instead of being typed and lowered inside the loop's

@@ -8,12 +8,13 @@
 * ``inner``: only ever called from other kernels (no Python or C entry point is generated).
 * ``inline``: inlined into its callers at numba's IR level (the per-pass call chain).
 * ``llvm_inline``: ``inner``, compiled on its own and inlined into its callers by LLVM (marked
-  ``alwaysinline``): the large pieces of the event loop, compiled alongside the loop on a cold
-  start instead of within it.
+  ``alwaysinline``): a rank's pass, compiled alongside the event loop on a cold start instead of
+  within it.
 
 All use ``cache=True`` and numba's numpy error model, and none has a C entry point
-(``no_cfunc_wrapper``): nothing takes a kernel's address, and not generating them shortened the
-cold compile by about 0.6 s (two alternating pairs: 34.4 and 34.5 against 33.8 and 34.0 s).
+(``no_cfunc_wrapper``): the calls through pointers (``kernels/indirect.py``) use numba's own
+calling convention, and not generating them shortened the cold compile by about 0.6 s (two
+alternating pairs: 34.4 and 34.5 against 33.8 and 34.0 s).
 """
 
 from numba import njit

@@ -42,7 +42,7 @@ from fastsim.kernels.fleet import (
     sample_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
-from fastsim.kernels.indirect import deref, indirect, link, pin
+from fastsim.kernels.indirect import Indirect, deref, link, pin
 from fastsim.kernels.jit import inline, inner, loop_kernel
 from fastsim.kernels.router import (
     FCFS,
@@ -954,11 +954,11 @@ def _loop(tabs, out):
 
 # The light ticks are compiled on their own and called through a pointer (``kernels/indirect.py``):
 # the loop's module does not hold their body, so LLVM does not optimise and compile it again there.
-LIGHT_TICKS = indirect(_light_ticks, types.Tuple((types.float64, types.float64, types.boolean)),
+LIGHT_TICKS = Indirect(_light_ticks, types.Tuple((types.float64, types.float64, types.boolean)),
                        ("tabs", "float64", "float64"))
 _light_ticks_call = LIGHT_TICKS.call
 link(_loop, LIGHT_TICKS)
-LOOP = indirect(_loop, types.int64, ("tables(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)",
+LOOP = Indirect(_loop, types.int64, ("tables(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)",
                                      "array(float64, 1d, C)"))
 _loop_call = LOOP.call
 link(run_loop_nb, LOOP)
