@@ -8,36 +8,27 @@ work. When the cache is empty, :func:`start` launches ``python -m fastsim.precom
 second core, and the two processes share the callees through claim files in a temporary
 directory: whichever process is first to create ``claim-<name>`` compiles that kernel (with the
 exact signature the loop uses) into the shared numba cache, then creates ``done-<name>``.
-Every compile of a listed signature, in either process and at any depth, goes through the claims
-(:func:`share`), so a kernel is compiled once: a process that needs one the other is compiling
-waits for its ``done`` file and loads it from the cache (or compiles it itself if the other
-process has gone).
-
-Calls of the kernels in :data:`RETURNS` are typed from the return types declared there, without
-compiling the kernel; it is compiled (or waited for) when its caller is lowered. So the first
-process starts with the loop itself: its type inference and numba's passes run while the helper
-compiles the rank pass. When the loop's lowering needs its first callee, the first process
-compiles its part of them: the rank pass's own callees from the last (the helper, compiling the
-rank pass, meets them from the first), then the others in the order the loop calls them, skipping
-those the helper has claimed. The helper starts with the rank pass (:data:`FIRST`), goes on with
-the loop's callees from the last, and ends with what the loop's compile does not wait for
-(:data:`LAST`): the light ticks, the kernels needed only after the loop and the loop's Python
-entry point. Call graphs are acyclic, a claim is held only while its kernel compiles, and the
-first process compiles its part while it holds the claim of the loop, which no kernel calls
-directly, so two processes never wait on each other.
+Before the loop, the first process compiles the rank pass's own callees from the last (the
+helper, compiling the rank pass, meets them from the first), then the others in the order the loop
+asks for them, skipping those the helper has claimed and those needed only after the loop
+(:data:`AFTER`); the helper starts with the rank pass and the light ticks (:data:`FIRST`), ends
+with the loop's Python entry point (:data:`LAST`) and
+goes on from the last to the first. Every compile of a listed signature, in either process
+and at any depth, goes through the claims (:func:`share`), so a kernel is compiled once: a
+process that needs one the other is compiling waits for its ``done`` file and loads it from the
+cache (or compiles it itself if the other process has gone). Call graphs are acyclic and a claim
+is held only while its kernel compiles, so two processes never wait on each other.
 A first disaggregated run compiles its own loop while a helper compiles the aggregated one, whose
 callees the disaggregated loop shares.
 
 The signatures are spelled with the names of the state tables (``rq``, ``pool``, ...), numba
-scalar type names, ``array(dtype, 1d, C)`` and ``type*n`` for a tuple of ``n``
-(``kernels/indirect.py``); ``tests/test_precompile.py`` checks them and the declared return types
-against what the loop compiles, so a changed call cannot silently turn the helper into wasted
-work, and a changed return type fails.
+scalar type names, ``array(dtype, 1d, C)`` and ``type*n`` for a tuple of ``n``;
+``tests/test_precompile.py`` checks them against what the loop compiles, so a
+changed call cannot silently turn the helper into wasted work.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
@@ -101,20 +92,6 @@ CALLEES = (
                              "array(float64, 1d, C)")),
 )
 
-# what the kernels called from other kernels return, spelled as their arguments are: a caller is
-# typed from these before they are compiled, and they are compiled when the caller is lowered
-# (:func:`share`)
-RETURNS = {
-    "_steady_join": "none", "start_arrivals_nb": "none", "apply_target_nb": "bool",
-    "_release_kv": "none", "_on_terminal": "none", "queue_pop_nb": "int64", "_dispatch_kv": "none",
-    "mark_ready_nb": "bool", "pop_arrival_nb": "tuple(int64, float64)", "rank_pass_nb": "float64",
-    "_steady_ok": "bool", "materialize_nb": "none", "_evict": "int64", "_schedule_running": "int64",
-    "can_use_nb": "bool", "_finish": "none", "_cached_tokens": "int64*3",
-    "prefill_time_nb": "float64", "modeled_ms_nb": "float64", "_decode_ms": "float64",
-    "_stamp_tokens": "none", "retire_drained_nb": "bool", "_route_kv": "none",
-    "nth_active_nb": "int64", "next_fleet_event_nb": "float64", "sample_nb": "bool",
-}
-
 
 def state_types():
     """numba types of the state tables of a simulation, by the names ``CALLEES`` uses."""
@@ -139,16 +116,17 @@ def signature(args, tables):
     return tuple(parse_type(a, tables) for a in args)
 
 
-# the helper's first, left to it by the first process: the rank pass (the largest subtree, about
-# 40% of the callees' compile, which the loop's type inference waits for)
-FIRST = ("rank_pass_nb",)
-# the helper's last, also left to it, as the loop's compile does not wait for them: the light
-# ticks, which the loop calls through a pointer (``kernels/indirect.py``: only its linking waits
-# for them), the kernels needed only after the loop, and the loop's Python entry point, which calls
-# the loop through a pointer (its linking waits for the loop)
-LAST = ("_light_ticks", "dd_percentile_nb", "fold_ticks_nb", "scatter_results_nb", "run_loop_nb")
+# the helper's first, both left to it by the first process: the rank pass (the largest subtree,
+# about 40% of the callees' compile, which the loop's type inference waits for) and the light
+# ticks, which the loop calls through a pointer (``kernels/indirect.py``): only its linking waits
+# for them
+FIRST = ("rank_pass_nb", "_light_ticks")
+# the helper's last, also left to it: the loop's Python entry point, which calls the loop through a
+# pointer (its linking waits for the loop)
+LAST = ("run_loop_nb",)
 SUBTREE = ("_steady_ok", "_decode_ms")  # the rank pass's callees in CALLEES: first and last
-LOOP = "_loop"  # the first process's, first of its own
+# needed only after the loop: the first process leaves them to the helper as well
+AFTER = ("dd_percentile_nb", "fold_ticks_nb", "scatter_results_nb")
 CLAIMS_ENV = "FASTSIM_PRECOMPILE_CLAIMS"  # the claim directory, for the helper
 PEER_ENV = "FASTSIM_PRECOMPILE_PEER"  # the first process's pid, for the helper
 WAIT_LIMIT_S = 600.0  # a peer that has not finished a kernel by then is not waited for
@@ -193,66 +171,11 @@ def _kernels():
              signature(args, tables)) for mod, name, args in CALLEES]
 
 
-def returns():
-    """numba return types of the kernels of :data:`RETURNS`."""
-    from fastsim.kernels.indirect import parse_type
-
-    return {name: parse_type(spec, {}) for name, spec in RETURNS.items()}
-
-
-def _declare(kernel, sig, restype, before_compile):
-    """Have calls of ``kernel`` with argument types ``sig`` typed as returning ``restype`` without
-    compiling it; it is compiled (``before_compile()`` first) when a caller is lowered."""
-    from numba.core import typing
-
-    usual_template, usual_overload = kernel.get_call_template, kernel.get_overload
-    name = kernel.py_func.__name__
-
-    def get_call_template(args, kws):
-        pysig, folded = kernel._compiler.fold_argument_types(args, kws)
-        if tuple(folded) != sig or sig in kernel.overloads:
-            return usual_template(args, kws)
-        template = typing.make_concrete_template(f"CallTemplate({name})", key=name,
-                                                 signatures=[restype(*sig)])
-        return template, pysig, folded, {}
-
-    def get_overload(sig_):
-        args = tuple(sig_.args) if hasattr(sig_, "args") else tuple(sig_)
-        if args == sig:
-            if args not in kernel.overloads:
-                before_compile()
-                kernel.compile(args)
-            got = kernel.overloads[args].signature.return_type
-            if got != restype:
-                raise TypeError(f"{name} returns {got}, not the {restype} that "
-                                f"fastsim.precompile.RETURNS declares for its callers")
-        return usual_overload(sig_)
-
-    kernel.get_call_template, kernel.get_overload = get_call_template, get_overload
-
-
-def share(claims, kernels, restypes=None, before_first=None):
+def share(claims, kernels):
     """Route every compile of a ``CALLEES`` signature in this process through ``claims``: compile
     it if this process claims it first, else wait for the other's and load it from the cache.
-
-    With ``restypes`` (kernel name -> numba return type), the calls of those kernels are typed
-    from it and the kernels compiled only when their caller is lowered, so that a caller's type
-    inference and numba's passes need not wait for its callees (:func:`_declare`);
-    ``before_first()`` runs once, before the first of them is compiled that way by the lowering of
-    a kernel compiled on its own (not of one compiled while a caller is typed). Returns a
-    function that removes the routing."""
-    from numba.core.registry import cpu_target
-
-    pending = [before_first]
-
-    def before_compile():
-        if pending[0] is not None and len(cpu_target.typing_context.callstack) == 0:
-            hook, pending[0] = pending[0], None
-            hook()
-
+    Returns a function that removes the routing."""
     for name, kernel, sig in kernels:
-        if restypes and name in restypes:
-            _declare(kernel, sig, restypes[name], before_compile)
         usual = kernel.compile
 
         def compile(sig_, _usual=usual, _name=name, _sig=sig, _kernel=kernel):
@@ -271,8 +194,7 @@ def share(claims, kernels, restypes=None, before_first=None):
 
     def restore():
         for _, kernel, _ in kernels:
-            for attr in ("compile", "get_call_template", "get_overload"):
-                kernel.__dict__.pop(attr, None)
+            kernel.__dict__.pop("compile", None)
 
     return restore
 
@@ -283,10 +205,8 @@ def compile_callees(claims=None, order="helper", kernels=None):
     of their signatures must then go through the claims already (:func:`share`)."""
     kernels = kernels or _kernels()
     if order == "helper":
-        # the loop's callees from the last, meeting the first process, then what the loop's
-        # compile does not wait for, alongside it
         kernels = ([k for n in FIRST for k in kernels if k[0] == n]
-                   + [k for k in reversed(kernels) if k[0] not in FIRST + LAST + (LOOP,)]
+                   + [k for k in reversed(kernels) if k[0] not in FIRST + LAST]
                    + [k for n in LAST for k in kernels if k[0] == n])
     elif claims is not None:
         # the rank pass's own callees first, from its last: the helper, compiling the rank pass,
@@ -295,7 +215,7 @@ def compile_callees(claims=None, order="helper", kernels=None):
         sub = (set(names[names.index(SUBTREE[0]):names.index(SUBTREE[1]) + 1])
                if all(n in names for n in SUBTREE) else set())
         kernels = ([k for k in reversed(kernels) if k[0] in sub]
-                   + [k for k in kernels if k[0] not in sub | set(FIRST + LAST)])
+                   + [k for k in kernels if k[0] not in sub | set(FIRST + LAST + AFTER)])
     for name, kernel, sig in kernels:
         if claims is None:
             kernel.compile(sig)
@@ -320,13 +240,8 @@ class Helper:
         if self.claims is None:
             return
         kernels = _kernels()
-        own_part = functools.partial(compile_callees, self.claims, "loop", kernels)
-        # the loop first: typed from RETURNS, it is through type inference and numba's passes
-        # before it needs its first callee, and compiles this process's part of them then
-        # (a second call of compile_callees only finds them claimed)
-        self.restore = share(self.claims, kernels, returns(), before_first=own_part)
-        compile_callees(self.claims, "loop", [k for k in kernels if k[0] == LOOP])
-        own_part()
+        self.restore = share(self.claims, kernels)
+        compile_callees(self.claims, order="loop", kernels=kernels)
 
 
 def start(aggregated=False):
@@ -403,5 +318,5 @@ if __name__ == "__main__":
 
         claims = Claims(os.environ[CLAIMS_ENV], peer_alive)
         kernels = _kernels()
-        share(claims, kernels, returns())
+        share(claims, kernels)
         compile_callees(claims, order="helper", kernels=kernels)

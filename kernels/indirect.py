@@ -23,9 +23,8 @@ called this way made simulations 40-55% slower: 100k requests on 4 workers 49-50
 32-35).
 
 The argument spelling (:func:`parse_type`) names the caller's parameters (``rq``, ``pool``, ...),
-numba scalar types (and ``none``), ``array(dtype, 1d, C)``, ``type*n`` for a tuple of ``n``,
-``tuple(a, b, ...)`` and ``tables(a, b, ...)`` for a pinned tuple of the caller's parameters
-``a, b, ...``.
+numba scalar types, ``array(dtype, 1d, C)``, ``type*n`` for a tuple of ``n`` and
+``tables(a, b, ...)`` for a pinned tuple of the caller's parameters ``a, b, ...``.
 """
 
 from __future__ import annotations
@@ -93,8 +92,6 @@ def parse_type(spec, tables):
     spec = spec.strip()
     if spec in tables:
         return tables[spec]
-    if spec.startswith("tuple(") and spec.endswith(")"):
-        return types.Tuple([parse_type(x, tables) for x in _split(spec[len("tuple("):-1])])
     if spec.startswith("tables(") and spec.endswith(")"):
         items = [parse_type(x, tables) for x in _split(spec[len("tables("):-1])]
         return types.CPointer(types.Tuple(items))

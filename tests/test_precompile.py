@@ -4,17 +4,14 @@ One cold compile in a child process with an empty cache (about a minute on 2 cor
 kernels first, then what a first run loads (``sim._load_kernels``), watching which kernels numba
 still compiles. With the helper's signatures right, the loop and its Python entry point find
 each of them in the cache (only a few small helpers of the functions the loop inlines are
-compiled again), and each declared return type is the one compiled. The claims by which the two
-processes share the work are tested with stand-in kernels, the typing of a call from a declared
-return type with small numba kernels.
+compiled again). The claims by which
+the two processes share the work are tested with stand-in kernels.
 """
 
 import json
 import os
 import subprocess
 import sys
-
-import pytest
 
 CHILD = r"""
 import json, sys
@@ -29,14 +26,11 @@ class Watch(event.Listener):
 from fastsim import precompile
 precompile.compile_callees()
 helper = list(compiled)
-declared = precompile.returns()
-returns = {name: [str(kernel.overloads[sig].signature.return_type), str(declared[name])]
-           for name, kernel, sig in precompile._kernels() if name in declared}
 event.register("numba:compile", Watch())
 compiled.clear()
 from fastsim.sim import _load_kernels
 _load_kernels()  # what a first run compiles: the loop, a trace's set-up, a split run
-print(json.dumps({"after": compiled, "returns": returns}))
+print(json.dumps({"after": compiled}))
 """
 
 
@@ -45,13 +39,8 @@ def test_loop_finds_every_callee_compiled(tmp_path):
     done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    after = out["after"]
-    from fastsim.precompile import CALLEES, RETURNS
-
-    wrong = {name: got for name, (got, declared) in out["returns"].items() if got != declared}
-    assert not wrong, f"return types other than fastsim.precompile.RETURNS declares: {wrong}"
-    assert set(out["returns"]) == set(RETURNS)  # (each one a callee)
+    after = json.loads(done.stdout.strip().splitlines()[-1])["after"]
+    from fastsim.precompile import CALLEES
 
     listed = {name for _, name, _ in CALLEES}
     again = [name for name in after if name in listed]
@@ -141,74 +130,16 @@ def test_an_abandoned_compile_stops_its_helper_at_once(tmp_path):
     assert not claims_dir.exists()
 
 
-def test_the_helper_ends_with_what_the_loop_does_not_wait_for(tmp_path):
-    from fastsim.precompile import FIRST, LAST, LOOP, Claims, compile_callees
+def test_the_first_process_leaves_the_kernels_after_the_loop_to_the_helper(tmp_path):
+    from fastsim.precompile import AFTER, Claims, compile_callees
 
-    log = []
-
-    class Logged(_Kernel):
-        def compile(self, sig):
-            log.append(sig[0])
-            return super().compile(sig)
-
-    names = ["a", FIRST[0], "b", LAST[1], LOOP, LAST[-1], "c", LAST[0]]
-    for order, expected in (("loop", ["a", "b", LOOP, "c"]),
-                            ("helper", [FIRST[0], "c", "b", "a", LAST[0], LAST[1], LAST[-1]])):
+    names = ["a", AFTER[0], "c"]
+    for order, expected in (("loop", [[(0,)], [], [(2,)]]), ("helper", [[(0,)], [(1,)], [(2,)]])):
         claims_dir = tmp_path / order
         claims_dir.mkdir()
-        log.clear()
-        kernels = [(name, Logged(), (name,)) for name in names]
+        kernels = [(name, _Kernel(), (i,)) for i, name in enumerate(names)]
         compile_callees(Claims(str(claims_dir), lambda: True), order=order, kernels=kernels)
-        assert log == expected, order
-
-
-def test_a_declared_callee_is_compiled_when_its_caller_is_lowered(tmp_path):
-    from numba import njit, types
-
-    from fastsim.precompile import Claims, share
-
-    @njit
-    def callee(x):
-        return x * 2.0
-
-    @njit
-    def caller(x):
-        return callee(x) + callee(x + 1.0)
-
-    before = []
-    restore = share(Claims(str(tmp_path), lambda: True), [("callee", callee, (types.float64,))],
-                    {"callee": types.float64}, before_first=lambda: before.append(dict(callee.overloads)))
-    try:
-        assert caller(1.5) == 8.0
-    finally:
-        restore()
-    assert before == [{}]  # once, after the caller's type inference, which compiled nothing
-    assert list(callee.overloads) == [(types.float64,)]
-    assert (tmp_path / "done-callee").exists()  # (through the claims)
-    assert not {"compile", "get_call_template", "get_overload"} & set(vars(callee))
-
-
-def test_a_callee_that_returns_another_type_than_declared_is_refused(tmp_path):
-    from numba import njit, types
-
-    from fastsim.precompile import Claims, share
-
-    @njit
-    def callee(x):
-        return x * 2.0
-
-    @njit
-    def caller(x):
-        return callee(x)
-
-    restore = share(Claims(str(tmp_path), lambda: True), [("callee", callee, (types.float64,))],
-                    {"callee": types.int64})
-    try:
-        with pytest.raises(TypeError, match=r"callee returns float64, not the int64 that "
-                                            r"fastsim\.precompile\.RETURNS declares"):
-            caller(1.5)
-    finally:
-        restore()
+        assert [k.compiled for _, k, _ in kernels] == expected, order
 
 
 def test_numba_error_colours_are_off_in_a_fresh_process():
