@@ -11,12 +11,12 @@ exact signature the loop uses) into the shared numba cache, then creates ``done-
 Before the loop, the first process compiles the rank pass's own callees from the last (the
 helper, compiling the rank pass, meets them from the first), then the others in the order the loop
 asks for them, skipping those the helper has claimed and those needed only after the loop
-(:data:`AFTER`); the helper starts with the rank pass and the light ticks (:data:`FIRST`), ends
-with the loop's Python entry point (:data:`LAST`) and
-goes on from the last to the first. Every compile of a listed signature, in either process
-and at any depth, goes through the claims (:func:`share`), so a kernel is compiled once: a
-process that needs one the other is compiling waits for its ``done`` file and loads it from the
-cache (or compiles it itself if the other process has gone). Call graphs are acyclic and a claim
+(:data:`AFTER`); the helper starts with the rank pass and the light ticks (:data:`FIRST`), goes
+on from the last to the first, and ends with the loop's Python entry point (:data:`LAST`). Every
+compile of a listed signature, in either process and at any depth, goes through the claims
+(:func:`share`), so a kernel is compiled once: a process that needs one the other is compiling
+waits for its ``done`` file and loads it from the cache (or compiles it itself if the other
+process has gone). Call graphs are acyclic and a claim
 is held only while its kernel compiles, so two processes never wait on each other.
 A first disaggregated run compiles its own loop while a helper compiles the aggregated one, whose
 callees the disaggregated loop shares.

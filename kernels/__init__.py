@@ -81,11 +81,11 @@ IR-level inlining, within the noise of alternating runs). The light ticks are ca
 pointer (``kernels/indirect.py``), so the loop's module has no copy of their body to optimise and
 compile again (the light ticks run many passes per call; a rank's pass called the same way made
 simulations 40-55% slower, as each call set up a large frame and reloaded every table field it
-read: ``benchmarks/README.md``). Compiled on their own, both can be
-compiled by the helper process of a cold start (``fastsim/precompile.py``) while the loop's
-process compiles the other callees, instead of being typed and lowered inside the loop's
-compile. (Without the attribute LLVM inlined them too; with ``noinline`` the loop's own LLVM
-time did not drop, as the linked-in callees are optimised and compiled again in its module.)
+read: ``benchmarks/README.md``). Compiled on their own, both can be compiled by the helper
+process of a cold start (``fastsim/precompile.py``) while the loop's process compiles the other
+callees, instead of being typed and lowered inside the loop's compile. (Without the attribute
+LLVM inlined the rank's pass too; with ``noinline`` the loop's own LLVM time did not drop, as the
+linked-in callees are optimised and compiled again in its module.)
 
 The Python entry point numba generates for a kernel unboxes every array of every state table it
 takes, with an error path for each: for the event loop, 45 KB of its 140 KB of machine code,
