@@ -107,6 +107,31 @@ without reading any. With the helper taking the kernels just outside the loop
 (``fastsim/precompile.py``), the cold compile went from 39.0 to 36.5 s
 (``tests/test_flag_compare.py`` checks the results against reading every option).
 
+numba compiles every kernel to machine code, also those only ever called from other kernels
+(``inner``), whose machine code nothing runs: a caller links the callee's optimised LLVM IR into
+its own module, where LLVM inlines it or compiles it again. ``_inner_without_machine_code``
+stops at the optimised IR for those kernels and caches that IR instead of an object file; a
+kernel called through a pointer (``kernels/indirect.py``) keeps its machine code, and any other
+whose address were asked for would be compiled then. Of the 127 kernels of a cold compile, 45
+are now compiled to machine code (code generation in one process: 5.3 s instead of 7.2), and a
+kernel the other process of a cold start compiled is loaded as IR, without linking an object
+file. numba hands a kernel's module to the JIT, whose code generation rewrites it in place
+(constant hoisting, address sinking), and a caller used to link the rewritten IR; it now links
+the IR as LLVM's optimiser left it, so the loop's machine code is not byte for byte the same.
+Simulations give the same results and run as fast (five alternating pairs of processes,
+medians: 100k requests on 4 workers 37.3 against 38.1 ms, 64 workers 41.4 against 42.6, 16
+with kv_router 89.5 against 83.4 with 82.5-93.1 against 81.0-92.3 over the pairs, 20k
+requests on one worker 7.6 against 7.6). ``FASTSIM_INNER_MACHINE_CODE=1`` restores numba's
+usual (a cache of its own).
+
+numba post-processes a function's IR after most of its IR passes (about 1,400 times in a cold
+compile), and each time computes the variables live at every block's entry, which only object
+mode and generators read. ``_lean_postproc`` leaves that out for fastsim's own kernels (the
+LLVM IR of the loop and of the rank's pass is the same, compared after optimisation): 2.0 s of
+post-processing in a one-process cold compile instead of 5.3. With both, cold compiles
+alternating with the tree before, four pairs, each with an empty cache: 32.6-37.4 s against
+37.8-44.5.
+
 numba colours each of its error messages with colorama, which it sets up anew for every
 message, and typing the kernels meets tens of thousands of failed overload candidates, each of
 which formats one. fastsim turns the colouring off (``NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING``,
@@ -289,6 +314,137 @@ def _quick_flag_compare():
     return True
 
 
+def _lean_postproc():
+    """Have numba's IR post-processing of fastsim's own kernels skip the per-block sets of live
+    variables, which nothing reads in nopython mode (see above). Returns True if installed."""
+    try:
+        from numba.core import postproc, transforms
+    except ImportError:
+        return False
+    processor = getattr(postproc, "PostProcessor", None)
+    lifetime = getattr(postproc, "VariableLifetime", None)
+    usual = getattr(processor, "run", None)
+    if usual is None or lifetime is None or not hasattr(transforms, "canonicalize_cfg"):
+        return False
+    if getattr(usual, "fastsim", False):
+        return True
+    own = __name__ + "."
+
+    def run(self, emit_dels=False, extend_lifetimes=False):
+        fir = self.func_ir
+        if emit_dels or fir.is_generator or not fir.func_id.modname.startswith(own):
+            return usual(self, emit_dels, extend_lifetimes)
+        # numba's run without ``block_entry_vars`` (read by object mode and generators only)
+        fir.blocks = transforms.canonicalize_cfg(fir.blocks)
+        fir.variable_lifetime = lifetime(fir.blocks)
+        fir.generator_info = None
+
+    run.fastsim = True
+    run.usual = usual
+    processor.run = run
+    return True
+
+
+def _inner_without_machine_code():
+    """Compile fastsim's ``inner`` kernels to optimised LLVM IR only, without machine code, and
+    cache them as that IR (see above); a kernel called through a pointer
+    (``kernels/indirect.py``) keeps its machine code. Returns True if installed (False: numba's
+    code library is not as this was written for, or ``FASTSIM_INNER_MACHINE_CODE`` is set)."""
+    if os.environ.get("FASTSIM_INNER_MACHINE_CODE", "") not in ("", "0"):
+        return False
+    try:
+        import llvmlite.binding as ll
+        from numba.core import codegen, typed_passes
+    except ImportError:
+        return False
+    library = getattr(codegen, "JITCodeLibrary", None)
+    lowering = getattr(typed_passes, "BaseNativeLowering", None)
+    cpu_codegen = getattr(codegen, "JITCPUCodegen", None)
+    needed = ("_finalize_final_module", "serialize_using_object_code", "_unserialize",
+              "get_pointer_to_function", "_finalize_specific", "_finalize_dynamic_globals",
+              "_verify_declare_only_symbols", "_get_module_for_linking")
+    if (library is None or lowering is None or cpu_codegen is None
+            or not all(hasattr(library, n) for n in needed)
+            or not hasattr(cpu_codegen, "set_env") or not hasattr(cpu_codegen, "_add_module")):
+        return False
+    if getattr(lowering.run_pass, "fastsim", False):
+        return True
+    from fastsim.kernels.jit import MACHINE_CODE
+
+    own = __name__ + "."
+    usual_run_pass = lowering.run_pass
+    usual_finalize = library._finalize_final_module
+    usual_serialize = library.serialize_using_object_code
+    usual_unserialize = library._unserialize.__func__
+    usual_pointer = library.get_pointer_to_function
+    usual_set_env = cpu_codegen.set_env
+    KIND = "fastsim-llvm-ir"
+
+    def run_pass(self, state):
+        if (state.flags.no_cpython_wrapper and state.func_id.modname.startswith(own)
+                and state.func_id.func not in MACHINE_CODE):
+            if state.library is None:  # (as numba's own run_pass makes it)
+                state.library = state.targetctx.codegen().create_library(
+                    state.func_id.func_qualname)
+                state.library.enable_object_caching()
+            state.library.fastsim_ir_only = True
+        return usual_run_pass(self, state)
+
+    def _finalize_final_module(self):
+        if not getattr(self, "fastsim_ir_only", False):
+            return usual_finalize(self)
+        # numba's checks, without handing the module to the JIT engine
+        self._finalize_dynamic_globals()
+        self._verify_declare_only_symbols()
+        self._finalized = True
+
+    def serialize_using_object_code(self):
+        if not getattr(self, "fastsim_ir_only", False):
+            return usual_serialize(self)
+        self._ensure_finalized()
+        return (self.name, KIND, self._get_module_for_linking().as_bitcode())
+
+    def _unserialize(cls, codegen_, state):
+        name, kind, data = state
+        if kind != KIND:
+            return usual_unserialize(cls, codegen_, state)
+        self = codegen_.create_library(name)
+        self._final_module = self._shared_module = ll.parse_bitcode(data)
+        self.fastsim_ir_only = True
+        self._finalized = True
+        return self
+
+    def get_pointer_to_function(self, name):
+        if getattr(self, "fastsim_ir_only", False):
+            self._ensure_finalized()
+            fn = None
+            try:
+                fn = self._final_module.get_function(name)
+            except NameError:
+                pass
+            if fn is None or fn.is_declaration:
+                return 0
+            # asked for its code after all: compile it now
+            self.fastsim_ir_only = False
+            self._codegen._add_module(self._final_module)
+            self._finalize_specific()
+        return usual_pointer(self, name)
+
+    def set_env(self, env_name, env):
+        # a kernel without machine code has no environment in the engine to point at its own
+        if self._engine.get_global_value_address(env_name):
+            usual_set_env(self, env_name, env)
+
+    run_pass.fastsim = True
+    lowering.run_pass = run_pass
+    library._finalize_final_module = _finalize_final_module
+    library.serialize_using_object_code = serialize_using_object_code
+    library._unserialize = classmethod(_unserialize)
+    library.get_pointer_to_function = get_pointer_to_function
+    cpu_codegen.set_env = set_env
+    return True
+
+
 def _configure():
     # no colours in numba's error messages (see above)
     os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
@@ -300,11 +456,14 @@ def _configure():
     module_only = _llvm_passes()
     _inline_sharing_scopes()
     _quick_flag_compare()
+    _lean_postproc()
+    ir_only = _inner_without_machine_code()
     if not os.environ.get("NUMBA_CACHE_DIR"):
         here = Path(__file__).resolve().parent
         h = hashlib.sha256(f"{numba.__version__} opt{os.environ['NUMBA_OPT']} "
                            f"{'as-written' if as_written else 'wraparound'}"
-                           f"{' module-passes' if module_only else ''}".encode())
+                           f"{' module-passes' if module_only else ''}"
+                           f"{' inner-ir-only' if ir_only else ''}".encode())
         for src in sorted(here.glob("*.py")):
             h.update(src.name.encode())
             h.update(src.read_bytes())

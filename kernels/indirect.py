@@ -37,6 +37,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from fastsim.kernels.jit import MACHINE_CODE
+
 SLOT_PREFIX = "fastsim.slot."
 
 
@@ -125,6 +127,7 @@ class Indirect:
         self.restype = restype
         self.args = tuple(args)
         self.label = entry.py_func.__qualname__
+        MACHINE_CODE.add(entry.py_func)  # (which an ``inner`` kernel otherwise has not)
         me = self
 
         @intrinsic

@@ -5,7 +5,8 @@
   out of the state tuples costs nothing).
 * ``loop_kernel``: ``kernel_noalloc`` that releases the GIL while it runs (the event loops: the
   shards of a split run go on side by side in threads, ``fastsim/shards.py``).
-* ``inner``: only ever called from other kernels (no Python or C entry point is generated).
+* ``inner``: only ever called from other kernels (no Python or C entry point is generated, and
+  no machine code unless it is called through a pointer: ``kernels/__init__.py``).
 * ``inline``: inlined into its callers at numba's IR level (the per-pass call chain).
 * ``llvm_inline``: ``inner``, compiled on its own and inlined into its callers by LLVM (marked
   ``alwaysinline``): a rank's pass, compiled alongside the event loop on a cold start instead of
@@ -25,6 +26,10 @@ loop_kernel = njit(cache=True, error_model="numpy", _nrt=False, nogil=True, no_c
 inner = njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=True,
              no_cfunc_wrapper=True)
 inline = njit(cache=True, error_model="numpy", _nrt=False, inline="always", no_cfunc_wrapper=True)
+
+# the Python functions of the kernels called through a pointer (``kernels/indirect.py`` adds
+# them): their machine code is kept (``kernels/__init__.py``)
+MACHINE_CODE = set()
 
 # mangled-name fragments of the ``llvm_inline`` kernels (``kernels/__init__.py`` marks them)
 ALWAYS_INLINE = set()

@@ -1,0 +1,147 @@
+"""fastsim's ``inner`` kernels are compiled to optimised LLVM IR only and cached as that IR
+(``kernels/__init__.py``: ``_inner_without_machine_code``); the kernels Python calls and those
+called through a pointer keep their machine code. numba's IR post-processing leaves out the
+per-block live variables for fastsim's kernels only (``_lean_postproc``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from numba.core import compiler, postproc
+
+import fastsim.kernels as kernels
+from fastsim.kernels import jit, loop
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("FASTSIM_INNER_MACHINE_CODE", "") not in ("", "0"),
+    reason="numba's usual machine code for every kernel asked for")
+
+# A probe module loaded under the kernels' package name (so that the compile options apply to
+# it): an inner kernel and two callers, each of which can be compiled on its own.
+_PROBE = '''
+from fastsim.kernels.jit import inner, kernel_noalloc
+
+
+@inner
+def add_one(a, i):
+    return a[i] + 1
+
+
+@kernel_noalloc
+def total(a):
+    s = 0
+    for i in range(a.size):
+        s += add_one(a, i)
+    return s
+
+
+@kernel_noalloc
+def total_twice(a):
+    s = 0
+    for i in range(a.size):
+        s += 2 * add_one(a, i)
+    return s
+'''
+
+_RUN = '''
+import importlib.util, json, sys
+import numpy as np
+import fastsim.kernels
+spec = importlib.util.spec_from_file_location("fastsim.kernels.probe_inner_ir", sys.argv[1])
+probe = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+a = np.arange(5, dtype=np.int64)
+out = {"value": int(getattr(probe, sys.argv[2])(a))}
+for name in ("add_one", sys.argv[2]):
+    d = getattr(probe, name)
+    (cres,) = d.overloads.values()
+    engine = cres.library.codegen._engine
+    out[name] = {"ir_only": bool(getattr(cres.library, "fastsim_ir_only", False)),
+                 "machine_code": engine.is_symbol_defined(cres.fndesc.llvm_func_name),
+                 "cache_hits": sum(d.stats.cache_hits.values())}
+print(json.dumps(out))
+'''
+
+
+def _run(tmp_path, caller):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), FASTSIM_PRECOMPILE="0")
+    done = subprocess.run([sys.executable, "-c", _RUN, str(tmp_path / "probe.py"), caller],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_installed():
+    from numba.core import typed_passes
+
+    assert getattr(typed_passes.BaseNativeLowering.run_pass, "fastsim", False)
+    assert getattr(postproc.PostProcessor.run, "fastsim", False)
+
+
+def test_inner_kernel_is_ir_only_compiled_and_from_the_cache(tmp_path):
+    (tmp_path / "probe.py").write_text(textwrap.dedent(_PROBE))
+    first = _run(tmp_path, "total")
+    assert first["value"] == sum(range(1, 6))
+    assert first["add_one"] == {"ir_only": True, "machine_code": False, "cache_hits": 0}
+    assert first["total"]["machine_code"] and not first["total"]["ir_only"]
+    # a second process compiles another caller against the cached IR of the inner kernel
+    second = _run(tmp_path, "total_twice")
+    assert second["value"] == 2 * sum(range(1, 6))
+    assert second["add_one"] == {"ir_only": True, "machine_code": False, "cache_hits": 1}
+    assert second["total_twice"]["machine_code"]
+
+
+def test_kernels_called_through_a_pointer_keep_machine_code():
+    assert loop._light_ticks.py_func in jit.MACHINE_CODE
+    assert loop._loop.py_func in jit.MACHINE_CODE
+    import fastsim.sim as sim
+    from fastsim.config import EngineArgs
+    from fastsim.workload import synthetic
+
+    sim.simulate(synthetic(64, 8, 10, arrival_interval_ms=40), EngineArgs())
+    for d in (loop._loop, loop._light_ticks):
+        assert d.overloads, d
+        for cres in d.overloads.values():
+            assert not getattr(cres.library, "fastsim_ir_only", False)
+            engine = cres.library.codegen._engine
+            assert engine.is_symbol_defined(cres.fndesc.llvm_func_name)
+
+
+def _blocks_ceil_ir():
+    from fastsim.kernels import scheduler
+
+    return compiler.run_frontend(scheduler._blocks_ceil.py_func)
+
+
+def _elsewhere(n):
+    s = 0
+    for i in range(n):
+        if i % 3:
+            s += i
+    return s
+
+
+def test_post_processing_of_own_kernels_leaves_out_block_entry_variables():
+    lean, usual = _blocks_ceil_ir(), _blocks_ceil_ir()
+    lean.block_entry_vars.clear()
+    usual.block_entry_vars.clear()
+    postproc.PostProcessor(lean).run()
+    postproc.PostProcessor.run.usual(postproc.PostProcessor(usual))
+    assert lean.block_entry_vars == {} and usual.block_entry_vars
+    assert sorted(lean.blocks) == sorted(usual.blocks)
+    assert [str(b) for b in lean.blocks.values()] == [str(b) for b in usual.blocks.values()]
+    assert lean.variable_lifetime.livemap == usual.variable_lifetime.livemap
+    assert lean.generator_info is None
+
+
+def test_post_processing_elsewhere_is_numbas():
+    fir = compiler.run_frontend(_elsewhere)
+    fir.block_entry_vars.clear()
+    postproc.PostProcessor(fir).run()
+    assert set(fir.block_entry_vars) == set(fir.blocks.values())
+    assert kernels.__name__ == "fastsim.kernels"
