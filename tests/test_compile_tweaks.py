@@ -1,7 +1,9 @@
 """fastsim's ``inner`` kernels are compiled to optimised LLVM IR only and cached as that IR
 (``kernels/__init__.py``: ``_inner_without_machine_code``); the kernels Python calls and those
-called through a pointer keep their machine code. numba's IR post-processing leaves out the
-per-block live variables for fastsim's kernels only (``_lean_postproc``)."""
+called through a pointer keep their machine code. For fastsim's kernels only, numba's IR
+post-processing leaves out the per-block live variables (``_lean_postproc``), the typing of a
+call to one of numba's functions is looked up when it was found before (``_typed_call_memo``),
+and the post-inference rewrites look for a match first (``_rewrites_only_on_match``)."""
 
 from __future__ import annotations
 
@@ -145,3 +147,69 @@ def test_post_processing_elsewhere_is_numbas():
     postproc.PostProcessor(fir).run()
     assert set(fir.block_entry_vars) == set(fir.blocks.values())
     assert kernels.__name__ == "fastsim.kernels"
+
+
+# A probe module of fastsim's kernels, compiled in this process (without the cache): the typing
+# memo and the rewrites apply to it as to any kernel of the package.
+_PROBE_TYPING = '''
+import numpy as np
+from numba import njit
+
+
+@njit(error_model="numpy")
+def smallest(a, n):
+    s = a[0]
+    for i in range(n):
+        s = min(s, a[i]) + max(0, i - n)
+    return min(s, n)
+
+
+@njit(error_model="numpy")
+def doubled(a, b):
+    return (a + b) * 2
+'''
+
+
+def _probe(name):
+    import types
+
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(textwrap.dedent(_PROBE_TYPING), f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+def test_typed_call_memo_returns_what_numba_types():
+    import numpy as np
+    from numba.core.types import functions
+
+    memo = functions.BaseFunction.get_call_type
+    assert getattr(memo, "fastsim", False)
+    before = len(memo.found)
+    probe = _probe("fastsim.kernels._probe_typing")
+    a = np.array([5, 3, 9, 1], dtype=np.int64)
+    assert probe.smallest(a, 4) == 1
+    own = {k: v for k, v in memo.found.items() if str(k[0]).startswith("Function(<built-in")}
+    assert len(memo.found) > before and own
+    for (fn, context, args, kws), sig in memo.found.items():
+        assert memo.usual(fn, context, args, dict(kws)) == sig
+    # a function outside the package is typed by numba's own resolution only
+    outside = _probe("probe_typing_elsewhere")
+    after = len(memo.found)
+    assert outside.smallest(a, 3) == 3
+    assert len(memo.found) == after
+
+
+def test_rewrites_still_apply_where_they_match():
+    import io
+
+    import numpy as np
+
+    probe = _probe("fastsim.kernels._probe_rewrites")
+    a, b = np.arange(4.0), np.ones(4)
+    assert np.array_equal(probe.doubled(a, b), (a + b) * 2)
+    assert probe.smallest(np.array([4, 2], dtype=np.int64), 2) == 2
+    for fn, fused in ((probe.doubled, True), (probe.smallest, False)):
+        text = io.StringIO()
+        fn.inspect_types(file=text)
+        assert ("arrayexpr" in text.getvalue()) == fused
