@@ -138,7 +138,7 @@ every round of type inference: 12,476 times in a cold compile, for 653 different
 function and argument types. While one of fastsim's kernels is typed (its type inference's
 ``propagate``), ``_typed_call_memo`` keeps the signature found for each pair (function type,
 typing context, argument types, keywords) and returns it for the same pair again. Typing took
-2.8 s instead of 7.4 in a one-process cold compile. The optimised LLVM IR of every kernel is the
+2.8 s instead of 7.2-7.6 in a one-process cold compile. The optimised LLVM IR of every kernel is the
 same (value names and addresses aside), except that numba no longer compiled a second copy of
 its ``min`` and ``max`` for two int64s, whose unused environment globals the callers' modules
 then declared.
