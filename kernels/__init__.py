@@ -462,9 +462,9 @@ def _inner_without_machine_code():
     """Compile fastsim's ``inner`` kernels to optimised LLVM IR only, without machine code, and
     cache them as that IR (see above); a kernel called through a pointer
     (``kernels/indirect.py``) keeps its machine code. Returns True if installed (False: numba's
-    code library is not as this was written for, or ``FASTSIM_INNER_MACHINE_CODE`` is set)."""
-    if os.environ.get("FASTSIM_INNER_MACHINE_CODE", "") not in ("", "0"):
-        return False
+    code library is not as this was written for, or ``FASTSIM_INNER_MACHINE_CODE`` is set; the
+    kernels are then compiled as numba would, and a cached IR-only kernel still loads)."""
+    marking = os.environ.get("FASTSIM_INNER_MACHINE_CODE", "") in ("", "0")
     try:
         import llvmlite.binding as ll
         from numba.core import codegen, typed_passes
@@ -481,7 +481,7 @@ def _inner_without_machine_code():
             or not hasattr(cpu_codegen, "set_env") or not hasattr(cpu_codegen, "_add_module")):
         return False
     if getattr(lowering.run_pass, "fastsim", False):
-        return True
+        return marking
     from fastsim.kernels.jit import MACHINE_CODE
 
     own = __name__ + "."
@@ -494,7 +494,7 @@ def _inner_without_machine_code():
     KIND = "fastsim-llvm-ir"
 
     def run_pass(self, state):
-        if (state.flags.no_cpython_wrapper and state.func_id.modname.startswith(own)
+        if (marking and state.flags.no_cpython_wrapper and state.func_id.modname.startswith(own)
                 and state.func_id.func not in MACHINE_CODE):
             if state.library is None:  # (as numba's own run_pass makes it)
                 state.library = state.targetctx.codegen().create_library(
@@ -555,7 +555,7 @@ def _inner_without_machine_code():
     library._unserialize = classmethod(_unserialize)
     library.get_pointer_to_function = get_pointer_to_function
     cpu_codegen.set_env = set_env
-    return True
+    return marking
 
 
 def _configure():

@@ -48,6 +48,14 @@ def total_twice(a):
     for i in range(a.size):
         s += 2 * add_one(a, i)
     return s
+
+
+@kernel_noalloc
+def total_thrice(a):
+    s = 0
+    for i in range(a.size):
+        s += 3 * add_one(a, i)
+    return s
 '''
 
 _RUN = '''
@@ -66,12 +74,16 @@ for name in ("add_one", sys.argv[2]):
     out[name] = {"ir_only": bool(getattr(cres.library, "fastsim_ir_only", False)),
                  "machine_code": engine.is_symbol_defined(cres.fndesc.llvm_func_name),
                  "cache_hits": sum(d.stats.cache_hits.values())}
+# asked for its address after all, an IR-only kernel gets machine code then
+(cres,) = probe.add_one.overloads.values()
+out["address"] = bool(cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name))
 print(json.dumps(out))
 '''
 
 
-def _run(tmp_path, caller):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), FASTSIM_PRECOMPILE="0")
+def _run(tmp_path, caller, **env_):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), FASTSIM_PRECOMPILE="0",
+               **env_)
     done = subprocess.run([sys.executable, "-c", _RUN, str(tmp_path / "probe.py"), caller],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -96,6 +108,11 @@ def test_inner_kernel_is_ir_only_compiled_and_from_the_cache(tmp_path):
     assert second["value"] == 2 * sum(range(1, 6))
     assert second["add_one"] == {"ir_only": True, "machine_code": False, "cache_hits": 1}
     assert second["total_twice"]["machine_code"]
+    assert first["address"] and second["address"]
+    # numba's usual compiles asked for: the cached IR-only kernel still loads and links
+    third = _run(tmp_path, "total_thrice", FASTSIM_INNER_MACHINE_CODE="1")
+    assert third["value"] == 3 * sum(range(1, 6))
+    assert third["add_one"]["cache_hits"] == 1 and third["total_thrice"]["machine_code"]
 
 
 def test_kernels_called_through_a_pointer_keep_machine_code():
