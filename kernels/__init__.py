@@ -151,6 +151,16 @@ rewrite matches; otherwise it does what numba's pass comes to without a match (t
 canonicalised, no deletions, the IR post-processed). The optimised LLVM IR is the same; the pass
 took 0.4 s instead of 2.1.
 
+Before it loads a kernel from the cache, numba refreshes its typing and lowering contexts:
+it imports and installs every registry of implementations (0.3-0.4 s of a warm start), of
+which loading uses nothing. A compile refreshes them itself. ``_load_without_refresh`` loads
+fastsim's kernels after what the machine code needs of that refresh only: numba's runtime
+(whose functions the kernels that allocate call; without it they crash) and the hash secret
+symbols set when ``numba.cpython.hashing`` is imported. A warm ``fastsim replay`` of the tiny
+workload, six alternating pairs: 1.34-1.44 s against 1.62-1.79 (the guest in a slow spell).
+``tests/test_compile_tweaks.py`` runs each kind of simulation in a fresh process on a warm
+cache.
+
 numba colours each of its error messages with colorama, which it sets up anew for every
 message, and typing the kernels meets tens of thousands of failed overload candidates, each of
 which formats one. fastsim turns the colouring off (``NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING``,
@@ -458,6 +468,41 @@ def _typed_call_memo():
     return True
 
 
+def _load_without_refresh():
+    """Load fastsim's cached kernels after setting up numba's runtime only, not all of its typing
+    and lowering registries, which loading does not use (see above). Returns True if
+    installed."""
+    try:
+        from numba.core import caching
+        from numba.core.runtime import rtsys
+    except ImportError:
+        return False
+    cache = getattr(caching, "Cache", None)
+    usual = getattr(cache, "load_overload", None)
+    if (usual is None or not hasattr(cache, "_load_overload")
+            or not hasattr(cache, "_guard_against_spurious_io_errors")
+            or not hasattr(rtsys, "initialize")):
+        return False
+    if getattr(usual, "fastsim", False):
+        return True
+    own = __name__ + "."
+
+    def load_overload(self, sig, target_context):
+        module = getattr(getattr(self, "_py_func", None), "__module__", None) or ""
+        if not module.startswith(own):
+            return usual(self, sig, target_context)
+        # what of numba's ``target_context.refresh()`` the machine code needs: the runtime the
+        # allocating kernels call, and the hash secret symbols (set when hashing is imported)
+        rtsys.initialize(target_context)
+        import numba.cpython.hashing  # noqa: F401
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+    load_overload.fastsim = True
+    cache.load_overload = load_overload
+    return True
+
+
 def _inner_without_machine_code():
     """Compile fastsim's ``inner`` kernels to optimised LLVM IR only, without machine code, and
     cache them as that IR (see above); a kernel called through a pointer
@@ -572,6 +617,7 @@ def _configure():
     _lean_postproc()
     _rewrites_only_on_match()
     _typed_call_memo()
+    _load_without_refresh()
     ir_only = _inner_without_machine_code()
     if not os.environ.get("NUMBA_CACHE_DIR"):
         here = Path(__file__).resolve().parent

@@ -230,3 +230,39 @@ def test_rewrites_still_apply_where_they_match():
         text = io.StringIO()
         fn.inspect_types(file=text)
         assert ("arrayexpr" in text.getvalue()) == fused
+
+
+_KINDS = {
+    "synthetic": ["--input-tokens", "64", "--output-tokens", "8", "--request-count", "20",
+                  "--arrival-interval-ms", "5", "--num-workers", "2"],
+    "trace kv_router": ["--num-workers", "2", "--router-mode", "kv_router", "TRACE"],
+    "disaggregated": ["--input-tokens", "256", "--output-tokens", "8", "--request-count", "20",
+                      "--arrival-interval-ms", "5", "--num-prefill-workers", "1",
+                      "--num-decode-workers", "2",
+                      "--prefill-engine-args", '{"worker_type":"prefill","block_size":64}',
+                      "--decode-engine-args", '{"worker_type":"decode","block_size":64}'],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_KINDS))
+def test_warm_process_loads_kernels_without_numba_registries(kind, tmp_path):
+    """A fresh process that finds every kernel in the cache loads them with numba's runtime set
+    up but not its registries (``_load_without_refresh``), and runs each kind of simulation as
+    the process that compiled them did."""
+    from pathlib import Path
+
+    trace = Path(__file__).parent / "data" / "mooncake_tiny.jsonl"
+    args = [str(trace) if a == "TRACE" else a for a in _KINDS[kind]]
+    reports = []
+    for i in range(2):  # the first may compile (a cold cache); the second loads
+        report = tmp_path / f"r{i}.json"
+        done = subprocess.run([sys.executable, "-m", "fastsim", "replay", *args, "--report-json",
+                               str(report)], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        reports.append(json.loads(report.read_text()))
+    drop = ("wall_time_ms", "processed_output_tokens_per_s", "processed_tokens_per_s")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in reports] == [
+        {k: v for k, v in reports[0].items() if k not in drop}] * 2
+    from numba.core import caching
+
+    assert getattr(caching.Cache.load_overload, "fastsim", False)
