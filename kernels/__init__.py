@@ -113,9 +113,9 @@ its own module, where LLVM inlines it or compiles it again. ``_inner_without_mac
 stops at the optimised IR for those kernels and caches that IR instead of an object file; a
 kernel called through a pointer (``kernels/indirect.py``) keeps its machine code, and any other
 whose address were asked for would be compiled then. Of the 127 kernels of a cold compile, 45
-are now compiled to machine code (code generation in one process: 4.9-5.3 s instead of 7.2), and a
-kernel the other process of a cold start compiled is loaded as IR, without linking an object
-file. numba hands a kernel's module to the JIT, whose code generation rewrites it in place
+are now compiled to machine code (code generation in one process: 4.9-5.3 s instead of 7.2),
+and a kernel the other process of a cold start compiled is loaded as IR, without linking an
+object file. numba hands a kernel's module to the JIT, whose code generation rewrites it in place
 (constant hoisting, address sinking), and a caller used to link the rewritten IR; it now links
 the IR as LLVM's optimiser left it, so the loop's machine code is not byte for byte the same.
 Simulations give the same results and run as fast (five alternating pairs of processes,
