@@ -111,8 +111,8 @@ numba compiles every kernel to machine code, also those only ever called from ot
 (``inner``), whose machine code nothing runs: a caller links the callee's optimised LLVM IR into
 its own module, where LLVM inlines it or compiles it again. ``_inner_without_machine_code``
 stops at the optimised IR for those kernels and caches that IR instead of an object file; a
-kernel called through a pointer (``kernels/indirect.py``) keeps its machine code, and any other
-whose address were asked for would be compiled then. Of the 127 kernels of a cold compile, 45
+kernel at either end of a call through a pointer (``kernels/indirect.py``) keeps its machine
+code, and any other whose address were asked for would be compiled then. Of the 125 kernels of a cold compile, 43
 are now compiled to machine code (code generation in one process: 4.9-5.3 s instead of 7.2),
 and a kernel the other process of a cold start compiled is loaded as IR, without linking an
 object file. numba hands a kernel's module to the JIT, whose code generation rewrites it in place
@@ -152,7 +152,7 @@ canonicalised, no deletions, the IR post-processed). The optimised LLVM IR is th
 took 0.4 s instead of 2.1.
 
 Before it loads a kernel from the cache, numba refreshes its typing and lowering contexts:
-it imports and installs every registry of implementations (0.3-0.4 s of a warm start), of
+it imports and installs every registry of implementations (about 0.3 s of a warm start), of
 which loading uses nothing. A compile refreshes them itself. ``_load_without_refresh`` loads
 fastsim's kernels after what the machine code needs of that refresh only: numba's runtime
 (whose functions the kernels that allocate call; without it they crash) and the hash secret
@@ -175,6 +175,7 @@ from pathlib import Path
 
 _OWN = "7fastsim7kernels"  # in the mangled name of every function compiled from this package
 _WRAPPERS = ("_ZN7cpython", "cfunc.")  # numba's Python and C entry points of a kernel
+_OWN_MODULE = __name__ + "."  # the prefix of the module name of every kernel of this package
 
 
 def _index_as_written():
@@ -357,11 +358,10 @@ def _lean_postproc():
         return False
     if getattr(usual, "fastsim", False):
         return True
-    own = __name__ + "."
 
     def run(self, emit_dels=False, extend_lifetimes=False):
         fir = self.func_ir
-        if emit_dels or fir.is_generator or not fir.func_id.modname.startswith(own):
+        if emit_dels or fir.is_generator or not fir.func_id.modname.startswith(_OWN_MODULE):
             return usual(self, emit_dels, extend_lifetimes)
         # numba's run without ``block_entry_vars`` (read by object mode and generators only)
         fir.blocks = transforms.canonicalize_cfg(fir.blocks)
@@ -390,7 +390,6 @@ def _rewrites_only_on_match():
         return False
     if getattr(usual, "fastsim", False):
         return True
-    own = __name__ + "."
 
     def matches(state):
         fir = state.func_ir
@@ -403,7 +402,7 @@ def _rewrites_only_on_match():
 
     def run_pass(self, state):
         fir = state.func_ir
-        if not fir.func_id.modname.startswith(own) or matches(state):
+        if not fir.func_id.modname.startswith(_OWN_MODULE) or matches(state):
             return usual(self, state)
         # what numba's pass comes to when no rewrite matches: the CFG canonicalised, no
         # deletions, the IR post-processed
@@ -436,13 +435,12 @@ def _typed_call_memo():
         return False
     if getattr(usual_call_type, "fastsim", False):
         return True
-    own = __name__ + "."
     typing = threading.local()  # whether a kernel of fastsim's is being typed, in this thread
     found = {}  # (function type, typing context, argument types, keywords) -> signature
 
     def propagate(self, *args, **kwargs):
         outer = getattr(typing, "own", False)
-        typing.own = self.func_id.modname.startswith(own)
+        typing.own = self.func_id.modname.startswith(_OWN_MODULE)
         try:
             return usual_propagate(self, *args, **kwargs)
         finally:
@@ -485,11 +483,10 @@ def _load_without_refresh():
         return False
     if getattr(usual, "fastsim", False):
         return True
-    own = __name__ + "."
 
     def load_overload(self, sig, target_context):
         module = getattr(getattr(self, "_py_func", None), "__module__", None) or ""
-        if not module.startswith(own):
+        if not module.startswith(_OWN_MODULE):
             return usual(self, sig, target_context)
         # what of numba's ``target_context.refresh()`` the machine code needs: the runtime the
         # allocating kernels call, and the hash secret symbols (set when hashing is imported)
@@ -505,7 +502,7 @@ def _load_without_refresh():
 
 def _inner_without_machine_code():
     """Compile fastsim's ``inner`` kernels to optimised LLVM IR only, without machine code, and
-    cache them as that IR (see above); a kernel called through a pointer
+    cache them as that IR (see above); a kernel at either end of a call through a pointer
     (``kernels/indirect.py``) keeps its machine code. Returns True if installed (False: numba's
     code library is not as this was written for, or ``FASTSIM_INNER_MACHINE_CODE`` is set; the
     kernels are then compiled as numba would, and a cached IR-only kernel still loads)."""
@@ -529,7 +526,6 @@ def _inner_without_machine_code():
         return marking
     from fastsim.kernels.jit import MACHINE_CODE
 
-    own = __name__ + "."
     usual_run_pass = lowering.run_pass
     usual_finalize = library._finalize_final_module
     usual_serialize = library.serialize_using_object_code
@@ -539,7 +535,8 @@ def _inner_without_machine_code():
     KIND = "fastsim-llvm-ir"
 
     def run_pass(self, state):
-        if (marking and state.flags.no_cpython_wrapper and state.func_id.modname.startswith(own)
+        if (marking and state.flags.no_cpython_wrapper
+                and state.func_id.modname.startswith(_OWN_MODULE)
                 and state.func_id.func not in MACHINE_CODE):
             if state.library is None:  # (as numba's own run_pass makes it)
                 state.library = state.targetctx.codegen().create_library(
@@ -584,6 +581,7 @@ def _inner_without_machine_code():
                 return 0
             # asked for its code after all: compile it now
             self.fastsim_ir_only = False
+            self.fastsim_compiled_late = True
             self._codegen._add_module(self._final_module)
             self._finalize_specific()
         return usual_pointer(self, name)

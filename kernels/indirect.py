@@ -198,6 +198,7 @@ def link(caller, *calls):
     (compiled or loaded from the cache). Returns ``caller``."""
     params = list(inspect.signature(caller.py_func).parameters)
     usual = caller.add_overload
+    MACHINE_CODE.add(caller.py_func)  # (its slots are filled in its machine code)
 
     def add_overload(cres):
         usual(cres)

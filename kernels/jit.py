@@ -27,8 +27,8 @@ inner = njit(cache=True, error_model="numpy", _nrt=False, no_cpython_wrapper=Tru
              no_cfunc_wrapper=True)
 inline = njit(cache=True, error_model="numpy", _nrt=False, inline="always", no_cfunc_wrapper=True)
 
-# the Python functions of the kernels called through a pointer (``kernels/indirect.py`` adds
-# them): their machine code is kept (``kernels/__init__.py``)
+# the Python functions of the kernels at either end of a call through a pointer
+# (``kernels/indirect.py`` adds them): their machine code is kept (``kernels/__init__.py``)
 MACHINE_CODE = set()
 
 # mangled-name fragments of the ``llvm_inline`` kernels (``kernels/__init__.py`` marks them)

@@ -24,7 +24,16 @@ pytestmark = pytest.mark.skipif(
     reason="numba's usual machine code for every kernel asked for")
 
 # A probe module loaded under the kernels' package name (so that the compile options apply to
-# it): an inner kernel and two callers, each of which can be compiled on its own.
+# it): an inner kernel and three callers, each of which can be compiled on its own.
+_CALLER = '''
+
+@kernel_noalloc
+def {name}(a):
+    s = 0
+    for i in range(a.size):
+        s += {k} * add_one(a, i)
+    return s
+'''
 _PROBE = '''
 from fastsim.kernels.jit import inner, kernel_noalloc
 
@@ -32,31 +41,8 @@ from fastsim.kernels.jit import inner, kernel_noalloc
 @inner
 def add_one(a, i):
     return a[i] + 1
-
-
-@kernel_noalloc
-def total(a):
-    s = 0
-    for i in range(a.size):
-        s += add_one(a, i)
-    return s
-
-
-@kernel_noalloc
-def total_twice(a):
-    s = 0
-    for i in range(a.size):
-        s += 2 * add_one(a, i)
-    return s
-
-
-@kernel_noalloc
-def total_thrice(a):
-    s = 0
-    for i in range(a.size):
-        s += 3 * add_one(a, i)
-    return s
-'''
+''' + "".join(_CALLER.format(name=n, k=k)
+               for n, k in (("total", 1), ("total_twice", 2), ("total_thrice", 3)))
 
 _RUN = '''
 import importlib.util, json, sys
@@ -77,6 +63,7 @@ for name in ("add_one", sys.argv[2]):
 # asked for its address after all, an IR-only kernel gets machine code then
 (cres,) = probe.add_one.overloads.values()
 out["address"] = bool(cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name))
+out["late"] = bool(getattr(cres.library, "fastsim_compiled_late", False))
 print(json.dumps(out))
 '''
 
@@ -108,11 +95,28 @@ def test_inner_kernel_is_ir_only_compiled_and_from_the_cache(tmp_path):
     assert second["value"] == 2 * sum(range(1, 6))
     assert second["add_one"] == {"ir_only": True, "machine_code": False, "cache_hits": 1}
     assert second["total_twice"]["machine_code"]
-    assert first["address"] and second["address"]
+    assert first["address"] and second["address"] and first["late"] and second["late"]
     # numba's usual compiles asked for: the cached IR-only kernel still loads and links
     third = _run(tmp_path, "total_thrice", FASTSIM_INNER_MACHINE_CODE="1")
     assert third["value"] == 3 * sum(range(1, 6))
     assert third["add_one"]["cache_hits"] == 1 and third["total_thrice"]["machine_code"]
+
+
+def test_a_pointer_call_registers_both_ends_for_machine_code():
+    """The callee runs from its machine code; the caller's slot is filled in its machine code,
+    so an IR-only caller would be left unlinked (the call then raises)."""
+    from numba import njit
+
+    from fastsim.kernels.indirect import link
+
+    def caller(x):
+        return x
+
+    dispatcher = njit(caller)
+    try:
+        assert link(dispatcher) is dispatcher and caller in jit.MACHINE_CODE
+    finally:
+        jit.MACHINE_CODE.discard(caller)
 
 
 def test_kernels_called_through_a_pointer_keep_machine_code():
@@ -126,7 +130,10 @@ def test_kernels_called_through_a_pointer_keep_machine_code():
     for d in (loop._loop, loop._light_ticks):
         assert d.overloads, d
         for cres in d.overloads.values():
+            # compiled to machine code, not IR-only with machine code made when its address was
+            # asked for (nor cached as IR, whose load would make it late again)
             assert not getattr(cres.library, "fastsim_ir_only", False)
+            assert not getattr(cres.library, "fastsim_compiled_late", False)
             engine = cres.library.codegen._engine
             assert engine.is_symbol_defined(cres.fndesc.llvm_func_name)
 
