@@ -151,6 +151,25 @@ rewrite matches; otherwise it does what numba's pass comes to without a match (t
 canonicalised, no deletions, the IR post-processed). The optimised LLVM IR is the same; the pass
 took 0.4 s instead of 2.1.
 
+numba keeps every variable that is used in more than one block in a stack slot, and loads it
+whole at each use: in the event loop those are mostly the state tables (structs of up to 400
+scalars), 720 whole-table loads and 419 stores in its lowered IR, which LLVM's instruction
+combining splits field by field (118,782 instructions after the first round of the module
+pipeline) and SROA then has to put back together. A variable assigned exactly once, in a block
+that dominates every block using it and is lowered before them, can be the LLVM value itself, as
+numba already does for a variable used in its own block only; ``_single_definitions_as_values``
+does so for fastsim's kernels without reference counting (``_dominating_definitions``: the tables
+and the other variables set at a kernel's start, and the arguments of the functions numba inlines).
+The loop's lowered IR then has 2 whole-table loads and none of those stores; replayed offline, its
+module's two optimisation rounds took 0.31 and 3.41 s instead of 1.49 and 5.23 (25,666
+instructions after the first), and the optimised loop is the same size (12,364 instructions
+against 12,337). In a one-process cold compile LLVM's optimisation took 11.3 s instead of 18.5;
+cold compiles alternating with the tree before, three pairs, each with an empty cache:
+27.6-28.8 s against 31.9-32.8. Kernels with reference counting keep numba's stack slots (with
+them included, a simulation corrupted the heap, for a reason not tracked down; they are not on
+the cold compile's longest path).
+``FASTSIM_VARIABLE_SLOTS=1`` restores numba's usual lowering (a cache of its own).
+
 Before it loads a kernel from the cache, numba refreshes its typing and lowering contexts:
 it imports and installs every registry of implementations (about 0.3 s of a warm start), of
 which loading uses nothing. A compile refreshes them itself. ``_load_without_refresh`` loads
@@ -416,6 +435,74 @@ def _rewrites_only_on_match():
     return True
 
 
+def _dominating_definitions(blocks):
+    """The variables of the numba IR ``blocks`` that are assigned exactly once, in a block whose
+    label is lower than (lowered before) and which dominates every other block that uses or
+    deletes the variable, and that are used in at least one other block (numba's lowering keeps
+    those used in their own block only as values already)."""
+    from numba.core import ir
+    from numba.core.analysis import compute_cfg_from_blocks, compute_use_defs
+
+    home, again = {}, set()
+    dels = {}
+    for label, block in blocks.items():
+        for stmt in block.body:
+            if isinstance(stmt, ir.Assign):
+                name = stmt.target.name
+                if name in home:
+                    again.add(name)
+                home[name] = label
+            elif isinstance(stmt, ir.Del):
+                dels.setdefault(stmt.value, set()).add(label)
+    elsewhere = {}
+    for label, names in compute_use_defs(blocks).usemap.items():
+        for name in names:  # (used in ``label`` before any assignment there)
+            elsewhere.setdefault(name, set()).add(label)
+    candidates = {name: label for name, label in home.items()
+                  if name not in again and name in elsewhere}
+    if not candidates:
+        return set()
+    dominators = compute_cfg_from_blocks(blocks).dominators()
+    found = set()
+    for name, label in candidates.items():
+        if all(other > label and label in dominators[other]
+               for other in elsewhere[name] | dels.get(name, set())):
+            found.add(name)
+    return found
+
+
+def _single_definitions_as_values():
+    """Have numba lower the variables of fastsim's kernels without reference counting that
+    :func:`_dominating_definitions` finds as LLVM values, not stack slots (see above). Returns
+    True if installed."""
+    if os.environ.get("FASTSIM_VARIABLE_SLOTS", "") not in ("", "0"):
+        return False
+    try:
+        from numba.core import analysis, ir, lowering  # noqa: F401 (all three are relied on)
+    except ImportError:
+        return False
+    lower = getattr(lowering, "Lower", None)
+    usual = getattr(lower, "_find_singly_assigned_variable", None)
+    if usual is None or not all(hasattr(analysis, f) for f in ("compute_cfg_from_blocks",
+                                                                 "compute_use_defs")):
+        return False
+    if getattr(usual, "fastsim", False):
+        return True
+
+    def _find_singly_assigned_variable(self):
+        usual(self)
+        fir = self.func_ir
+        flags = self.flags
+        if (flags is None or flags.nrt or self._disable_sroa_like_opt or fir.func_id.is_generator
+                or not fir.func_id.modname.startswith(_OWN_MODULE)):
+            return
+        self._singly_assigned_vars |= _dominating_definitions(self.blocks)
+
+    _find_singly_assigned_variable.fastsim = True
+    lower._find_singly_assigned_variable = _find_singly_assigned_variable
+    return True
+
+
 def _typed_call_memo():
     """Have numba's typing of a call to one of its own functions, in fastsim's kernels, look up
     the signature it found before for the same argument types (see above). Returns True if
@@ -617,12 +704,14 @@ def _configure():
     _typed_call_memo()
     _load_without_refresh()
     ir_only = _inner_without_machine_code()
+    as_values = _single_definitions_as_values()
     if not os.environ.get("NUMBA_CACHE_DIR"):
         here = Path(__file__).resolve().parent
         h = hashlib.sha256(f"{numba.__version__} opt{os.environ['NUMBA_OPT']} "
                            f"{'as-written' if as_written else 'wraparound'}"
                            f"{' module-passes' if module_only else ''}"
-                           f"{' inner-ir-only' if ir_only else ''}".encode())
+                           f"{' inner-ir-only' if ir_only else ''}"
+                           f"{' values' if as_values else ''}".encode())
         for src in sorted(here.glob("*.py")):
             h.update(src.name.encode())
             h.update(src.read_bytes())

@@ -3,7 +3,9 @@
 called through a pointer keep their machine code. For fastsim's kernels only, numba's IR
 post-processing leaves out the per-block live variables (``_lean_postproc``), the typing of a
 call to one of numba's functions is looked up when it was found before (``_typed_call_memo``),
-and the post-inference rewrites look for a match first (``_rewrites_only_on_match``)."""
+the post-inference rewrites look for a match first (``_rewrites_only_on_match``), and a
+variable assigned once, where that assignment dominates its uses, is lowered as a value
+(``_single_definitions_as_values``)."""
 
 from __future__ import annotations
 
@@ -237,6 +239,77 @@ def test_rewrites_still_apply_where_they_match():
         text = io.StringIO()
         fn.inspect_types(file=text)
         assert ("arrayexpr" in text.getvalue()) == fused
+
+
+def _shapes(a, n):
+    x = a[0] + 1  # assigned once, in the entry block: used in the loop
+    s = 0
+    for i in range(n):
+        s += x * i  # s and i: assigned again and again
+    if n > 3:
+        y = 2
+    else:
+        y = 3  # y: assigned in two blocks
+    if n > 1:
+        w = a[1]  # assigned once, but in a block that does not dominate its use
+    if n > 2:
+        s += w
+    return s + y
+
+
+def test_dominating_definitions():
+    found = kernels._dominating_definitions(compiler.run_frontend(_shapes).blocks)
+    assert {"x", "a", "n"} <= found  # (the arguments: assigned once, in the entry block)
+    assert not {"s", "i", "y", "w"} & found
+
+
+_PROBE_VALUES = '''
+import numpy as np
+from numba import njit
+
+
+def weighted(a, n):
+    x = a[0] + 1
+    s = 0
+    for i in range(n):
+        s += x * a[i]
+        if a[i] > 2:
+            w = a[i] * 2
+            s += w
+    return s
+
+
+weighted_noalloc = njit(error_model="numpy", _nrt=False)(weighted)
+weighted_counted = njit(error_model="numpy")(weighted)
+'''
+
+
+def test_single_definitions_lowered_as_values(monkeypatch):
+    """Only kernels of the package without reference counting have their dominating single
+    definitions lowered as values; the results are numba's."""
+    import types
+
+    import numpy as np
+    from numba.core import lowering
+
+    assert getattr(lowering.Lower._find_singly_assigned_variable, "fastsim", False)
+    seen = []
+    usual = kernels._dominating_definitions
+    monkeypatch.setattr(kernels, "_dominating_definitions",
+                        lambda blocks: seen.append(usual(blocks)) or seen[-1])
+    probes = {}
+    for name in ("fastsim.kernels._probe_values", "probe_values_elsewhere"):
+        module = types.ModuleType(name)
+        monkeypatch.setitem(sys.modules, name, module)
+        exec(compile(textwrap.dedent(_PROBE_VALUES), f"<{name}>", "exec"), module.__dict__)
+        probes[name] = module
+    a = np.array([1, 4, 2, 7, 3], dtype=np.int64)
+    expected = probes["fastsim.kernels._probe_values"].weighted(a, 5)
+    assert probes["fastsim.kernels._probe_values"].weighted_noalloc(a, 5) == expected
+    assert len(seen) == 1 and "x" in seen[0]
+    assert probes["fastsim.kernels._probe_values"].weighted_counted(a, 5) == expected
+    assert probes["probe_values_elsewhere"].weighted_noalloc(a, 5) == expected
+    assert len(seen) == 1  # neither a kernel with reference counting nor one elsewhere
 
 
 _KINDS = {
