@@ -284,6 +284,8 @@ weighted_counted = njit(error_model="numpy")(weighted)
 '''
 
 
+@pytest.mark.skipif(os.environ.get("FASTSIM_VARIABLE_SLOTS", "") not in ("", "0"),
+                    reason="numba's stack slots for every variable asked for")
 def test_single_definitions_lowered_as_values(monkeypatch):
     """Only kernels of the package without reference counting have their dominating single
     definitions lowered as values; the results are numba's."""
