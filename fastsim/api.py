@@ -16,6 +16,7 @@ import os
 from typing import Any, Optional
 
 from fastsim.config import EngineArgs
+from fastsim.dynamo_version import check_version
 from fastsim.errors import InputError, NotSupportedError
 from fastsim.workload import DEFAULT_TRACE_BLOCK_SIZE, Workload, load_trace, synthetic
 
@@ -26,7 +27,7 @@ _COMMON_KEYWORDS = (
     "aic_perf_config", "num_workers", "num_prefill_workers", "num_decode_workers",
     "replay_concurrency", "replay_mode", "router_mode", "arrival_speedup_ratio", "model_name",
     "sla_ttft_ms", "sla_itl_ms", "sla_e2e_ms", "planner_config", "benchmark_granularity",
-    "report_jsonl_path", "max_sim_time_ms",
+    "report_jsonl_path", "max_sim_time_ms", "dynamo_version",
 )
 _TRACE_KEYWORDS = _COMMON_KEYWORDS + (
     "trace_block_size", "trace_format", "trace_shared_prefix_ratio", "trace_num_prefix_groups",
@@ -64,9 +65,10 @@ def _common(
     *, extra_engine_args, prefill_engine_args, decode_engine_args, router_config, aic_perf_config,
     num_workers, num_prefill_workers, num_decode_workers, replay_concurrency, replay_mode,
     router_mode, arrival_speedup_ratio, model_name, sla_ttft_ms, sla_itl_ms, sla_e2e_ms,
-    planner_config, benchmark_granularity, max_sim_time_ms,
+    planner_config, benchmark_granularity, max_sim_time_ms, dynamo_version,
 ) -> dict:
     """Validate the options shared by both entry points; return the simulate() arguments."""
+    check_version(dynamo_version)
     if replay_mode not in ("offline", "online"):
         raise InputError(f"replay_mode must be either 'offline' or 'online', got {replay_mode!r}")
     if replay_mode == "online":
@@ -130,7 +132,7 @@ def _common(
     )
 
 
-def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None):
+def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, dynamo_version=None):
     from fastsim.sim_disagg import simulate_disagg  # lazy: numba loads only when a simulation runs
 
     d = opts["disagg"]
@@ -139,7 +141,7 @@ def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None):
         num_decode_workers=d["num_decode_workers"], router_mode=opts["router_mode"],
         router_config=opts["router_config"], replay_concurrency=opts["replay_concurrency"],
         max_sim_time_ms=opts["max_sim_time_ms"], sla=opts["sla"], seed=seed,
-        scaling_schedule=scaling_schedule,
+        scaling_schedule=scaling_schedule, dynamo_version=dynamo_version,
     )
     if report_jsonl_path is not None:
         report.to_jsonl(os.fspath(report_jsonl_path))
@@ -158,7 +160,8 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
                       max_sim_time_ms: Optional[float] = None, sla=(None, None, None),
                       report_jsonl_path=None, router_config=None, seed: int = 0,
                       scaling_schedule=None, planner=None, planner_interval_ms=None,
-                      max_workers=None, telemetry_interval_ms=None, threads=None):
+                      max_workers=None, telemetry_interval_ms=None, threads=None,
+                      dynamo_version=None):
     """Simulate an already-loaded :class:`Workload` (for sweeps that reuse one workload).
 
     ``engine_args`` is anything :meth:`EngineArgs.coerce` accepts. Writes ``report_jsonl_path`` if
@@ -179,6 +182,7 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
         router_config=RouterConfig.coerce(router_config), seed=seed,
         scaling_schedule=scaling_schedule, planner=planner, planner_interval_ms=planner_interval_ms,
         max_workers=max_workers, telemetry_interval_ms=telemetry_interval_ms, threads=threads,
+        dynamo_version=dynamo_version,
     )
     if report_jsonl_path is not None:
         report.to_jsonl(os.fspath(report_jsonl_path))
@@ -219,6 +223,7 @@ def run_trace_replay(
     max_workers: Optional[int] = None,
     telemetry_interval_ms: Optional[float] = None,
     threads: Optional[int] = None,
+    dynamo_version: str = "1.6.1",
     **unsupported: Any,
 ):
     """Replay a trace file offline (Dynamo's ``run_trace_replay``); returns a ``Report``.
@@ -265,7 +270,7 @@ def run_trace_replay(
         arrival_speedup_ratio=arrival_speedup_ratio, model_name=model_name,
         sla_ttft_ms=sla_ttft_ms, sla_itl_ms=sla_itl_ms, sla_e2e_ms=sla_e2e_ms,
         planner_config=planner_config, benchmark_granularity=benchmark_granularity,
-        max_sim_time_ms=max_sim_time_ms,
+        max_sim_time_ms=max_sim_time_ms, dynamo_version=dynamo_version,
     )
     if not files:
         raise InputError("trace replay requires at least one trace file")
@@ -284,14 +289,14 @@ def run_trace_replay(
         concurrency_mode=opts["replay_concurrency"] is not None,
     )
     if opts["disagg"] is not None:
-        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule)
+        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
-        router_config=opts["router_config"], seed=seed, **_cluster_kw(
-            scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms,
-            threads),
+        router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version,
+        **_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
+                      telemetry_interval_ms, threads),
     )
 
 
@@ -334,6 +339,7 @@ def run_synthetic_trace_replay(
     max_workers: Optional[int] = None,
     telemetry_interval_ms: Optional[float] = None,
     threads: Optional[int] = None,
+    dynamo_version: str = "1.6.1",
     **unsupported: Any,
 ):
     """Replay a synthetic workload offline (Dynamo's ``run_synthetic_trace_replay``); returns a ``Report``.
@@ -356,7 +362,7 @@ def run_synthetic_trace_replay(
         arrival_speedup_ratio=arrival_speedup_ratio, model_name=model_name,
         sla_ttft_ms=sla_ttft_ms, sla_itl_ms=sla_itl_ms, sla_e2e_ms=sla_e2e_ms,
         planner_config=planner_config, benchmark_granularity=benchmark_granularity,
-        max_sim_time_ms=max_sim_time_ms,
+        max_sim_time_ms=max_sim_time_ms, dynamo_version=dynamo_version,
     )
     workload = synthetic(
         input_tokens, output_tokens, request_count,
@@ -368,12 +374,12 @@ def run_synthetic_trace_replay(
         block_size=opts["engine"].block_size,
     )
     if opts["disagg"] is not None:
-        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule)
+        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
-        router_config=opts["router_config"], seed=seed, **_cluster_kw(
-            scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms,
-            threads),
+        router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version,
+        **_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
+                      telemetry_interval_ms, threads),
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from fastsim import __version__
+from fastsim.dynamo_version import DEFAULT_DYNAMO_VERSION, DYNAMO_VERSIONS
 from fastsim.errors import FastsimError, FastsimWarning
 from fastsim.pages import small_pages
 
@@ -71,6 +72,8 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode-engine-args",
                    help="JSON engine args of the decode pool (worker_type decode): a disaggregated replay")
     p.add_argument("--router-config", help="KV router configuration: a JSON object of Dynamo's KvRouterConfig fields")
+    p.add_argument("--dynamo-version", choices=DYNAMO_VERSIONS, default=DEFAULT_DYNAMO_VERSION,
+                   help="the Dynamo release whose replay to reproduce (default %(default)s)")
     p.add_argument("--seed", type=int, default=0,
                    help="fastsim only: seed of the KV router's tie-breaking (Dynamo breaks ties at random)")
     p.add_argument("--scaling-schedule", default=None,
@@ -253,6 +256,7 @@ def _cmd_replay(args) -> int:
         sla_ttft_ms=args.sla_ttft_ms,
         sla_itl_ms=args.sla_itl_ms,
         sla_e2e_ms=args.sla_e2e_ms,
+        dynamo_version=args.dynamo_version,
     )
     if using_trace_file:
         report = run_trace_replay(

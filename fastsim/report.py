@@ -287,7 +287,29 @@ def build_report(req, gaps, meta):
     v = der["e2e"][comp]
     s.update(zip(_dist_keys("e2e_latency", "_ms"), _exact_dist(v[~np.isnan(v)])))
     s.update(zip(_dist_keys("output_token_throughput_per_user", ""), _sketch_dist(gaps, "otpu")))
-    return Report(s, req, der)
+    version = meta.get("dynamo_version")
+    if version == "1.6.1":
+        s.update(_fields_161(meta, der, comp))
+    if version is not None:
+        s["dynamo_version"] = version
+    report = Report(s, req, der)
+    report.dynamo_version = version
+    return report
+
+
+def _fields_161(meta, der, comp):
+    """The summary fields Dynamo 1.6.1 added (none removed): prompt tokens computed, counting
+    recomputation after preemption; the sample counts of three distributions; the KV eviction
+    policy; power figures, null without a power model."""
+    return {
+        "committed_prefill_tokens": int(meta.get("committed_prefill_tokens") or 0),
+        "kv_eviction_policy": "lru",
+        "num_ttft_samples": int(np.count_nonzero(~np.isnan(der["ttft"][comp]))),
+        "num_tpot_samples": int(np.count_nonzero(~np.isnan(der["tpot"][comp]))),
+        "num_e2e_latency_samples": int(np.count_nonzero(~np.isnan(der["e2e"][comp]))),
+        "power_w": None,
+        "power_coverage": None,
+    }
 
 
 # ----------------------------------------------------------------------------- output
@@ -383,6 +405,7 @@ class Report:
 
     def __init__(self, summary, req, derived):
         self.summary = summary
+        self.dynamo_version = summary.get("dynamo_version")  # the release reproduced
         self._req = req
         self._der = derived
         self._df = None

@@ -289,7 +289,8 @@ def _scatter(dst, rq, rows, rank_map, lo, hi):
                        rq.rank, rq.status, rank_map, first, step, idx, lo, hi)
 
 
-def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, light_ticks, seed):
+def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, light_ticks, seed,
+                    version="1.6.1"):
     """Simulate ``workload`` on ``num_workers`` round-robin workers as ``k`` shards side by side.
 
     Returns ``(status, results, gaps, fleet, worker_seconds, states, remaining)``: the loop's
@@ -298,6 +299,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     them), a fleet record for ``sim._fleet_frame``, the cluster's worker-seconds, the shards'
     final states (for the invariant checks) and the requests left in flight (a dead end)."""
     from fastsim import sim
+    from fastsim.dynamo_version import timing_rules
     from fastsim.kernels.loop import DEAD_END, NDONE, NARRIVED, NTICKS, OK, TICKS_FULL, run_loop_nb
 
     n = int(workload.isl.shape[0])
@@ -315,6 +317,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
         # is mapped here, in huge pages
         states[s] = sim._build_state(sub, engine, n_workers[s], n_workers[s], dp, None, None, False,
                                      [], None, None, steady_decode, light_ticks, tick_log=log,
+                                     timing_rules=timing_rules(version),
                                      huge_pages=s == k - 1)
 
     def run(s):

@@ -15,7 +15,7 @@ from fastsim.pages import with_small_pages
 _BIG_BUDGET = 1 << 62
 
 
-def _engine_params(engine, stage=0, steady=True, fast=True):
+def _engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
     from fastsim.kernels.scheduler import Params
 
     budget = engine.max_num_batched_tokens
@@ -35,6 +35,7 @@ def _engine_params(engine, stage=0, steady=True, fast=True):
         stage=int(stage),
         steady=bool(steady),
         fast=bool(fast),
+        timing_rules=int(timing_rules),
         bshift=bs.bit_length() - 1 if bs > 0 and bs & (bs - 1) == 0 else -1,
     )
 
@@ -260,8 +261,12 @@ def simulate(
     steady_decode: bool = True,
     light_ticks: bool = True,
     threads: int | None = None,
+    dynamo_version: str | None = None,
 ):
     """Simulate ``workload`` on a cluster of aggregated workers; returns a :class:`Report`.
+
+    * ``dynamo_version``: the release reproduced, ``"1.6.1"`` (default) or ``"1.4.2"``
+      (``fastsim/dynamo_version.py``).
 
     * ``router_mode``: ``round_robin`` or ``kv_router`` (configured by ``router_config``, a
       :class:`fastsim.router_config.RouterConfig`; ``seed`` drives its tie-breaking).
@@ -289,8 +294,12 @@ def simulate(
       core).
     """
     from fastsim import shards
+    from fastsim.dynamo_version import check_version, timing_rules
     from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)
+
+    version = check_version(dynamo_version)
+    rules = timing_rules(version)
 
     if router_mode not in ("round_robin", "kv_router"):
         raise InputError(f"router_mode is {router_mode!r}; allowed: 'round_robin', 'kv_router'")
@@ -316,7 +325,7 @@ def simulate(
     if n_shards > 1:
         return _simulate_split(workload, engine, n_shards, t0, num_workers=num_workers, dp=dp,
                                sla=sla, seed=seed, debug=debug, steady_decode=steady_decode,
-                               light_ticks=light_ticks)
+                               light_ticks=light_ticks, version=version)
     if planner is not None:
         g_cap = int(max_workers or 4 * num_workers)
         if g_cap < num_workers:
@@ -335,7 +344,7 @@ def simulate(
         )
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                       single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
-                      light_ticks)
+                      light_ticks, timing_rules=rules)
     table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
         rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed)
@@ -359,7 +368,7 @@ def simulate(
         table *= 4
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                           single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
-                          light_ticks)
+                          light_ticks, timing_rules=rules)
     settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
@@ -372,10 +381,11 @@ def simulate(
     # only the per-request results and the gap statistics go on: the rest of the state is freed
     # before the report's own arrays are made (peak memory)
     cols, gaps, fl = _request_columns(st.rq, single_path), st.gaps, st.fl
+    committed = int(st.rk.seqc[5])
     del st
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_path,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
-                   telemetry=bool(telemetry_interval_ms))
+                   telemetry=bool(telemetry_interval_ms), version=version, committed=committed)
 
 
 def _dead_end(remaining):
@@ -396,7 +406,7 @@ def _debug(debug):
 
 
 def _report(cols, gaps, fl, *, num_workers, single_path, worker_seconds, dp, wall_ms, sla,
-            telemetry):
+            telemetry, version, committed):
     """The :class:`Report` of an aggregated run from its per-request columns, gap statistics and
     fleet record."""
     from fastsim.report import build_report
@@ -415,6 +425,8 @@ def _report(cols, gaps, fl, *, num_workers, single_path, worker_seconds, dp, wal
             "sla_ttft_ms": sla[0],
             "sla_itl_ms": sla[1],
             "sla_e2e_ms": sla[2],
+            "dynamo_version": version,
+            "committed_prefill_tokens": committed,
         },
     )
     report.workers = (lambda: _telemetry_frame(fl)) if telemetry else None
@@ -469,14 +481,14 @@ class _State(NamedTuple):
 
 
 def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, seed, debug,
-                    steady_decode, light_ticks):
+                    steady_decode, light_ticks, version):
     """``simulate`` of a cluster split into shards (``fastsim/shards.py``), timed from ``t0``."""
     from fastsim import shards
     from fastsim.kernels.loop import DEAD_END
 
     status, results, gaps, fl, ws, states, remaining = shards.simulate_shards(
         workload, engine, n_shards, num_workers=num_workers, dp=dp, steady_decode=steady_decode,
-        light_ticks=light_ticks, seed=seed)
+        light_ticks=light_ticks, seed=seed, version=version)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
         raise _dead_end(remaining)
@@ -485,15 +497,16 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
 
         for st in states:
             check(st, engine)
+    committed = sum(int(st.rk.seqc[5]) for st in states)
     del states
     return _report(_request_columns(results, False), gaps, fl, num_workers=num_workers,
                    single_path=False, worker_seconds=ws, dp=dp, wall_ms=wall_ms, sla=sla,
-                   telemetry=False)
+                   telemetry=False, version=version, committed=committed)
 
 
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                  single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True,
-                 light_ticks=True, tick_log=0, huge_pages=True):
+                 light_ticks=True, tick_log=0, huge_pages=True, timing_rules=0):
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each);
     ``tick_log``: entries of the loop's tick log (a shard of a split run), 0 for none;
     ``huge_pages=False``: the request state in small pages its loop maps (a shard in a thread)."""
@@ -504,7 +517,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     from fastsim.kernels.scheduler import make_pass_acc, make_ranks
     from fastsim.perf import load_perf_model
 
-    params = _engine_params(engine, steady=steady_decode, fast=light_ticks)
+    params = _engine_params(engine, steady=steady_decode, fast=light_ticks, timing_rules=timing_rules)
     perf = load_perf_model(engine.planner_profile_data)
     n = int(workload.isl.shape[0])
     n_ranks = g_cap * dp

@@ -63,14 +63,17 @@ def simulate_disagg(
     scaling_schedule=None,
     steady_decode: bool = True,
     light_ticks: bool = True,
+    dynamo_version: str | None = None,
 ):
     """Simulate ``workload`` on separate prefill and decode pools (see ``kernels/disagg.py``).
 
     ``scaling_schedule``: ``{"prefill": [[t_ms, workers], ...], "decode": [...]}`` (either key may
     be left out); each pool's new workers take its engine's ``startup_time`` seconds to start.
     ``steady_decode`` and ``light_ticks`` as in :func:`fastsim.sim.simulate` (False: the same results,
-    more slowly; light ticks apply to decode workers).
+    more slowly; light ticks apply to decode workers). ``dynamo_version`` as in
+    :func:`fastsim.sim.simulate`.
     """
+    from fastsim.dynamo_version import check_version, timing_rules
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
@@ -101,15 +104,18 @@ def simulate_disagg(
     t0 = time.perf_counter()
     P0, D0 = int(num_prefill_workers), int(num_decode_workers)
     P, D = _capacity(P0, schedules["prefill"]), _capacity(D0, schedules["decode"])
-    pp = _engine_params(prefill_engine, PREFILL, steady_decode, light_ticks)
-    pd = _engine_params(decode_engine, DECODE, steady_decode, light_ticks)
+    version = check_version(dynamo_version)
+    pp = _engine_params(prefill_engine, PREFILL, steady_decode, light_ticks, timing_rules(version))
+    pd = _engine_params(decode_engine, DECODE, steady_decode, light_ticks, timing_rules(version))
     n = int(workload.isl.shape[0])
     bs = pp.block_size
     key_ptr, keys = _block_keys(workload, bs, pp.caching and pd.caching)
     # Dynamo 1.4.2 replays a flat synthetic request list through a path whose prefill copy
     # generates one token (V06 reproduces only so); trace and session workloads run the copy for
-    # the full output length (cluster doc C5).
-    osl_p = np.minimum(workload.osl, 1) if _flat_synthetic(workload) else None
+    # the full output length (cluster doc C5). Dynamo 1.6.1's prefill copy generates one token
+    # for every workload (docs/decisions/0001).
+    one_token = version == "1.6.1" or _flat_synthetic(workload)
+    osl_p = np.minimum(workload.osl, 1) if one_token else None
     rq_p = _requests(workload, key_ptr, keys, bs, osl_p)
     rq_d = _requests(workload, key_ptr, keys, bs)
 
@@ -167,14 +173,15 @@ def simulate_disagg(
         rel_tail=np.full(P, -1, np.int32), xheap=xheap,
         xready=xready, xtie=np.arange(n, dtype=np.int64),
         arr_next=arr_next, arr_head=np.full(D, -1, np.int32), arr_tail=np.full(D, -1, np.int32),
-        st=np.zeros(4, np.int64),
+        st=np.zeros(4, np.int64), res_left=np.zeros(D, np.int64),
     )
     out = np.zeros(4)
     fl_p = _fleet(P0, P, prefill_engine, schedules["prefill"])
     fl_d = _fleet(D0, D, decode_engine, schedules["decode"])
+    rk_p, rk_d = ranks(P, pp.cap, pp.budget), ranks(D, pd.cap, pd.budget)
     status = run_disagg_nb(pp, pd, load_perf_model(prefill_engine.planner_profile_data),
                            load_perf_model(decode_engine.planner_profile_data),
-                           make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, ranks(P, pp.cap, pp.budget), ranks(D, pd.cap, pd.budget),
+                           make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,
                            ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
     settle_unarrived(rq_p, int(cl.state[NARRIVED]))
     settle_unarrived(rq_d, int(cl.state[NARRIVED]))
@@ -197,7 +204,7 @@ def simulate_disagg(
         "terminal_ms": rq_d.terminal,
         "status": status_col,
         "input_length": rq_p.isl,
-        "requested_output_length": rq_p.osl,
+        "requested_output_length": rq_d.osl,
         "output_length": rq_d.generated.astype(np.int64),
         "reused_tokens": rq_p.reused.astype(np.int64),
         "ratio_reused_tokens": np.maximum(rq_p.reused, rq_d.reused).astype(np.int64),
@@ -226,6 +233,8 @@ def simulate_disagg(
         "decode_gpus_per_worker": 1,
         "wall_time_ms": wall_ms,
         "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
+        "dynamo_version": version,
+        "committed_prefill_tokens": int(rk_p.seqc[5] + rk_d.seqc[5]),
     })
     def fleet():
         import pandas as pd

@@ -675,6 +675,8 @@ def _frame(spec, records):
         present = [v for v in vals if v is not None]
         if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
             df[k] = pd.array(vals, dtype="Int64")
+        elif present and all(isinstance(v, str) for v in present):  # dynamo_version, kv_eviction_policy
+            df[k] = pd.Series(vals, dtype="str")
         else:
             df[k] = np.array([math.nan if v is None else v for v in vals], dtype=np.float64)
     return df

@@ -73,6 +73,7 @@ from fastsim.kernels.scheduler import (
     REJECTED,
     TERM_HANDOFF,
     TERM_REJECTED,
+    TIMING_161,
     arrive_nb,
     enqueue_waiting_nb,
     free_blocks_nb,
@@ -115,6 +116,9 @@ class Disagg(NamedTuple):
     arr_head: np.ndarray  # int32[D]
     arr_tail: np.ndarray  # int32[D]
     st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, -]
+    # 1.6.1 rules: reservations decode worker k may still make before its next event (a pass end
+    # gives 1, each activation and each handoff to it while not in a pass 1 more; docs/decisions)
+    res_left: np.ndarray  # int64[D]
 
 
 # ----------------------------------------------------------------------------- small lists / heap
@@ -210,6 +214,8 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
         k = nth_active_nb(fl_d, idx)
     dg.dec_idx[r] = k
     fl_d.hold[k] += 1  # a pending destination keeps a scaled-down decode worker alive
+    if not cl.busy[dg.n_pre + k]:
+        dg.res_left[k] += 1
     fl_p.hold[k_pre] += 1  # and the source it will read keeps the prefill worker alive
     _push(dg.res_head, dg.res_tail, dg.res_next, k, r)
     cl.stalled[dg.n_pre + k] = False
@@ -221,7 +227,8 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
     they fit (blocks already registered here are shared and discounted, as in admission)."""
     bs = pd.block_size
     changed = False
-    while dg.res_head[k] >= 0:
+    rules161 = pd.timing_rules == TIMING_161
+    while dg.res_head[k] >= 0 and (dg.res_left[k] > 0 or not rules161):
         r = dg.res_head[k]
         isl = rq_d.isl[r]
         nb = (isl + bs - 1) // bs
@@ -239,6 +246,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         rq_d.alloc[r] = isl
         dg.res_matched[r] = matched
         dg.reserved[r] = t
+        dg.res_left[k] -= 1
         dg.res_head[k] = dg.res_next[r]
         if dg.res_head[k] < 0:
             dg.res_tail[k] = -1
@@ -283,6 +291,7 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
         _push(dg.rel_head, dg.rel_tail, dg.rel_next, dg.pre_idx[r], r)
         enqueue_waiting_nb(rq_d, rk_d, k, r)
         rq_d.status[r] = HANDED
+        dg.res_left[k] += 1
         r = nxt
     dg.arr_head[k] = -1
     dg.arr_tail[k] = -1
@@ -317,6 +326,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
     if g < dg.n_pre:
         _release_source(pp, pool_p, rq_p, fl_p, dg, pa, g, t)
     else:
+        dg.res_left[g - dg.n_pre] = 1
         _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
         _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, g - dg.n_pre, t)
 

@@ -44,6 +44,9 @@ SCHEDULED, BLOCKED, SELF_PREEMPTED = 0, 1, 2
 TERM_COMPLETED, TERM_REJECTED, TERM_HANDOFF = 1, 2, 3
 # worker stages
 AGGREGATED, PREFILL, DECODE = 0, 1, 2
+# timing rules of a pass (``Params.timing_rules``): Dynamo 1.4.2's, or 1.6.1's (decode time only
+# for a pass that holds a request past its prompt, from the logical lengths of those requests)
+TIMING_142, TIMING_161 = 0, 1
 
 
 class Params(NamedTuple):
@@ -63,6 +66,7 @@ class Params(NamedTuple):
     steady: bool = True  # keep steadily decoding requests implicit (see "steady decoding" below)
     bshift: int = -1  # log2(block_size) when it is a power of two (divisions become shifts), else -1
     fast: bool = True  # run passes that only advance steady members on the light path (``steady_pass_nb``)
+    timing_rules: int = TIMING_142  # TIMING_142 or TIMING_161 (see ``_step_ms``)
 
 
 class Reqs(NamedTuple):
@@ -123,8 +127,9 @@ class Ranks(NamedTuple):
     shold: np.ndarray  # int64[R]: no new steady members before this rank pass
     sback: np.ndarray  # int64[R]: current hold length after a fallback
     smax: np.ndarray  # int64[R]: at least the largest running order (seq) of a steady member
-    seqc: np.ndarray  # int64[5]: [admission counter, fallbacks, steady passes, light ticks,
-    #                   arrival ticks on the light path (kernels/loop.py)]
+    seqc: np.ndarray  # int64[6]: [admission counter, fallbacks, steady passes, light ticks,
+    #                   arrival ticks on the light path (kernels/loop.py), tokens of the schedules
+    #                   that compute prompt tokens (1.6.1 rules only)]
     # the last step times of each rank, reused while their inputs repeat (they often do)
     dkey: np.ndarray  # int64[R]: active blocks of the last decode time (-1: none)
     dctx: np.ndarray  # int64[R]: its mean context (grid timing only)
@@ -160,7 +165,7 @@ def make_ranks(n_ranks, block_size, cap, budget):
         bcnt=np.zeros(n_ranks * block_size, dtype=np.int64), sechead=heads(), secdue=heads(),
         shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, _HOLD0, dtype=np.int64),
         smax=np.full(n_ranks, -1, dtype=np.int64),
-        seqc=np.zeros(5, dtype=np.int64),
+        seqc=np.zeros(6, dtype=np.int64),
         dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
@@ -845,6 +850,24 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             prefill_ms = modeled_ms_nb(prefill_time_nb(perf, t), p.speedup)
             rk.pkey[k] = t
             rk.pms[k] = prefill_ms
+    # 1.6.1 charges decode time only for the emitters that had emitted a token before this pass:
+    # those whose prompt completes in it are left out of the decode batch (docs/decisions/0001).
+    # It also counts the tokens of every schedule that computes prompt tokens (a recomputation
+    # after preemption with its generated tokens): ``committed_prefill_tokens``.
+    pf_n = 0
+    pf_len = 0
+    if p.timing_rules == TIMING_161:
+        osl = rq.osl
+        for i in range(acc[NLOG]):
+            r = slog[i, 0]
+            if r < 0 or slog[i, 2] == 0:
+                continue
+            rk.seqc[5] += slog[i, 1]
+            length = isl[r] + gen[r]
+            if gen[r] == 0 and comp[r] >= length and not (
+                    gen[r] >= osl[r] or (p.max_model_len > 0 and length >= p.max_model_len)):
+                pf_n += 1
+                pf_len += length
     # Emission: every request whose computed tokens reach its known length emits one token. One
     # walk emits; completions are finished afterwards, once the decode time has been read off
     # the pool (it counts their blocks: they are freed at the end of the pass). Explicit members
@@ -891,8 +914,9 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     end_emit = ne
     decode_ms = 0.0
     if n_ready > 0:
-        if p.stage != PREFILL:  # a prefill worker's extra steps take no time (cluster doc C5)
-            decode_ms = _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], total_len, n_ready)
+        n_dec = n_ready - pf_n
+        if p.stage != PREFILL and n_dec > 0:  # a prefill worker's extra steps take no time (cluster doc C5)
+            decode_ms = _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], total_len - pf_len, n_dec)
         acc[PROGRESS] = 1
     # Completions in running order: explicit emitters merged with the steady members due.
     done_kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
@@ -936,8 +960,19 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
 @inline
 def _step_ms(p, perf, rk, k, nact, total_len, n_ready):
     """Decode time of a pass of rank ``k`` with ``nact`` active blocks and ``n_ready`` requests
-    of total length ``total_len``, through the rank's memo (its inputs often repeat)."""
+    of total length ``total_len``, through the rank's memo (its inputs often repeat). Under
+    1.4.2's rules the active KV is the rank's ``nact`` blocks; under 1.6.1's it is ``total_len``
+    tokens, the logical lengths of the decoding requests (Dynamo PR #12583)."""
     ctx = total_len // n_ready if perf.kind != POLYNOMIAL else 0
+    if p.timing_rules == TIMING_161:
+        if total_len == rk.dkey[k] and ctx == rk.dctx[k]:
+            return rk.dms[k]
+        raw = decode_time_nb(perf, float(total_len), float(ctx), float(p.cap * p.block_size))
+        decode_ms = modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+        rk.dkey[k] = total_len
+        rk.dctx[k] = ctx
+        rk.dms[k] = decode_ms
+        return decode_ms
     if perf.kind == POLYNOMIAL and nact < rk.dtab.shape[0]:
         decode_ms = rk.dtab[nact]
         if decode_ms != decode_ms:

@@ -1,7 +1,10 @@
-"""Conformance against Dynamo 1.4.2's own outputs (tests/data/reference, see its README).
+"""Conformance against Dynamo's own outputs: 1.4.2's (tests/data/reference) and 1.6.1's
+(tests/data/reference_161), see their READMEs.
 
-Each case runs `fastsim replay` with the exact arguments Dynamo was given and requires every numeric
-field of Dynamo's report, except its wall-clock fields, to agree within 1e-9 relative.
+Each case runs `fastsim replay --dynamo-version V` with the exact arguments Dynamo was given and
+requires every numeric field of Dynamo's report, except its wall-clock fields, to agree within 1e-9
+relative (the kv_router case V05, random in Dynamo, is checked against the band of Dynamo's runs
+in tests/test_router.py).
 """
 
 import gzip
@@ -15,6 +18,7 @@ import pytest
 from fastsim import cli
 
 REF = Path(__file__).parent / "data" / "reference"
+REF_161 = Path(__file__).parent / "data" / "reference_161"  # (its inputs are REF's)
 WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 
 # Deterministic cases fastsim reproduces: one worker (engine core) and round-robin clusters
@@ -23,9 +27,9 @@ WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_token
 CASES = ["V01", "V08", "V12", "V13", "V14", "V15", "V16", "V02", "V03", "V04", "V06", "V07", "V09", "V10", "V11"]
 
 
-def _args(case):
+def _args(case, ref=REF):
     out, skip = [], False
-    for a in shlex.split((REF / f"{case}.cmd").read_text().strip()):
+    for a in shlex.split((ref / f"{case}.cmd").read_text().strip()):
         if skip:
             skip = False
         elif a in ("--report-json", "--report-jsonl"):
@@ -35,11 +39,11 @@ def _args(case):
     return out
 
 
-def _run(case, tmp_path, capsys):
+def _run(case, tmp_path, capsys, ref=REF, version="1.4.2"):
     rep = tmp_path / "report.json"
     jsonl = tmp_path / "report.jsonl"
-    argv = ["replay", *_args(case), "--report-json", str(rep)]
-    if "--report-jsonl" in (REF / f"{case}.cmd").read_text():
+    argv = ["replay", *_args(case, ref), "--dynamo-version", version, "--report-json", str(rep)]
+    if "--report-jsonl" in (ref / f"{case}.cmd").read_text():
         argv += ["--report-jsonl", str(jsonl)]
     cwd = os.getcwd()
     os.chdir(REF)
@@ -61,8 +65,18 @@ def _rel(a, b):
 
 @pytest.mark.parametrize("case", CASES)
 def test_report_matches_dynamo(case, tmp_path, capsys):
-    got, jsonl = _run(case, tmp_path, capsys)
-    want = json.loads((REF / f"{case}.json").read_text())
+    _check_case(case, tmp_path, capsys, REF, "1.4.2")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_report_matches_dynamo_161(case, tmp_path, capsys):
+    _check_case(case, tmp_path, capsys, REF_161, "1.6.1")
+
+
+def _check_case(case, tmp_path, capsys, ref, version):
+    got, jsonl = _run(case, tmp_path, capsys, ref, version)
+    want = json.loads((ref / f"{case}.json").read_text())
+    assert got.pop("dynamo_version") == version
     assert set(got) == set(want)
     misses = []
     for k, v in want.items():
@@ -72,7 +86,7 @@ def test_report_matches_dynamo(case, tmp_path, capsys):
             misses.append(f"{k}: fastsim {got[k]!r}, Dynamo {v!r}")
     assert not misses, "\n".join(misses)
 
-    gz = REF / f"{case}.per_request.jsonl.gz"
+    gz = ref / f"{case}.per_request.jsonl.gz"
     if gz.exists():
         # Per-request timelines: compare the multiset of (arrival, first token, last token, ...).
         with gzip.open(gz, "rt") as f:
@@ -86,3 +100,4 @@ def test_report_matches_dynamo(case, tmp_path, capsys):
             return tuple(round(r[k], 6) if isinstance(r[k], float) else r[k] for k in keys)
 
         assert sorted(map(norm, mine)) == sorted(map(norm, ref))
+

@@ -96,7 +96,7 @@ def _run(name, tmp_path):
     rep = fastsim.run_trace_replay(
         trace, trace_block_size=16, prefill_engine_args=dict(block_size=16, worker_type="prefill", **pe),
         decode_engine_args=dict(block_size=16, worker_type="decode", **de), num_prefill_workers=P,
-        num_decode_workers=D, report_jsonl_path=out, **kw)
+        num_decode_workers=D, report_jsonl_path=out, **dict(dict(dynamo_version="1.4.2"), **kw))
     return rep, _sorted([json.loads(line) for line in out.read_text().splitlines()])
 
 
@@ -166,7 +166,7 @@ def test_decode_pool_scales_up_with_startup(tmp_path):
         _trace(tmp_path, rows), trace_block_size=16, report_jsonl_path=out,
         prefill_engine_args=dict(block_size=16, worker_type="prefill"),
         decode_engine_args=dict(block_size=16, worker_type="decode", startup_time=0.05),
-        scaling_schedule={"decode": [[0, 1], [100, 3]]})
+        scaling_schedule={"decode": [[0, 1], [100, 3]]}, dynamo_version="1.4.2")
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert rep.summary["completed_requests"] == 30
     early = {r["decode_worker_idx"] for r in recs if r["source_held_ms"] < 150}
@@ -187,7 +187,7 @@ def test_pending_destination_keeps_a_scaled_down_decode_worker_alive(tmp_path):
         prefill_engine_args=dict(block_size=16, worker_type="prefill", kv_bytes_per_token=1_000_000,
                                  kv_transfer_bandwidth=1.0),
         decode_engine_args=dict(block_size=16, worker_type="decode"),
-        scaling_schedule={"decode": [[20, 1]]})
+        scaling_schedule={"decode": [[20, 1]]}, dynamo_version="1.4.2")
     recs = sorted((json.loads(line) for line in out.read_text().splitlines()),
                   key=lambda r: r["decode_worker_idx"])
     assert [r["decode_worker_idx"] for r in recs] == [0, 1]
@@ -220,7 +220,8 @@ def _c23(tmp_path, rows, router_mode="round_robin", pe=None):
     rep = fastsim.run_trace_replay(
         trace, trace_block_size=64, num_prefill_workers=2, num_decode_workers=2, router_mode=router_mode,
         prefill_engine_args=dict(C23_ARGS, worker_type="prefill", **(pe or {})),
-        decode_engine_args=dict(C23_ARGS, worker_type="decode"), report_jsonl_path=out)
+        decode_engine_args=dict(C23_ARGS, worker_type="decode"), report_jsonl_path=out,
+        dynamo_version="1.4.2")
     return rep, [json.loads(line) for line in out.read_text().splitlines()]
 
 

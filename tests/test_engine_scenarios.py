@@ -33,7 +33,8 @@ def run(tmp_path, rows, engine=None, tbs=16, **kw):
     trace, out = tmp_path / "trace.jsonl", tmp_path / "out.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rep = fastsim.run_trace_replay(str(trace), extra_engine_args=dict(dict(block_size=16), **(engine or {})),
-                                   trace_block_size=tbs, report_jsonl_path=str(out), **kw)
+                                   trace_block_size=tbs, report_jsonl_path=str(out),
+                                   **dict(dict(dynamo_version="1.4.2"), **kw))
     recs = [None] * len(rows)
     for r in map(json.loads, out.read_text().splitlines()):
         recs[int(r["uuid"].replace("-", ""), 16)] = r
@@ -429,7 +430,7 @@ def test_explicit_turn_delay_is_used_as_given(tmp_path):
 def test_synthetic_sessions_with_think_time(kw, duration):
     # Q9 / e9.py: 2 sessions x 2 turns of 16/2 tokens, inter-turn delay 1000 ms
     rep = fastsim.run_synthetic_trace_replay(16, 2, 2, extra_engine_args=dict(block_size=16), turns_per_session=2,
-                                             inter_turn_delay_ms=1000.0, **kw)
+                                             inter_turn_delay_ms=1000.0, dynamo_version="1.4.2", **kw)
     assert (rep.summary["duration_ms"], rep.summary["num_requests"]) == (duration, 4)
 
 

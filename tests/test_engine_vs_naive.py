@@ -89,7 +89,7 @@ def run_fastsim(rows, tbs, engine, tmp_path):
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     try:
         fastsim.run_trace_replay(str(trace), trace_block_size=tbs, extra_engine_args=engine,
-                                 report_jsonl_path=str(out))
+                                 report_jsonl_path=str(out), dynamo_version="1.4.2")
     except DeadEndError:
         return "dead end"
     recs = [None] * len(rows)

@@ -27,6 +27,13 @@ NPZ = Path(__file__).parent / "data" / "perf" / "H200_TP1P_TP1D_mocker_perf_data
 
 
 def _light(monkeypatch, workload, engine, fallbacks=False, arrivals=False, **kw):
+    """``_light_once`` under both releases' rules (their decode times take different inputs);
+    the counts of the 1.4.2 run."""
+    _light_once(monkeypatch, workload, engine, fallbacks, arrivals, dynamo_version="1.6.1", **kw)
+    return _light_once(monkeypatch, workload, engine, fallbacks, arrivals, dynamo_version="1.4.2", **kw)
+
+
+def _light_once(monkeypatch, workload, engine, fallbacks=False, arrivals=False, **kw):
     """Run with and without light ticks, check the results are identical; returns the number of
     light ticks of the first run (and, with ``fallbacks=True``, its steady-pass fallbacks; with
     ``arrivals=True``, the arrival ticks it handled on their light path instead)."""
@@ -149,6 +156,12 @@ def test_small_pool_stops_the_light_path(monkeypatch):
 
 
 def _light_disagg(monkeypatch, workload, pre, dec, arrivals=False, **kw):
+    """``_light_disagg_once`` under both releases' rules; the counts of the 1.4.2 run."""
+    _light_disagg_once(monkeypatch, workload, pre, dec, arrivals, dynamo_version="1.6.1", **kw)
+    return _light_disagg_once(monkeypatch, workload, pre, dec, arrivals, dynamo_version="1.4.2", **kw)
+
+
+def _light_disagg_once(monkeypatch, workload, pre, dec, arrivals=False, **kw):
     """``_light`` for disaggregated runs: light ticks of the decode workers (``arrivals=True``:
     the arrival ticks handled without the drain instead)."""
     import fastsim.kernels.disagg as kd

@@ -30,13 +30,16 @@ def _records(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
+@pytest.mark.parametrize("version", ["1.4.2", "1.6.1"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_v05_within_the_range_of_dynamos_runs(seed):
-    runs = [json.loads((REF / "V05.json").read_text())]
-    runs += [json.loads(p.read_text()) for p in sorted((REF / "extra_runs").glob("V05.run*.json"))]
+def test_v05_within_the_range_of_dynamos_runs(seed, version):
+    ref = REF if version == "1.4.2" else REF.parent / "reference_161"
+    runs = [json.loads((ref / "V05.json").read_text())]
+    runs += [json.loads(p.read_text()) for p in sorted((ref / "extra_runs").glob("V05.run*.json"))]
+    assert len(runs) == 3
     rep = fastsim.run_trace_replay(
         REF / "inputs" / "mooncake_synth_2000.jsonl", num_workers=4, trace_block_size=512,
-        extra_engine_args={"block_size": 64}, router_mode="kv_router", seed=seed,
+        extra_engine_args={"block_size": 64}, router_mode="kv_router", seed=seed, dynamo_version=version,
     )
     for m, (kind, tol) in LOOSE.items():
         vals = [r[m] for r in runs]
@@ -74,7 +77,7 @@ def test_prefix_affinity(tmp_path):
         fastsim.run_trace_replay(
             _write(tmp_path, rows), num_workers=2, trace_block_size=16, router_mode="kv_router",
             extra_engine_args={"block_size": 16, "speedup_ratio": 1000.0}, report_jsonl_path=out,
-            seed=seed,
+            seed=seed, dynamo_version="1.4.2",
         )
         recs = sorted(_records(out), key=lambda r: (r["arrival_time_ms"], r["input_length"], r["uuid"]))
         w = [r["decode_worker_idx"] for r in recs]
@@ -94,7 +97,7 @@ def test_simultaneous_identical_prompts_split_by_load(tmp_path):
     for seed in range(4):
         fastsim.run_trace_replay(_write(tmp_path, rows), num_workers=2, trace_block_size=16,
                                  router_mode="kv_router", extra_engine_args={"block_size": 16},
-                                 report_jsonl_path=out, seed=seed)
+                                 report_jsonl_path=out, seed=seed, dynamo_version="1.4.2")
         assert {r["decode_worker_idx"] for r in _records(out)} == {0, 1}
 
 
@@ -133,7 +136,7 @@ def test_queued_requests_wait_for_a_first_token(tmp_path):
     fastsim.run_trace_replay(
         _write(tmp_path, rows), num_workers=2, trace_block_size=16, router_mode="kv_router",
         extra_engine_args={"block_size": 16, "max_num_batched_tokens": 64},
-        router_config={"router_queue_threshold": 0.5}, report_jsonl_path=out,
+        router_config={"router_queue_threshold": 0.5}, report_jsonl_path=out, dynamo_version="1.4.2",
     )
     recs = _records(out)
     assert len(recs) == 4 and all(r["terminal_status"] == "completed" for r in recs)
@@ -148,7 +151,8 @@ def test_without_threshold_there_is_no_queue(tmp_path):
     out = tmp_path / "r.jsonl"
     fastsim.run_trace_replay(_write(tmp_path, rows), num_workers=2, trace_block_size=16,
                              router_mode="kv_router", report_jsonl_path=out,
-                             extra_engine_args={"block_size": 16, "max_num_batched_tokens": 64})
+                             extra_engine_args={"block_size": 16, "max_num_batched_tokens": 64},
+                             dynamo_version="1.4.2")
     late = [r for r in _records(out) if r["input_length"] == 160][0]
     # routed at once, so it waits on a worker's queue and is admitted at that worker's pass boundary
     assert late["decode_worker_idx"] in (0, 1)

@@ -245,7 +245,7 @@ def test_v10_poisson_reference_case():
     #   --request-rate 80 --arrival-seed 7 --num-workers 4 --router-mode round_robin
     ref = json.loads((REF / "V10.json").read_text())
     rep = fastsim.run_synthetic_trace_replay(1024, 128, 1000, request_rate=80.0, arrival_seed=7,
-                                             num_workers=4, router_mode="round_robin")
+                                             num_workers=4, router_mode="round_robin", dynamo_version="1.4.2")
     assert _strict(rep, ref) == []
 
 
@@ -268,7 +268,7 @@ def test_poisson_with_prefix_groups_matches_dynamo(args, ref):
     isl, osl, n, rate, seed, groups, ratio, workers = args
     rep = fastsim.run_synthetic_trace_replay(isl, osl, n, request_rate=rate, arrival_seed=seed,
                                              shared_prefix_ratio=ratio, num_prefix_groups=groups,
-                                             num_workers=workers)
+                                             num_workers=workers, dynamo_version="1.4.2")
     assert _strict(rep, ref) == []
 
 

@@ -38,14 +38,17 @@ def assert_same_results(a, b):
 
 
 def _same(workload, engine, *, run=None, **kw):
+    """Both releases' rules (their decode times take different inputs) unless one is given;
+    returns the 1.4.2 run."""
     run = run or sim.simulate
-    if isinstance(engine, tuple):  # disaggregated: (prefill, decode) engine args
-        a = run(workload, *engine, steady_decode=True, **kw)
-        b = run(workload, *engine, steady_decode=False, **kw)
-    else:
-        a = run(workload, engine, steady_decode=True, **kw)
-        b = run(workload, engine, steady_decode=False, **kw)
-    assert_same_results(a, b)
+    for version in [kw.pop("dynamo_version")] if "dynamo_version" in kw else ["1.6.1", "1.4.2"]:
+        if isinstance(engine, tuple):  # disaggregated: (prefill, decode) engine args
+            a = run(workload, *engine, steady_decode=True, dynamo_version=version, **kw)
+            b = run(workload, *engine, steady_decode=False, dynamo_version=version, **kw)
+        else:
+            a = run(workload, engine, steady_decode=True, dynamo_version=version, **kw)
+            b = run(workload, engine, steady_decode=False, dynamo_version=version, **kw)
+        assert_same_results(a, b)
     return a
 
 
