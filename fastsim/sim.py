@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim import arena
-from fastsim.errors import DeadEndError, InputError
+from fastsim.errors import InputError, dead_end_error
 from fastsim.pages import with_small_pages
 
 _BIG_BUDGET = 1 << 62
@@ -260,8 +260,12 @@ def simulate(
     steady_decode: bool = True,
     light_ticks: bool = True,
     threads: int | None = None,
+    dynamo_version: str = "1.6.1",
 ):
     """Simulate ``workload`` on a cluster of aggregated workers; returns a :class:`Report`.
+
+    * ``dynamo_version``: the Dynamo release reproduced, ``"1.6.1"`` or ``"1.4.2"`` (its words in
+      the dead-end error).
 
     * ``router_mode``: ``round_robin`` or ``kv_router`` (configured by ``router_config``, a
       :class:`fastsim.router_config.RouterConfig`; ``seed`` drives its tie-breaking).
@@ -316,7 +320,7 @@ def simulate(
     if n_shards > 1:
         return _simulate_split(workload, engine, n_shards, t0, num_workers=num_workers, dp=dp,
                                sla=sla, seed=seed, debug=debug, steady_decode=steady_decode,
-                               light_ticks=light_ticks)
+                               light_ticks=light_ticks, dynamo_version=dynamo_version)
     if planner is not None:
         g_cap = int(max_workers or 4 * num_workers)
         if g_cap < num_workers:
@@ -364,7 +368,7 @@ def simulate(
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:
-        raise _dead_end(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]))
+        raise _dead_end(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]), dynamo_version)
     if _debug(debug) and max_sim_time_ms is None:
         from fastsim.invariants import check
 
@@ -378,11 +382,11 @@ def simulate(
                    telemetry=bool(telemetry_interval_ms))
 
 
-def _dead_end(remaining):
-    return DeadEndError(
-        f"offline replay reached a dead end with {remaining} in-flight requests remaining "
-        "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
-        "chunked prefill disabled, or a request whose KV footprint can never fit)"
+def _dead_end(remaining, dynamo_version="1.6.1"):
+    return dead_end_error(
+        remaining, dynamo_version,
+        "no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with chunked "
+        "prefill disabled, or a request whose KV footprint can never fit",
     )
 
 
@@ -469,7 +473,7 @@ class _State(NamedTuple):
 
 
 def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, seed, debug,
-                    steady_decode, light_ticks):
+                    steady_decode, light_ticks, dynamo_version="1.6.1"):
     """``simulate`` of a cluster split into shards (``fastsim/shards.py``), timed from ``t0``."""
     from fastsim import shards
     from fastsim.kernels.loop import DEAD_END
@@ -479,7 +483,7 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
         light_ticks=light_ticks, seed=seed)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
-        raise _dead_end(remaining)
+        raise _dead_end(remaining, dynamo_version)
     if _debug(debug):
         from fastsim.invariants import check
 
@@ -502,10 +506,10 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.loop import _PH, Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import make_pass_acc, make_ranks
-    from fastsim.perf import load_perf_model
+    from fastsim.perf import engine_perf_model
 
     params = _engine_params(engine, steady=steady_decode, fast=light_ticks)
-    perf = load_perf_model(engine.planner_profile_data)
+    perf = engine_perf_model(engine)
     n = int(workload.isl.shape[0])
     n_ranks = g_cap * dp
     bs = params.block_size
