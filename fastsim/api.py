@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from fastsim.config import EngineArgs
 from fastsim.errors import InputError, NotSupportedError
-from fastsim.workload import DEFAULT_TRACE_BLOCK_SIZE, Workload, _check_version, load_trace, synthetic
+from fastsim.workload import DEFAULT_TRACE_BLOCK_SIZE, Workload, check_dynamo_version, load_trace, synthetic
 
 __all__ = ["run_trace_replay", "run_synthetic_trace_replay", "simulate_workload"]
 
@@ -254,7 +254,7 @@ def run_trace_replay(
     Unknown keywords raise InputError.
     """
     _reject_unknown("run_trace_replay", unsupported, _TRACE_KEYWORDS)
-    _check_version(dynamo_version)
+    check_dynamo_version(dynamo_version)
     if isinstance(trace_files, (str, bytes, os.PathLike)):
         files = [os.fspath(trace_files)]
     else:
@@ -355,7 +355,7 @@ def run_synthetic_trace_replay(
     :func:`run_trace_replay`.
     """
     _reject_unknown("run_synthetic_trace_replay", unsupported, _SYNTHETIC_KEYWORDS)
-    _check_version(dynamo_version)
+    check_dynamo_version(dynamo_version)
     opts = _common(
         extra_engine_args=extra_engine_args, prefill_engine_args=prefill_engine_args,
         decode_engine_args=decode_engine_args, router_config=router_config,

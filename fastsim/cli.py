@@ -40,7 +40,7 @@ __all__ = ["main", "build_parser", "default_report_path", "resolve_report_path"]
 
 _TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo", "weka",
                   "azure")
-_DYNAMO_VERSIONS = ("1.6.1", "1.4.2")
+_DYNAMO_VERSIONS = ("1.6.1", "1.4.2")  # fastsim.workload.DYNAMO_VERSIONS (not imported: the parser stays light)
 _AIC_FLAGS = (
     "aic_backend", "aic_system", "aic_backend_version", "aic_tp_size", "aic_model_path",
     "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_gemm_dtype",

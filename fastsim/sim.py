@@ -266,7 +266,6 @@ def simulate(
 
     * ``dynamo_version``: the Dynamo release reproduced, ``"1.6.1"`` or ``"1.4.2"`` (its words in
       the dead-end error).
-
     * ``router_mode``: ``round_robin`` or ``kv_router`` (configured by ``router_config``, a
       :class:`fastsim.router_config.RouterConfig`; ``seed`` drives its tie-breaking).
     * ``scaling_schedule``: ``[[t_ms, workers], ...]`` target worker counts over virtual time;

@@ -36,6 +36,8 @@ __all__ = [
     "synthetic",
     "TRACE_FORMATS",
     "DEFAULT_TRACE_BLOCK_SIZE",
+    "DYNAMO_VERSIONS",
+    "check_dynamo_version",
 ]
 
 DEFAULT_TRACE_BLOCK_SIZE = 512
@@ -53,12 +55,13 @@ _UNSUPPORTED_FORMATS = {
     "weka": "a directory of agent traces (Dynamo 1.6)",
 }
 # The Dynamo releases whose semantics fastsim reproduces (``dynamo_version``).
-_DYNAMO_VERSIONS = ("1.6.1", "1.4.2")
+DYNAMO_VERSIONS = ("1.6.1", "1.4.2")
 
 
-def _check_version(dynamo_version) -> str:
-    if dynamo_version not in _DYNAMO_VERSIONS:
-        raise InputError(f"dynamo_version must be one of {', '.join(repr(v) for v in _DYNAMO_VERSIONS)}, "
+def check_dynamo_version(dynamo_version) -> str:
+    """``dynamo_version`` if it names a release fastsim reproduces, else an :class:`InputError`."""
+    if dynamo_version not in DYNAMO_VERSIONS:
+        raise InputError(f"dynamo_version must be one of {', '.join(repr(v) for v in DYNAMO_VERSIONS)}, "
                          f"got {dynamo_version!r}")
     return dynamo_version
 
@@ -279,7 +282,7 @@ def load_mooncake(
     """
     tbs = _check_tbs(trace_block_size)
     ratio = _check_ratio(arrival_speedup_ratio)
-    clamp_is_error = _check_version(dynamo_version) != "1.4.2"
+    clamp_is_error = check_dynamo_version(dynamo_version) != "1.4.2"
     path = os.fspath(path)
     text = _open_text(path)
     raw_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_serde_float).raw_decode

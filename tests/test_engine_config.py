@@ -242,3 +242,20 @@ def test_fixed_timing_in_a_replay(timing, engine, ttft, itl):
         64, 4, 1, arrival_interval_ms=10.0, dynamo_version="1.4.2",
         extra_engine_args={"engine": dict(timing_model=tm, **engine)}).summary
     assert s2["mean_ttft_ms"] == s["mean_ttft_ms"]
+
+
+def test_sweep_specs_take_the_nested_form(tmp_path):
+    from fastsim.sweep import load_spec
+
+    (tmp_path / "p.npz").write_bytes(b"")
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps({
+        "base": {"input_tokens": 64, "output_tokens": 4, "request_count": 3, "arrival_interval_ms": 5,
+                 "extra_engine_args": {"engine": {"timing_model": {"type": "external", "provider": "dynamo_profile",
+                                                                   "config": {"path": "p.npz"}}}, "dp_size": 1}},
+        "grid": {"extra_engine_args.engine.block_size": [16, 32]},
+    }))
+    sp = load_spec(spec)
+    assert [c.kwargs["extra_engine_args"]["engine"]["block_size"] for c in sp.configs] == [16, 32]
+    for c in sp.configs:  # relative to the spec file
+        assert c.kwargs["extra_engine_args"]["engine"]["timing_model"]["config"]["path"] == str(tmp_path / "p.npz")

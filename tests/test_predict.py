@@ -259,3 +259,21 @@ def test_bad_files(tmp_path, capsys):
     code, out, err = run(capsys, "predict", "-c", str(CONFIGS / "01-synthetic-no-adapters.yaml"),
                          "--output-dir", str(tmp_path / "o"), "--set", "traffic")
     assert code == 2 and "expected PATH=YAML_VALUE" in err
+
+
+def test_predict_as_a_dynamo_user_runs_it(repo):
+    # `aisimulate predict --stack dynamo --config X --output-dir D --format json`, renamed
+    import subprocess
+    import sys
+
+    cfg = CONFIGS / "09-trace-mooncake-speedup.yaml"
+    proc = subprocess.run([sys.executable, "-m", "fastsim", "predict", "--stack", "dynamo", "--config", str(cfg),
+                           "--output-dir", "D", "--format", "json"], capture_output=True, text=True, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary == json.loads((repo / "D" / "prediction.json").read_text())["summary"]
+    assert summary["completed_requests"] == 2
+    proc = subprocess.run([sys.executable, "-m", "fastsim", "predict", "--config",
+                           str(CONFIGS / "03-synthetic-default-planner.yaml"), "--output-dir", "E"],
+                          capture_output=True, text=True, cwd=repo)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "planner" in proc.stderr
