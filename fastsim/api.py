@@ -249,6 +249,8 @@ def run_trace_replay(
     same results with any number; default ``FASTSIM_THREADS`` or the usable cores, 1 for a sweep
     that runs one replay per core).
 
+    ``dynamo_version``: the Dynamo release reproduced, ``"1.6.1"`` (default) or ``"1.4.2"``.
+
     Not supported yet (NotSupportedError): ``replay_mode="online"``, disaggregated engine args, ``aic_perf_config``, ``planner_config``,
     ``model_name``, the agentic/delta/dynamo trace formats and their ``trace_*_prefix_*`` options.
     Unknown keywords raise InputError.
@@ -287,6 +289,7 @@ def run_trace_replay(
         trace_block_size=DEFAULT_TRACE_BLOCK_SIZE if trace_block_size is None else trace_block_size,
         arrival_speedup_ratio=opts["arrival_speedup_ratio"],
         concurrency_mode=opts["replay_concurrency"] is not None,
+        dynamo_version=dynamo_version,
     )
     if opts["disagg"] is not None:
         return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)

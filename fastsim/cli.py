@@ -1,12 +1,22 @@
-"""Command line: ``fastsim replay ...`` takes the flags of ``python -m dynamo.replay`` (1.4.2).
+"""Command line: ``fastsim replay ...`` takes the flags of ``python -m dynamo.replay`` (1.4.2) and
+the Dynamo 1.6 replay API's options; ``fastsim predict`` takes AISimulate's config file.
 
 Same flag names, defaults, mutual-exclusion rules and output: the report JSON is written (default
 ``./fastsim_replay_report_YYYYmmdd_HHMMSS.json``; an existing directory gets that file inside),
 then the AIPerf-style table is printed, then ``Saved full report to: PATH``. Flags for features
 fastsim does not model yet are rejected with an error naming the flag (exit status 2), never
 ignored. Any :class:`~fastsim.errors.FastsimError` prints its message on stderr, without a
-traceback, and exits with status 2. Subcommands are argparse subparsers: ``replay``, ``sweep``
-(:mod:`fastsim.sweep`) and ``plot`` (:mod:`fastsim.plots`).
+traceback, and exits with status 2. Subcommands are argparse subparsers: ``replay``, ``predict``
+(:mod:`fastsim.predict`), ``sweep`` (:mod:`fastsim.sweep`) and ``plot`` (:mod:`fastsim.plots`).
+
+Dynamo 1.6 options (the flags of its 1.4.2-style runner): ``--dynamo-version`` picks the release
+reproduced (default 1.6.1); ``--coverage-json`` and ``--quiet`` are honoured; ``--execution-model``
+is accepted (it names the target model of an agentic trace and changes nothing for a Mooncake or
+Azure trace, as in Dynamo); ``--kv-event-lag-ms 0`` is honoured (no lag). A positive KV event lag,
+``--agentic-lanes``, ``--weka-nested-timestamp-basis`` with a weka trace, ``--telemetry-jsonl`` and
+``--ais-perf-config`` are refused as not supported yet; used where Dynamo itself refuses them
+(a lag with round robin, lanes or a timestamp basis with a format that has none) they get
+Dynamo's error.
 
 Deviation: Dynamo reads ``--router-policy-config``'s default from ``$DYN_ROUTER_POLICY_CONFIG``;
 fastsim has no router policies and does not read that variable.
@@ -29,7 +39,8 @@ from fastsim.pages import small_pages
 
 __all__ = ["main", "build_parser", "default_report_path", "resolve_report_path"]
 
-_TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo", "azure")
+_TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo", "weka",
+                  "azure")
 _AIC_FLAGS = (
     "aic_backend", "aic_system", "aic_backend_version", "aic_tp_size", "aic_model_path",
     "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_gemm_dtype",
@@ -129,6 +140,17 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sla-ttft-ms", type=float, default=None, help="goodput SLA: max time to first token (ms)")
     p.add_argument("--sla-itl-ms", type=float, default=None, help="goodput SLA: max average inter-token latency (ms)")
     p.add_argument("--sla-e2e-ms", type=float, default=None, help="goodput SLA: max end-to-end latency (ms)")
+    d16 = p.add_argument_group("Dynamo 1.6 replay options")
+    d16.add_argument("--coverage-json", help="write the replay's coverage dict (Dynamo 1.6) to this path")
+    d16.add_argument("--quiet", action="store_true", help="do not print the AIPerf table")
+    d16.add_argument("--kv-event-lag-ms", type=float,
+                     help="delay of the KV events the kv_router's indexer sees (ms); only 0 is supported yet")
+    d16.add_argument("--agentic-lanes", type=int, help="agentic trace replay: lanes (not supported yet)")
+    d16.add_argument("--execution-model", help="target model of an agentic trace (no effect on Mooncake/Azure)")
+    d16.add_argument("--weka-nested-timestamp-basis", choices=("auto", "absolute", "relative"),
+                     help="weka traces only (not supported yet)")
+    d16.add_argument("--telemetry-jsonl", help="Dynamo 1.6 telemetry samples as JSONL (not supported yet)")
+    d16.add_argument("--ais-perf-config", help="AIS timing for the router's estimator (not supported yet)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_replay_arguments(replay)
     replay.set_defaults(func=_cmd_replay)
+    _add_predict_parser(sub)
     _add_sweep_parser(sub)
     _add_plot_parser(sub)
     return parser
@@ -173,6 +196,9 @@ def _check_dynamo_rules(args) -> bool:
             raise UsageError(
                 "synthetic replay requires exactly one of --replay-concurrency, --request-rate, or --arrival-interval-ms"
             )
+        for dest in ("agentic_lanes", "execution_model", "weka_nested_timestamp_basis"):
+            if getattr(args, dest) is not None:
+                raise UsageError(f"{_flag(dest)} only applies to trace-file replay")
     elif args.request_rate is not None or args.arrival_interval_ms is not None:
         raise UsageError("--request-rate and --arrival-interval-ms only apply to synthetic replay")
     if using_trace_file and args.trace_format == "applied_compute_agentic" and args.replay_concurrency is None:
@@ -183,7 +209,7 @@ def _check_dynamo_rules(args) -> bool:
     if args.report_jsonl is not None:
         if args.planner_config is not None:
             raise UsageError("--report-jsonl is not supported with --planner-config")
-        if not using_trace_file:
+        if not using_trace_file and args.dynamo_version == "1.4.2":
             raise UsageError("--report-jsonl currently only supports trace-file replay")
     if args.max_sim_time_seconds is not None:
         if args.planner_config is not None:
@@ -214,6 +240,7 @@ def _check_unsupported(args) -> None:
         nope(f"--replay-mode={args.replay_mode}", "use --replay-mode=offline")
     if args.trace_format not in ("mooncake", "azure"):
         nope(f"--trace-format={args.trace_format}", "supported: mooncake, azure")
+    _check_dynamo16_options(args, nope)
     if args.trace_shared_prefix_ratio != 0.0:
         nope("--trace-shared-prefix-ratio", "applied_compute_agentic traces")
     if args.trace_num_prefix_groups != 0:
@@ -224,6 +251,31 @@ def _check_unsupported(args) -> None:
             "--num-prefill-workers and --num-decode-workers are only used for disaggregated replay "
             "(with --prefill-engine-args and --decode-engine-args); use --num-workers for aggregated replay"
         )
+
+
+def _check_dynamo16_options(args, nope) -> None:
+    """The Dynamo 1.6 options: Dynamo's own refusals first, then what fastsim does not model yet."""
+    import math
+
+    lag = args.kv_event_lag_ms
+    if lag is not None:
+        if not math.isfinite(lag) or lag < 0:
+            raise UsageError(f"kv_event_lag_ms must be finite and non-negative, got {lag:g}")
+        if lag > 0 and args.router_mode != "kv_router":
+            raise UsageError("kv_event_lag_ms only supports router_mode='kv_router'")
+        if lag > 0:
+            nope("--kv-event-lag-ms", "a KV event lag: the kv_router's indexer sees every event at once")
+    if args.agentic_lanes is not None:
+        raise UsageError("agentic_lanes requires trace_format='agentic_mooncake', 'weka', or 'dynamo'")
+    if args.weka_nested_timestamp_basis is not None:
+        raise UsageError("weka_nested_timestamp_basis requires trace_format='weka'")
+    if args.execution_model is not None and not args.execution_model.strip():
+        raise UsageError("execution_model must be non-empty")
+    if args.telemetry_jsonl is not None:
+        nope("--telemetry-jsonl", "Dynamo 1.6's telemetry samples; fastsim samples workers with "
+             "--telemetry-interval-ms and --report-workers")
+    if args.ais_perf_config is not None:
+        nope("--ais-perf-config", "AIS timing for the router's prefill-load estimator")
 
 
 def _cmd_replay(args) -> int:
@@ -279,6 +331,7 @@ def _cmd_replay(args) -> int:
             shared_prefix_ratio=args.shared_prefix_ratio,
             num_prefix_groups=args.num_prefix_groups,
             inter_turn_delay_ms=args.inter_turn_delay_ms,
+            report_jsonl_path=args.report_jsonl,
             **common,
         )
     path = resolve_report_path(args.report_json)
@@ -286,9 +339,12 @@ def _cmd_replay(args) -> int:
         written = report.to_json(path)
     except OSError as exc:
         raise FastsimError(f"--report-json: cannot write {path}: {exc.strerror or exc}") from None
-    sys.stdout.write(report.format_table())
-    sys.stdout.write("\n")
-    sys.stdout.write(f"Saved full report to: {written if written is not None else path}\n")
+    if args.coverage_json is not None:
+        _write_coverage(args.coverage_json, report, args.report_jsonl is not None)
+    if not args.quiet:
+        sys.stdout.write(report.format_table())
+        sys.stdout.write("\n")
+        sys.stdout.write(f"Saved full report to: {written if written is not None else path}\n")
     if args.report_workers is not None:
         if report.workers is None:
             raise FastsimError("--report-workers needs --telemetry-interval-ms (the sampling interval)")
@@ -298,6 +354,46 @@ def _cmd_replay(args) -> int:
             raise FastsimError(f"--report-workers: cannot write {args.report_workers}: {exc.strerror or exc}") from None
         sys.stdout.write(f"Saved worker telemetry to: {args.report_workers}\n")
     return 0
+
+
+def _write_coverage(path, report, captured) -> None:
+    import json
+
+    from fastsim.predict import replay_coverage
+
+    try:
+        Path(path).write_text(json.dumps(replay_coverage(report, captured), indent=2, sort_keys=True) + "\n",
+                              encoding="utf-8")
+    except OSError as exc:
+        raise FastsimError(f"--coverage-json: cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _add_predict_parser(sub) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="predict from an AISimulate config (traffic / engine / router / planner sections)",
+        description="Read the config of `aisimulate predict --stack dynamo` (Dynamo 1.6), run the "
+                    "replay and write OUTPUT_DIR/prediction.json ({summary, per_request, coverage, planner}).",
+    )
+    p.add_argument("-c", "--config", required=True, help="the prediction config (YAML)")
+    p.add_argument("--stack", choices=("dynamo",), default="dynamo",
+                   help="the replay stack: dynamo (the only one fastsim reproduces)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=YAML_VALUE",
+                   help="override one config value, e.g. --set engine.workers.aggregated.parallelism.replicas=4")
+    p.add_argument("--output-dir", default="./aisimulate-output", help="where prediction.json goes")
+    p.add_argument("--overwrite", action="store_true", help="replace the prediction files of a non-empty OUTPUT_DIR")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="stdout: the table or the summary JSON")
+    p.add_argument("--capture-per-request", action="store_true",
+                   help="also keep per-request records (prediction.json's per_request and requests.jsonl)")
+    p.add_argument("--dynamo-version", choices=DYNAMO_VERSIONS, default=DEFAULT_DYNAMO_VERSION,
+                   help="the Dynamo release whose semantics to reproduce (default %(default)s)")
+    p.set_defaults(func=_cmd_predict)
+
+
+def _cmd_predict(args) -> int:
+    from fastsim.predict import main_predict
+
+    return main_predict(args)
 
 
 def _add_sweep_parser(sub) -> None:
@@ -432,7 +528,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # million-odd objects that importing numba and pandas leaves, again and again (60-70 ms of a
     # 0.8 s run). Sweeps, which run for long in one process, keep it.
     collecting = gc.isenabled()
-    if args.command == "replay":
+    if args.command in ("replay", "predict"):
         gc.disable()
     try:
         with small_pages():  # the whole command: loading the workload and writing results too

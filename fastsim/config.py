@@ -1,24 +1,31 @@
 """Engine arguments: Dynamo 1.4.2 ``MockEngineArgs`` field names, defaults and validation rules.
 
 :class:`EngineArgs` is a frozen dataclass with one attribute per JSON field that
-``dynamo.mocker.MockEngineArgs.from_json`` accepts (checked against the 1.4.2 release). Each field
-belongs to one of four groups (see ``FIELD_GROUPS``):
+``dynamo.mocker.MockEngineArgs.from_json`` accepts (checked against the 1.4.2 release), plus
+``timing_model`` (Dynamo 1.6's timing-model selector, which the flat form also takes). Dynamo 1.6's
+nested schema (``{"engine": {...}, "dp_size": ..., "dynamo": {...}}``) is read into these flat
+fields by :mod:`fastsim.engine_config`. Each field belongs to one of four groups (see
+``FIELD_GROUPS``):
 
 * ``modelled``: fastsim simulates it (vLLM core, block pool, timing, data-parallel ranks).
-* ``no_effect``: accepted with Dynamo's default and validation, but, as in Dynamo 1.4.2's aggregated
+* ``no_effect``: accepted with Dynamo's default and validation, but, as in Dynamo's aggregated
   offline replay, it changes nothing (live-mocker ports, ``startup_time`` of a static fleet, the
-  disaggregated KV-transfer model, the router queue policy). ``has_perf_model`` is a legacy field
+  disaggregated KV-transfer model, the router queue policy, ``reasoning``: a replayed request
+  carries no token ids to find thinking markers in). ``has_perf_model`` is a legacy field
   Dynamo ignores; ``is_prefill``/``is_decode`` are JSON spellings of ``worker_type``.
 * ``unsupported``: a valid Dynamo option fastsim does not model yet (SGLang/TRT-LLM cores, AIC
-  timing, KVBM tiers, reasoning budgets). Any non-default value raises :class:`NotSupportedError`.
+  timing, KVBM tiers). Any non-default value raises :class:`NotSupportedError`.
 
 Validation follows Dynamo: unknown fields, duplicate keys, ``null`` for a non-nullable field, a
 wrong JSON type (``64.0`` is not an integer, ``1`` is not a boolean) and out-of-range values are all
-errors. Enumerations are case-insensitive as in Dynamo (``"FIFO"``, ``"Prefill"``), except
+errors. Enumerations are case-insensitive as in Dynamo 1.4.2 (``"FIFO"``, ``"Prefill"``), except
 ``router_queue_policy`` and ``g1_backend``, which Dynamo matches exactly. ``block_size`` 0 means the
 engine default (64 for vLLM), as in Dynamo. ``max_num_seqs``/``max_num_batched_tokens`` may be
 ``null`` (no limit). Where Dynamo only logs an error, fastsim raises (a missing
 ``planner_profile_data`` path would otherwise fall back silently to the polynomial model).
+``timing_model`` is ``None`` (the polynomial, or ``planner_profile_data``'s grid) or
+``{"type": "fixed", "prefill_ms": x, "decode_ms": y}``; ``{"type": "polynomial"}`` and
+``{"type": "external", "provider": "dynamo_profile", "config": {"path": NPZ}}`` are read into those.
 """
 
 from __future__ import annotations
@@ -32,6 +39,14 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Optional
 
+from fastsim.engine_config import (
+    check_fixed_timing,
+    check_reasoning,
+    is_nested,
+    misplaced_flat_field_hint,
+    nested_to_flat,
+    timing_fields,
+)
 from fastsim.errors import InputError, NotSupportedError
 
 __all__ = ["EngineArgs", "FIELD_GROUPS", "ENGINE_ARG_FIELDS"]
@@ -65,6 +80,7 @@ class EngineArgs:
     preemption_mode: str = "lifo"
     planner_profile_data: Optional[str] = None
     g1_backend: str = "native"
+    timing_model: Optional[Any] = None
     # --- accepted, no effect in aggregated offline replay (as in Dynamo) ----------------------
     startup_time: Optional[float] = None
     kv_bytes_per_token: Optional[int] = None
@@ -77,6 +93,7 @@ class EngineArgs:
     response_replay_trace_path: Optional[str] = None
     zmq_kv_events_port: Optional[int] = None
     zmq_replay_port: Optional[int] = None
+    reasoning: Optional[Any] = None
     # --- not supported yet (any non-default value is an error) -------------------------------
     aic_backend: Optional[str] = None
     aic_system: Optional[str] = None
@@ -107,7 +124,6 @@ class EngineArgs:
     bandwidth_g3_to_g2_gbps: Optional[float] = None
     bandwidth_g2_to_g4_gbps: Optional[float] = None
     bandwidth_g4_to_g2_gbps: Optional[float] = None
-    reasoning: Optional[Any] = None
     sglang: Optional[Any] = None
     trtllm: Optional[Any] = None
 
@@ -231,13 +247,14 @@ _SPEC: dict[str, dict] = {
     "response_replay_trace_path": dict(kind="path", nullable=True),
     "zmq_kv_events_port": dict(kind="uint", nullable=True, max=65535),
     "zmq_replay_port": dict(kind="uint", nullable=True, max=65535),
+    "timing_model": dict(kind="timing", nullable=True),
+    "reasoning": dict(kind="reasoning", nullable=True),
 }
 
 _UNSUPPORTED_REASON = {
     "aic": "it configures AIConfigurator (AIC) timing and capacity models",
     "mem": "it configures GPU-memory based KV capacity estimation (AIC); set num_gpu_blocks instead",
     "kvbm": "it configures KVBM offload tiers (G2/G3/G4)",
-    "reasoning": "it configures reasoning (thinking-token) budgets",
     "sglang": "it configures the SGLang engine core",
     "trtllm": "it configures the TRT-LLM engine core",
 }
@@ -256,7 +273,7 @@ for _f in (
     "bandwidth_g2_to_g4_gbps bandwidth_g4_to_g2_gbps"
 ).split():
     _UNSUPPORTED[_f] = "kvbm"
-_UNSUPPORTED.update(reasoning="reasoning", sglang="sglang", trtllm="trtllm")
+_UNSUPPORTED.update(sglang="sglang", trtllm="trtllm")
 
 ENGINE_ARG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(EngineArgs))
 _DEFAULTS = {f.name: f.default for f in fields(EngineArgs)}
@@ -353,10 +370,21 @@ def _unknown_field_message(source: str, name: str) -> str:
 
 
 def _build(cls, raw: dict, source: str) -> "EngineArgs":
+    if is_nested(raw):
+        raw = nested_to_flat(raw, source)
     for name in raw:
         if name not in _ALL_JSON_FIELDS:
+            hint = misplaced_flat_field_hint(name)
+            if hint:
+                raise InputError(f"{source}: unknown field '{name}': {hint}")
             raise InputError(_unknown_field_message(source, name))
     raw = dict(raw)
+    if raw.get("timing_model") is not None:
+        # The flat form takes Dynamo 1.6's selector too: polynomial, fixed, or a dynamo_profile NPZ.
+        timing = timing_fields(raw.pop("timing_model"), source, "timing_model")
+        if "planner_profile_data" in timing and raw.get("planner_profile_data") is not None:
+            raise InputError(f"{source}: choose one timing provider: planner_profile_data or timing_model")
+        raw.update(timing)
     raw.pop("has_perf_model", None)  # legacy field, ignored by Dynamo 1.4.2 as well
     is_prefill = raw.pop("is_prefill", False)
     is_decode = raw.pop("is_decode", False)
@@ -430,6 +458,13 @@ def _check_value(name: str, value, source: str, spec: Optional[dict]):
             case = " (case-sensitive)" if kind == "enum_exact" else ""
             raise InputError(f"{where} must be one of {_fmt_choices(choices)}{case}, got {value!r}")
         return v
+    if kind == "timing":
+        if not isinstance(value, Mapping) or value.get("type") != "fixed":
+            raise InputError(f"{where} must be null or a fixed model "
+                             f'{{"type": "fixed", "prefill_ms": x, "decode_ms": y}}, got {_json_type(value)}')
+        return check_fixed_timing(value, source, name)
+    if kind == "reasoning":
+        return check_reasoning(value, source, name)
     if kind == "path":
         if isinstance(value, os.PathLike):
             value = os.fspath(value)

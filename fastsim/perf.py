@@ -1,4 +1,9 @@
-"""Timing models: Dynamo's polynomial, a mocker-format NPZ grid, or a planner profiler directory.
+"""Timing models: Dynamo's polynomial, a mocker-format NPZ grid, a planner profiler directory, or
+Dynamo 1.6's fixed per-pass latencies.
+
+``engine_perf_model(engine)`` picks the model of an :class:`~fastsim.config.EngineArgs`: its
+``timing_model`` when that is a fixed model (:func:`fixed_model`), else
+``load_perf_model(engine.planner_profile_data)``.
 
 ``load_perf_model(planner_profile_data)`` turns the engine argument ``planner_profile_data`` into
 the :class:`~fastsim.kernels.perf.PerfTables` the compiled loop reads:
@@ -30,13 +35,15 @@ from pathlib import Path
 import numpy as np
 
 from fastsim.errors import InputError
-from fastsim.kernels.perf import INTERPOLATED, POLYNOMIAL, PerfTables
+from fastsim.kernels.perf import FIXED, INTERPOLATED, POLYNOMIAL, PerfTables
 
 __all__ = [
     "PerfTables",
     "NPZ_KEYS",
     "load_perf_model",
+    "engine_perf_model",
     "polynomial_model",
+    "fixed_model",
     "grid_model",
     "convert_profile_results",
     "is_profile_results_dir",
@@ -68,6 +75,24 @@ _DEFAULT_MAX_CTX = 8192.0  # context axis end when no decode point has requests 
 def polynomial_model() -> PerfTables:
     """The built-in polynomial model (Dynamo's default when ``planner_profile_data`` is unset)."""
     return PerfTables(POLYNOMIAL, np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), np.zeros((0, 0)))
+
+
+def fixed_model(prefill_ms: float, decode_ms: float) -> PerfTables:
+    """Dynamo 1.6's fixed model: ``prefill_ms`` per pass with prompt tokens, ``decode_ms`` per pass
+    that decodes (finite, >= 0)."""
+    for name, v in (("prefill_ms", prefill_ms), ("decode_ms", decode_ms)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise InputError(f"fixed timing model: {name} must be a finite number >= 0, got {v!r}")
+    return PerfTables(FIXED, np.zeros(0), np.array([float(prefill_ms)]), np.zeros(0), np.zeros(0),
+                      np.array([[float(decode_ms)]]))
+
+
+def engine_perf_model(engine) -> PerfTables:
+    """The timing model an :class:`~fastsim.config.EngineArgs` selects (fixed, grid or polynomial)."""
+    timing = getattr(engine, "timing_model", None)
+    if timing is not None:
+        return fixed_model(timing["prefill_ms"], timing["decode_ms"])
+    return load_perf_model(engine.planner_profile_data)
 
 
 def grid_model(
@@ -140,6 +165,9 @@ def load_perf_model(planner_profile_data: str | os.PathLike | None, base_dir: st
 
 def describe(perf: PerfTables) -> str:
     """A short human-readable account of a timing model (for logs and ``--verbose`` output)."""
+    if perf.kind == FIXED:
+        return (f"fixed timing model: {perf.prefill_y[0]:g} ms per pass with prompt tokens, "
+                f"{perf.decode_z[0, 0]:g} ms per pass that decodes")
     if perf.kind == POLYNOMIAL:
         return (
             "polynomial timing model (Dynamo default): prefill(t) = 4.209989e-07*t^2 + 1.518344e-02*t + "

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim import arena
-from fastsim.errors import DeadEndError, InputError
+from fastsim.errors import InputError, dead_end_error
 from fastsim.pages import with_small_pages
 
 _BIG_BUDGET = 1 << 62
@@ -373,7 +373,7 @@ def simulate(
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:
-        raise _dead_end(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]))
+        raise _dead_end(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]), version)
     if _debug(debug) and max_sim_time_ms is None:
         from fastsim.invariants import check
 
@@ -388,11 +388,11 @@ def simulate(
                    telemetry=bool(telemetry_interval_ms), version=version, committed=committed)
 
 
-def _dead_end(remaining):
-    return DeadEndError(
-        f"offline replay reached a dead end with {remaining} in-flight requests remaining "
-        "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
-        "chunked prefill disabled, or a request whose KV footprint can never fit)"
+def _dead_end(remaining, dynamo_version="1.6.1"):
+    return dead_end_error(
+        remaining, dynamo_version,
+        "no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with chunked "
+        "prefill disabled, or a request whose KV footprint can never fit",
     )
 
 
@@ -491,7 +491,7 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
         light_ticks=light_ticks, seed=seed, version=version)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
-        raise _dead_end(remaining)
+        raise _dead_end(remaining, version)
     if _debug(debug):
         from fastsim.invariants import check
 
@@ -515,10 +515,10 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.loop import _PH, Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import make_pass_acc, make_ranks
-    from fastsim.perf import load_perf_model
+    from fastsim.perf import engine_perf_model
 
     params = _engine_params(engine, steady=steady_decode, fast=light_ticks, timing_rules=timing_rules)
-    perf = load_perf_model(engine.planner_profile_data)
+    perf = engine_perf_model(engine)
     n = int(workload.isl.shape[0])
     n_ranks = g_cap * dp
     bs = params.block_size

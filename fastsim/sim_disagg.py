@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from fastsim import arena
-from fastsim.errors import DeadEndError, InputError, NotSupportedError
+from fastsim.errors import InputError, NotSupportedError, dead_end_error
 from fastsim.pages import with_small_pages
 from fastsim.sim import (
     max_tokens,
@@ -79,7 +79,7 @@ def simulate_disagg(
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.loop import DEAD_END, NARRIVED, NDONE, Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, make_ranks, make_pass_acc
-    from fastsim.perf import load_perf_model
+    from fastsim.perf import engine_perf_model
     from fastsim.report import build_report
     from fastsim.router_config import RouterConfig
 
@@ -179,18 +179,15 @@ def simulate_disagg(
     fl_p = _fleet(P0, P, prefill_engine, schedules["prefill"])
     fl_d = _fleet(D0, D, decode_engine, schedules["decode"])
     rk_p, rk_d = ranks(P, pp.cap, pp.budget), ranks(D, pd.cap, pd.budget)
-    status = run_disagg_nb(pp, pd, load_perf_model(prefill_engine.planner_profile_data),
-                           load_perf_model(decode_engine.planner_profile_data),
+    status = run_disagg_nb(pp, pd, engine_perf_model(prefill_engine),
+                           engine_perf_model(decode_engine),
                            make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,
                            ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
     settle_unarrived(rq_p, int(cl.state[NARRIVED]))
     settle_unarrived(rq_d, int(cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
-        raise DeadEndError(
-            f"offline replay reached a dead end with {int(cl.state[NARRIVED] - cl.state[NDONE])} in-flight "
-            "requests remaining"
-        )
+        raise dead_end_error(int(cl.state[NARRIVED] - cl.state[NDONE]), dynamo_version)
     st = rq_d.status
     status_col = np.select(
         [st == COMPLETED, st == REJECTED, st == FAILED, (st == NOT_ARRIVED) & (rq_p.status == NOT_ARRIVED)],

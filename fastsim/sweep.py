@@ -16,11 +16,13 @@ A sweep spec is a mapping, or a ``.yaml``/``.yml``, ``.toml`` or ``.json`` file,
   the simulator, and ``seeds`` is an error there. ``name``, ``description``: free text.
 
 Keys may be dotted to reach into nested arguments (``extra_engine_args.max_num_seqs``); a nested
-mapping of lists means the same (what a TOML dotted key parses to). An unknown key, a key of the
+mapping of lists means the same (what a TOML dotted key parses to); Dynamo 1.6's nested engine
+arguments are swept the same way (``extra_engine_args.engine.block_size``). An unknown key, a key of the
 other replay mode or an unknown engine field is a :class:`SpecError` naming it and the closest
 valid key. Values are not checked up front: a configuration whose replay raises (a bad value, a
 feature fastsim does not model yet) becomes an ``error`` row and the others complete. Relative
-``trace_files``/``planner_profile_data`` paths in a spec file are relative to the file.
+``trace_files``/``planner_profile_data`` paths (and a nested ``engine.timing_model.config.path``)
+in a spec file are relative to the file.
 ``report_jsonl_path`` is refused (see ``keep_requests``); ``sla_*_ms`` add the goodput columns.
 
 Configurations are numbered ``config_id`` 0..N-1 in that order; results are sorted by it and,
@@ -61,6 +63,7 @@ from pathlib import Path
 
 from fastsim import __version__
 from fastsim.config import ENGINE_ARG_FIELDS, EngineArgs
+from fastsim.engine_config import TOP_LEVEL_FIELDS
 from fastsim.errors import FastsimError, FastsimWarning, InputError
 
 __all__ = ["sweep", "load_spec", "read_results", "SweepSpec", "Config", "SpecError", "SweepError",
@@ -74,7 +77,8 @@ _ENGINE_KEYS = ("extra_engine_args", "prefill_engine_args", "decode_engine_args"
 _FREEFORM_KEYS = ("router_config", "planner_config", "aic_perf_config")
 _REFUSED = {"report_jsonl_path": "every configuration would write the same file; use keep_requests=True "
                                  "(CLI --keep-requests) to keep the per-request tables"}
-_ENGINE_FIELDS = (*ENGINE_ARG_FIELDS, "has_perf_model", "is_prefill", "is_decode")
+_ENGINE_FIELDS = (*ENGINE_ARG_FIELDS, "has_perf_model", "is_prefill", "is_decode",
+                  *(f for f in TOP_LEVEL_FIELDS if f not in ENGINE_ARG_FIELDS))  # Dynamo 1.6's nested form
 _FORMAT = 1  # checkpoint format version
 
 
@@ -365,6 +369,12 @@ def load_spec(spec) -> SweepSpec:
                 eng = kw.get("extra_engine_args")
                 if isinstance(eng, dict) and "planner_profile_data" in eng:
                     eng["planner_profile_data"] = _resolve(eng["planner_profile_data"], root)
+                nested = eng.get("engine") if isinstance(eng, dict) else None
+                tm = nested.get("timing_model") if isinstance(nested, dict) else None
+                if isinstance(tm, dict) and isinstance(tm.get("config"), dict) and "path" in tm["config"]:
+                    # Dynamo 1.6's nested form of the same NPZ path
+                    kw["extra_engine_args"] = dict(eng, engine=dict(eng["engine"], timing_model=dict(
+                        tm, config=dict(tm["config"], path=_resolve(tm["config"]["path"], root)))))
             sp.configs.append(Config(len(sp.configs), params, kw))
     sp.spec_hash = h.hexdigest()
     return sp

@@ -36,20 +36,26 @@ __all__ = [
     "synthetic",
     "TRACE_FORMATS",
     "DEFAULT_TRACE_BLOCK_SIZE",
+    "DYNAMO_VERSIONS",
+    "check_dynamo_version",
 ]
 
 DEFAULT_TRACE_BLOCK_SIZE = 512
 _U64_MAX = 2**64 - 1
 _I64_MAX = 2**63 - 1
 # Dynamo's trace formats (``--trace-format`` choices) plus fastsim's ``azure`` CSV reader.
-TRACE_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo")
+TRACE_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo",
+                 "weka")
 _UNSUPPORTED_FORMATS = {
     "mooncake-delta": "per-session delta prompts (cumulative token history)",
     "agentic_mooncake": "agentic request dependencies (wait_for / branches)",
     "agentic-mooncake": "agentic request dependencies (wait_for / branches)",
     "applied_compute_agentic": "applied-compute agentic sessions",
     "dynamo": "raw Dynamo request traces",
+    "weka": "a directory of agent traces (Dynamo 1.6)",
 }
+from fastsim.dynamo_version import DYNAMO_VERSIONS  # noqa: E402  (re-exported)
+from fastsim.dynamo_version import check_version as check_dynamo_version  # noqa: E402
 
 
 @dataclass(eq=False)
@@ -238,8 +244,9 @@ def load_mooncake(
     trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE,
     arrival_speedup_ratio: float = 1.0,
     concurrency_mode: bool = False,
+    dynamo_version: str = "1.6.1",
 ) -> Workload:
-    """Read a Mooncake JSONL trace as Dynamo 1.4.2 does (``Trace::from_mooncake``).
+    """Read a Mooncake JSONL trace as Dynamo does (1.4.2's ``Trace::from_mooncake``).
 
     Each non-blank line is a JSON object with ``output_length`` (alias ``output_tokens``, required,
     integer >= 0), ``hash_ids`` (required, non-empty list of integers in [0, 2**64)), and optional
@@ -249,8 +256,11 @@ def load_mooncake(
     * Rows with the same ``session_id`` are the turns of one closed-loop session, in file order; a
       row without one is a one-turn session named ``request_<line>`` (Dynamo's naming, so an
       explicit ``session_id`` of that form joins it, as in Dynamo).
-    * ``input_length = min(input_length or cap, cap)`` with ``cap = len(hash_ids) * trace_block_size``.
-      Clamped rows are reported once in a :class:`TraceWarning` (count and first line).
+    * ``input_length`` defaults to ``cap = len(hash_ids) * trace_block_size``. A longer
+      ``input_length`` is an :class:`InputError` with ``dynamo_version="1.6.1"`` (Dynamo 1.6.1:
+      ``trace line N input_length X exceeds hash_ids capacity C``); with ``"1.4.2"`` it is clamped
+      to ``cap`` as Dynamo 1.4.2 does, and the clamped rows are reported once in a
+      :class:`TraceWarning` (count and first line).
     * Turn 0 has delay 0 (an explicit non-zero delay there is an error). Turn k > 0 waits its explicit
       delay, else its timestamp minus the session's previous timestamp, else 0, after the previous
       turn completes. Negative delays are errors.
@@ -264,6 +274,7 @@ def load_mooncake(
     """
     tbs = _check_tbs(trace_block_size)
     ratio = _check_ratio(arrival_speedup_ratio)
+    clamp_is_error = check_dynamo_version(dynamo_version) != "1.4.2"
     path = os.fspath(path)
     text = _open_text(path)
     raw_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_serde_float).raw_decode
@@ -325,6 +336,12 @@ def load_mooncake(
         if inp is None:
             inp = cap
         elif inp > cap:
+            if clamp_is_error:
+                raise InputError(
+                    f"{where}: trace line {lineno} input_length {inp} exceeds hash_ids capacity {cap} "
+                    f"(len(hash_ids) {len(hids)} x trace_block_size {tbs}); Dynamo 1.6.1 rejects such a row, "
+                    "1.4.2 clamped it (--dynamo-version 1.4.2)"
+                )
             clamped += 1
             clamp_first = clamp_first or lineno
             inp = cap
@@ -411,7 +428,7 @@ def load_mooncake(
     if clamped:
         warnings.warn(
             f"{path}: input_length exceeds len(hash_ids) * trace_block_size ({tbs}) on {clamped} of "
-            f"{n} rows (first: line {clamp_first}); clamped to that cap, as Dynamo does",
+            f"{n} rows (first: line {clamp_first}); clamped to that cap, as Dynamo 1.4.2 does",
             TraceWarning,
             stacklevel=2,
         )
@@ -583,13 +600,15 @@ def load_trace(
     trace_block_size: Optional[int] = DEFAULT_TRACE_BLOCK_SIZE,
     arrival_speedup_ratio: float = 1.0,
     concurrency_mode: bool = False,
+    dynamo_version: str = "1.6.1",
 ) -> Workload:
     """Load one trace file by format.
 
     ``trace_format`` is ``"mooncake"`` (default; a path ending in ``.csv`` is read as Azure CSV) or
     ``"azure"``. Dynamo's other formats (``mooncake-delta``, ``agentic_mooncake``,
     ``applied_compute_agentic``, ``dynamo``) raise :class:`NotSupportedError`; anything else raises
-    :class:`InputError`. ``trace_block_size`` None means 512 (Dynamo's default).
+    :class:`InputError`. ``trace_block_size`` None means 512 (Dynamo's default). ``dynamo_version``
+    decides what a Mooncake row longer than its hash ids gives (see :func:`load_mooncake`).
     """
     if not isinstance(trace_format, str):
         raise InputError(f"trace_format must be a string, got {trace_format!r}")
@@ -605,7 +624,8 @@ def load_trace(
                               arrival_speedup_ratio=arrival_speedup_ratio, concurrency_mode=concurrency_mode)
     if fmt == "mooncake":
         return load_mooncake(p, trace_block_size=_check_tbs(trace_block_size),
-                             arrival_speedup_ratio=arrival_speedup_ratio, concurrency_mode=concurrency_mode)
+                             arrival_speedup_ratio=arrival_speedup_ratio, concurrency_mode=concurrency_mode,
+                             dynamo_version=dynamo_version)
     raise InputError(
         f"trace_format must be one of {', '.join(repr(f) for f in TRACE_FORMATS)}, got {trace_format!r}"
     )

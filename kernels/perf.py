@@ -3,13 +3,16 @@
 Per pass, the clock advances by ``modeled_ms_nb(prefill_time_nb(perf, t), speedup)`` and then by
 ``modeled_ms_nb(decode_time_nb(perf, kv, ctx, total), speedup * decode_speedup)`` (two additions).
 
-Two timing models, selected by ``PerfTables.kind``:
+Three timing models, selected by ``PerfTables.kind``:
 
 * ``POLYNOMIAL`` (0), Dynamo's default (notes 6.1; aisimulate ``common/perf_model.rs``).
 * ``INTERPOLATED`` (1), Dynamo's ``PerfModel::from_npz`` grid (notes 6.2, verified Q14): 1-D linear
   interpolation for prefill and bilinear interpolation for decode, both extrapolated linearly
   beyond the grid on every axis (ndarray-interp 0.5 ``Linear``/``Bilinear`` with
   ``extrapolate(true)``), evaluated in the same floating-point order as that crate.
+* ``FIXED`` (2), Dynamo 1.6's ``timing_model: {type: fixed}`` (aisimulate ``FixedTimingModel``): a
+  constant ``prefill_ms`` for a pass with prompt tokens and a constant ``decode_ms`` for a pass that
+  decodes, with no 1 ms decode floor.
 
 The kernels trust their tables: ``fastsim.perf`` validates them (strictly increasing axes, shapes,
 finite values) exactly where Dynamo's loader would reject them. Times are milliseconds.
@@ -27,6 +30,7 @@ from fastsim.kernels.jit import kernel_noalloc
 __all__ = [
     "POLYNOMIAL",
     "INTERPOLATED",
+    "FIXED",
     "PerfTables",
     "prefill_time_nb",
     "decode_time_nb",
@@ -40,6 +44,7 @@ __all__ = [
 
 POLYNOMIAL = 0
 INTERPOLATED = 1
+FIXED = 2
 
 # Polynomial coefficients (ms), Dynamo 1.4.2's built-in model (notes 6.1, conformance C1).
 PREFILL_A = 4.209989e-07  # per token^2
@@ -57,7 +62,8 @@ _SPLIT = 134217729.0  # 2**27 + 1: Veltkamp splitter for float64
 class PerfTables(NamedTuple):
     """The timing model as plain arrays (a numba-friendly NamedTuple).
 
-    ``kind`` is ``POLYNOMIAL`` (0) or ``INTERPOLATED`` (1). For the grid model, ``prefill_x``
+    ``kind`` is ``POLYNOMIAL`` (0), ``INTERPOLATED`` (1) or ``FIXED`` (2). The fixed model keeps its
+    two constants as ``prefill_y[0]`` and ``decode_z[0, 0]`` (the other arrays empty). For the grid model, ``prefill_x``
     (total new prompt tokens of a pass) and ``prefill_y`` (ms) are 1-D of equal length;
     ``decode_x`` (active KV tokens) and ``decode_y`` (context length) are the axes of ``decode_z``
     (ms), shape ``(len(decode_x), len(decode_y))``, ``decode_z[i, j]`` at
@@ -75,6 +81,8 @@ class PerfTables(NamedTuple):
     def __repr__(self) -> str:  # the arrays are long; summarise them
         if self.kind == POLYNOMIAL:
             return "PerfTables(kind=polynomial)"
+        if self.kind == FIXED:
+            return f"PerfTables(kind=fixed, prefill {self.prefill_y[0]:g} ms, decode {self.decode_z[0, 0]:g} ms)"
         px, dx, dy = self.prefill_x, self.decode_x, self.decode_y
         return (
             f"PerfTables(kind=interpolated, prefill {px.shape[0]} points on [{px[0]:g}, {px[-1]:g}] "
@@ -159,6 +167,8 @@ def prefill_time_nb(perf, t):
     if perf.kind == POLYNOMIAL:
         # Grouping a*(t*t) + b*t + c (powi) is the one that matches Dynamo to the last bit.
         v = PREFILL_A * (tf * tf) + PREFILL_B * tf + PREFILL_C
+    elif perf.kind == FIXED:
+        v = perf.prefill_y[0]
     else:
         v = interp1_nb(perf.prefill_x, perf.prefill_y, tf)
     if v > 0.0:
@@ -174,7 +184,7 @@ def decode_time_nb(perf, active_kv_tokens, ctx, total_kv_tokens):
     ``ctx`` = integer mean context length of the decoding batch (grid only), ``total_kv_tokens`` =
     rank capacity in tokens (polynomial only). The caller handles an empty batch (decode time 0).
     Polynomial: ``u = min(active/total, 1)`` (1 if total <= 0), ``-25.74*(u*u) + 54.01*u + 5.74``;
-    grid: ``interp2(active, ctx)``; then ``max(., 1.0)``.
+    grid: ``interp2(active, ctx)``; then ``max(., 1.0)``. Fixed: ``decode_ms``, not floored.
     """
     if perf.kind == POLYNOMIAL:
         tot = float(total_kv_tokens)
@@ -185,6 +195,8 @@ def decode_time_nb(perf, active_kv_tokens, ctx, total_kv_tokens):
         else:
             u = 1.0
         v = DECODE_A * (u * u) + DECODE_B * u + DECODE_C
+    elif perf.kind == FIXED:
+        return perf.decode_z[0, 0]  # no floor: aisimulate's fixed model returns decode_ms as is
     else:
         v = interp2_nb(perf.decode_x, perf.decode_y, perf.decode_z, float(active_kv_tokens), float(ctx))
     if v > DECODE_FLOOR_MS:

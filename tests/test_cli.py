@@ -94,7 +94,7 @@ def test_all_dynamo_flags_exist():
         (["--trace-format", "dynamo"], "--trace-format=dynamo requires at least one trace file"),
         ([TRACE, "--trace-format", "applied_compute_agentic"], "requires --replay-concurrency"),
         (["--input-tokens", "8", "--output-tokens", "2", "--request-count", "3", "--arrival-interval-ms", "5",
-          "--report-jsonl", "x.jsonl"], "--report-jsonl currently only supports trace-file replay"),
+          "--report-jsonl", "x.jsonl", "--dynamo-version", "1.4.2"], "--report-jsonl currently only supports trace-file replay"),
         (["--input-tokens", "8", "--output-tokens", "2", "--request-count", "3", "--arrival-interval-ms", "5",
           "--max-sim-time-seconds", "1"], "--max-sim-time-seconds currently only supports trace-file replay"),
     ],

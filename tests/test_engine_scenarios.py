@@ -29,7 +29,9 @@ def row(ts, isl, osl, hids, **kw):
 
 
 def run(tmp_path, rows, engine=None, tbs=16, **kw):
-    """Replay ``rows`` (Mooncake dicts); returns (summary, JSONL records by file row, None if absent)."""
+    """Replay ``rows`` (Mooncake dicts); returns (summary, JSONL records by file row, None if absent).
+    These scenarios were recorded on Dynamo 1.4.2 (clamped prompts included)."""
+    kw.setdefault("dynamo_version", "1.4.2")
     trace, out = tmp_path / "trace.jsonl", tmp_path / "out.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rep = fastsim.run_trace_replay(str(trace), extra_engine_args=dict(dict(block_size=16), **(engine or {})),

@@ -86,13 +86,34 @@ def test_missing_input_length_is_the_cap(tmp_path):
 
 
 def test_clamp_warns_once_with_count_and_first_line(tmp_path):
+    # Dynamo 1.4.2 clamps a row longer than its hash ids.
     rows = [R(), R(input_length=100, hash_ids=[1, 2, 3]), R(input_length=17), R(input_length=16)]
     with pytest.warns(TraceWarning) as rec:
-        w = mc(tmp_path, rows)
+        w = mc(tmp_path, rows, dynamo_version="1.4.2")
     assert w.isl.tolist() == [16, 48, 16, 16]
     assert len(rec) == 1
     msg = str(rec[0].message)
     assert "on 2 of 4 rows" in msg and "first: line 2" in msg and "t.jsonl" in msg
+
+
+def test_row_longer_than_its_hash_ids_is_an_error_in_1_6_1(tmp_path):
+    # Dynamo 1.6.1's words: "trace line 2 input_length 1000 exceeds hash_ids capacity 64"
+    # (experiment on the release; blank lines count, as here).
+    rows = [R(), "", R(input_length=100, hash_ids=[1, 2, 3]), R(input_length=16)]
+    for kw in ({}, {"dynamo_version": "1.6.1"}):
+        msg = err(tmp_path, rows, **kw)
+        assert "trace line 3 input_length 100 exceeds hash_ids capacity 48" in msg
+        assert msg.startswith(str(tmp_path / "t.jsonl") + ":3:")
+    # the same through load_trace
+    with pytest.raises(InputError, match="trace line 3 input_length 100 exceeds hash_ids capacity 48"):
+        load_trace(write(tmp_path, rows), trace_block_size=16)
+    w = load_trace(write(tmp_path, rows[:2] + rows[3:]), trace_block_size=16)
+    assert w.isl.tolist() == [16, 16]
+
+
+def test_dynamo_version_is_checked(tmp_path):
+    with pytest.raises(InputError, match=r"dynamo_version must be one of '1.6.1', '1.4.2', got '1.5'"):
+        mc(tmp_path, [R()], dynamo_version="1.5")
 
 
 def test_no_warning_without_clamp(tmp_path):
