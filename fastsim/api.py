@@ -15,8 +15,10 @@ import numbers
 import os
 from typing import Any, Optional
 
+from fastsim import lost
 from fastsim.config import EngineArgs
 from fastsim.errors import InputError, NotSupportedError
+from fastsim.output_paths import check_output_file, write_error
 from fastsim.workload import DEFAULT_TRACE_BLOCK_SIZE, Workload, load_trace, synthetic
 
 __all__ = ["run_trace_replay", "run_synthetic_trace_replay", "simulate_workload"]
@@ -130,6 +132,13 @@ def _common(
     )
 
 
+def _write_jsonl(report, path):
+    try:
+        report.to_jsonl(os.fspath(path))
+    except OSError as exc:
+        raise write_error("report_jsonl_path", path, exc) from None
+
+
 def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None):
     from fastsim.sim_disagg import simulate_disagg  # lazy: numba loads only when a simulation runs
 
@@ -141,8 +150,12 @@ def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None):
         max_sim_time_ms=opts["max_sim_time_ms"], sla=opts["sla"], seed=seed,
         scaling_schedule=scaling_schedule,
     )
+    report.lost = lost.account(report, workload, [(" (prefill pool)", d["prefill"]),
+                                                  (" (decode pool)", d["decode"])],
+                               opts["max_sim_time_ms"], decode_engine=d["decode"])
+    lost.warn(report.lost)
     if report_jsonl_path is not None:
-        report.to_jsonl(os.fspath(report_jsonl_path))
+        _write_jsonl(report, report_jsonl_path)
     return report
 
 
@@ -180,8 +193,10 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
         scaling_schedule=scaling_schedule, planner=planner, planner_interval_ms=planner_interval_ms,
         max_workers=max_workers, telemetry_interval_ms=telemetry_interval_ms, threads=threads,
     )
+    report.lost = lost.account(report, workload, [("", engine)], max_sim_time_ms)
+    lost.warn(report.lost)
     if report_jsonl_path is not None:
-        report.to_jsonl(os.fspath(report_jsonl_path))
+        _write_jsonl(report, report_jsonl_path)
     return report
 
 
@@ -249,6 +264,8 @@ def run_trace_replay(
     Unknown keywords raise InputError.
     """
     _reject_unknown("run_trace_replay", unsupported, _TRACE_KEYWORDS)
+    if report_jsonl_path is not None:
+        check_output_file(report_jsonl_path, "report_jsonl_path")
     if isinstance(trace_files, (str, bytes, os.PathLike)):
         files = [os.fspath(trace_files)]
     else:
@@ -347,6 +364,8 @@ def run_synthetic_trace_replay(
     :func:`run_trace_replay`.
     """
     _reject_unknown("run_synthetic_trace_replay", unsupported, _SYNTHETIC_KEYWORDS)
+    if report_jsonl_path is not None:
+        check_output_file(report_jsonl_path, "report_jsonl_path")
     opts = _common(
         extra_engine_args=extra_engine_args, prefill_engine_args=prefill_engine_args,
         decode_engine_args=decode_engine_args, router_config=router_config,

@@ -159,7 +159,7 @@ class EngineArgs:
                     return cls.from_json(_read_text(stripped, source), source=stripped)
                 if not stripped.startswith(("null", "true", "false", '"')) and not stripped[0].isdigit():
                     raise InputError(
-                        f"{source}: {stripped[:60]!r} is neither a JSON object nor an existing file"
+                        f"{source}: {stripped!r} is neither a JSON object nor an existing file"
                     )
             return cls.from_json(text, source=source)
         if isinstance(x, Mapping):

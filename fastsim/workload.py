@@ -27,6 +27,8 @@ import numpy as np
 
 from fastsim import rust_rng
 from fastsim.errors import InputError, NotSupportedError, TraceWarning
+from fastsim.trace_checks import (DuplicateKeyError, azure_counts, azure_timestamps_ns, check_output_length,
+                                  check_request_tokens, check_time_value, check_workload, no_duplicate_keys)
 
 __all__ = [
     "Workload",
@@ -266,7 +268,8 @@ def load_mooncake(
     ratio = _check_ratio(arrival_speedup_ratio)
     path = os.fspath(path)
     text = _open_text(path)
-    raw_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_serde_float).raw_decode
+    raw_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_serde_float,
+                                  object_pairs_hook=no_duplicate_keys).raw_decode
 
     isl_l, osl_l, sess_l, turn_l, delay_l, line_l, hlists = [], [], [], [], [], [], []
     sess_index: dict = {}
@@ -289,6 +292,8 @@ def load_mooncake(
             row, end = raw_decode(s)
         except json.JSONDecodeError as exc:
             raise InputError(f"{where}: malformed JSON at column {exc.colno}: {exc.msg}") from None
+        except DuplicateKeyError as exc:
+            raise InputError(f"{where}: {exc}") from None
         except ValueError as exc:
             raise InputError(f"{where}: malformed JSON: {exc}") from None
         if end != len(s):
@@ -302,6 +307,7 @@ def load_mooncake(
             raise InputError(f"{where}: missing required field 'output_length' (alias 'output_tokens')")
         if type(out) is not _int or out < 0:
             raise InputError(f"{where}: field 'output_length' must be an integer >= 0, got {_jtype(out)}")
+        check_output_length(out, where)
         inp = (_pick(row, "input_length", "input_tokens", where) if "input_tokens" in row else row.get("input_length"))
         if inp is not None and (type(inp) is not _int or inp < 0):
             raise InputError(f"{where}: field 'input_length' must be an integer >= 1, got {_jtype(inp)}")
@@ -330,18 +336,19 @@ def load_mooncake(
             inp = cap
         if inp == 0:
             raise InputError(f"{where}: field 'input_length' is 0; every request needs a positive input_length")
+        check_request_tokens(inp, out, where)
 
         # timing
         ts = (_pick(row, "timestamp", "created_time", where) if "created_time" in row else row.get("timestamp"))
         if ts is not None:
-            if type(ts) not in (_int, _float) or not math.isfinite(ts):
+            if type(ts) not in (_int, _float):
                 raise InputError(f"{where}: field 'timestamp' must be a finite number (ms), got {_jtype(ts)}")
-            ts = _float(ts)
+            ts = check_time_value(ts, "timestamp", where)
         delay = (_pick(row, "delay", "delay_ms", where) if "delay_ms" in row else row.get("delay"))
         if delay is not None:
-            if type(delay) not in (_int, _float) or not math.isfinite(delay):
+            if type(delay) not in (_int, _float):
                 raise InputError(f"{where}: field 'delay' must be a finite number of ms, got {_jtype(delay)}")
-            delay = _float(delay)
+            delay = check_time_value(delay, "delay", where)
         sid = row.get("session_id")
         if sid is not None and type(sid) is not str:
             raise InputError(f"{where}: field 'session_id' must be a string, got {_jtype(sid)}")
@@ -406,7 +413,8 @@ def load_mooncake(
         )
     t0 = min(present) if present else 0.0
     arrivals = np.array([np.nan if t is None else t for t in first_ts], dtype=np.float64)
-    arrivals = (arrivals - t0) / ratio
+    with np.errstate(over="ignore"):  # a tiny ratio: check_workload names the row out of range
+        arrivals = (arrivals - t0) / ratio
 
     if clamped:
         warnings.warn(
@@ -427,7 +435,7 @@ def load_mooncake(
         hash_ids = np.fromiter(flat, dtype=np.uint64, count=total_ids).view(np.int64)
     else:
         hash_ids = np.fromiter(flat, dtype=np.int64, count=total_ids)
-    return Workload(
+    return check_workload(Workload(
         isl=np.array(isl_l, dtype=np.int64),
         osl=np.array(osl_l, dtype=np.int64),
         session=session,
@@ -441,7 +449,7 @@ def load_mooncake(
         trace_block_size=tbs,
         line=np.array(line_l, dtype=np.int64),
         source=path,
-    )
+    ))
 
 
 # ----------------------------------------------------------------------------- Azure CSV
@@ -507,22 +515,7 @@ def load_azure_csv(
     line = np.array(line_l, dtype=np.int64)
     ctx = _parse_counts(ctx_s, line, path, "ContextTokens")
     gen = _parse_counts(gen_s, line, path, "GeneratedTokens")
-    try:
-        t_ns = np.array(ts_s, dtype="datetime64[ns]").astype(np.int64)
-    except ValueError:
-        for j, s in enumerate(ts_s):
-            try:
-                np.datetime64(s, "ns")
-            except ValueError:
-                raise InputError(
-                    f"{path}:{line[j]}: field 'TIMESTAMP' is not a date-time like "
-                    f"'2023-11-16 18:15:46.6805900', got {s!r}"
-                ) from None
-        raise  # pragma: no cover
-    if np.any(t_ns == np.iinfo(np.int64).min):
-        j = int(np.argmax(t_ns == np.iinfo(np.int64).min))
-        raise InputError(f"{path}:{line[j]}: field 'TIMESTAMP' is empty or NaT")
-
+    t_ns = azure_timestamps_ns(ts_s, line, path)
     keep = ctx > 0
     dropped = int((~keep).sum())
     if dropped:
@@ -535,25 +528,13 @@ def load_azure_csv(
         if dropped == len(line_l):
             raise InputError(f"trace file {path} has no row with ContextTokens > 0")
         ctx, gen, t_ns, line = ctx[keep], gen[keep], t_ns[keep], line[keep]
-    arrivals = (t_ns - t_ns.min()).astype(np.float64) / 1e6 / ratio
-    return _single_turn_workload(ctx, gen, arrivals, line, tbs, path)
+    with np.errstate(over="ignore"):  # a tiny ratio: check_workload names the row out of range
+        arrivals = (t_ns - t_ns.min()).astype(np.float64) / 1e6 / ratio
+    return check_workload(_single_turn_workload(ctx, gen, arrivals, line, tbs, path))
 
 
 def _parse_counts(strings, line, path, name) -> np.ndarray:
-    try:
-        arr = np.array([int(s) for s in strings], dtype=np.int64)
-    except (ValueError, OverflowError):
-        for j, s in enumerate(strings):
-            try:
-                v = int(s)
-                np.int64(v)
-            except (ValueError, OverflowError):
-                raise InputError(f"{path}:{line[j]}: field '{name}' must be an integer >= 0, got {s!r}") from None
-        raise  # pragma: no cover
-    if arr.size and arr.min() < 0:
-        j = int(np.argmax(arr < 0))
-        raise InputError(f"{path}:{line[j]}: field '{name}' must be an integer >= 0, got {arr[j]}")
-    return arr
+    return azure_counts(strings, line, path, name)
 
 
 def _single_turn_workload(isl, osl, arrivals, line, tbs, source, hash_ptr=None, hash_ids=None) -> Workload:
@@ -719,7 +700,8 @@ def synthetic(
         rate = _req_float(request_rate, "request_rate", positive=True)
         # Dynamo's PoissonQps: StdRng::seed_from_u64(arrival_seed), gaps -mean*ln(1 - U)
         arrivals = rust_rng.poisson_arrivals_ms(seed, 1000.0 / rate, count)
-    arrivals = arrivals / ratio
+    with np.errstate(over="ignore"):  # a tiny ratio: check_workload names the row out of range
+        arrivals = arrivals / ratio
 
     n = count * turns
     session = np.repeat(np.arange(count, dtype=np.int64), turns)
@@ -741,7 +723,7 @@ def synthetic(
         unique = np.arange(1, n * n_unique + 1, dtype=np.uint64).reshape(n, n_unique)
         hash_ids = np.concatenate([prefix, unique], axis=1).reshape(-1).view(np.int64)
         hash_ptr = np.arange(0, n * nb + 1, nb, dtype=np.int64)
-    return Workload(
+    return check_workload(Workload(
         isl=np.full(n, isl, dtype=np.int64),
         osl=np.full(n, osl, dtype=np.int64),
         session=session,
@@ -755,4 +737,4 @@ def synthetic(
         trace_block_size=tbs,
         line=np.zeros(n, dtype=np.int64),
         source="synthetic",
-    )
+    ))
