@@ -17,8 +17,10 @@ from fastsim.sim import (
     _load_kernels,
     _requests,
     _router_state,
+    check_memory,
     settle_unarrived,
 )
+from fastsim.trace_checks import check_workload
 
 
 def stage_router_configs(cfg):
@@ -97,10 +99,14 @@ def simulate_disagg(
         raise InputError(f"prefill_engine_args: kv_transfer_bandwidth is {bw!r}; it must be > 0 (GB/s)")
 
     schedules = _pool_schedules(scaling_schedule)
-    _load_disagg_kernels()
-    t0 = time.perf_counter()
     P0, D0 = int(num_prefill_workers), int(num_decode_workers)
     P, D = _capacity(P0, schedules["prefill"]), _capacity(D0, schedules["decode"])
+    check_workload(workload)
+    check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
+                 num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],
+                 pools=[(prefill_engine, P), (decode_engine, D)])
+    _load_disagg_kernels()
+    t0 = time.perf_counter()
     pp = _engine_params(prefill_engine, PREFILL, steady_decode, light_ticks)
     pd = _engine_params(decode_engine, DECODE, steady_decode, light_ticks)
     n = int(workload.isl.shape[0])
