@@ -23,10 +23,11 @@ from fastsim.errors import InputError
 __all__ = ["Estimate", "InsufficientMemoryError", "available_bytes", "address_space_bytes",
            "estimate", "check", "telemetry_row_cap", "TELEMETRY_ROW_BYTES"]
 
-# Bytes per request: the loop's columns (6 float64 times, 2 int64, 12 int32, 2 int8: 114), the
-# session tables (about 40), and the report's columns and derived latencies built from them after
-# the loop's state is freed (about 120, the larger of the two phases counted once).
-_PER_REQUEST = 114 + 40 + 120
+# Bytes per request (per copy: a disaggregated run keeps a prefill and a decode copy): the loop's
+# columns (6 float64 times, 2 int64, 12 int32, 2 int8: 114), the session tables, and the report's
+# columns and derived latencies built after the loop's state is freed: 220 in all, as measured
+# (150-215 on aggregated runs of 150k-300k requests, 230 per copy on disaggregated ones).
+_PER_REQUEST = 220
 # Bytes per content key of a prompt block (uint64 key, int32 slot) and per trace hash id.
 _PER_KEY = 12
 # Per worker row: the cluster's per-group arrays (256 phantom events of 8 bytes dominate), the two
@@ -38,9 +39,10 @@ _PAGE = 4096
 # Per telemetry row: the buffer (36 bytes) and its table when the report is read (56 bytes).
 TELEMETRY_ROW_BYTES = 92
 _TELEMETRY_START = 4096
-# The process before a run: the interpreter, numpy/pandas/numba and the loaded kernels, measured on
-# CPython 3.11 (the estimate uses the process's own resident size when it can read it).
-_KERNELS = 60 << 20
+# Loading the compiled kernels from the cache, once per process (measured: 44-46 MB for the
+# aggregated loop, 62-65 MB with the disaggregated one).
+_KERNELS = 46 << 20
+_KERNELS_DISAGG = 66 << 20
 
 _GB = 1 << 30
 
@@ -109,20 +111,24 @@ def resident_bytes() -> Optional[int]:
     return None
 
 
-def _pool(n_ranks: int, cap: int, blocks: int):
+def _pool(n_ranks: int, cap: int, blocks: int, live_per_rank: int, keys: int):
     """(touched bytes, address space) of ``n_ranks`` KV pools of ``cap`` blocks when a run allocates
-    at most ``blocks`` blocks in all."""
+    ``blocks`` blocks in all, at most ``live_per_rank`` of them at once on a rank without prefix
+    caching (freed slots are reused first), and registers ``keys`` content keys in the tables."""
     tsize = 1 << max(int(4 * cap - 1).bit_length(), 0) if cap > 0 else 1
-    slots = 33 * min(n_ranks * cap, blocks)  # key 8, ref, lru links, free stack, chain, run 4 each, flag 1
-    per_rank = min(cap, blocks / max(n_ranks, 1))
+    per_rank = min(cap, -(-blocks // max(n_ranks, 1)))
+    if keys == 0:
+        per_rank = min(per_rank, live_per_rank)  # nothing stays cached: slots are reused
+    slots = 33 * n_ranks * per_rank  # key 8, ref, lru links, free stack, chain, run 4 each, flag 1
+    entries = min(cap, keys / max(n_ranks, 1))
     pages = tsize * 8 / _PAGE
     # a table's entries land at random: the expected share of its pages they touch
-    table = n_ranks * tsize * 8 * (1.0 - math.exp(-per_rank / max(pages, 1.0)))
+    table = n_ranks * tsize * 8 * (1.0 - math.exp(-entries / max(pages, 1.0)))
     return int(slots + table), n_ranks * cap * 33 + n_ranks * tsize * 8
 
 
 def estimate(workload, engine, *, worker_rows: int, telemetry: bool = False,
-             kv_router: bool = False, pools=None) -> Estimate:
+             kv_router: bool = False, pools=None, kernels_loaded: bool = False) -> Estimate:
     """Bytes a run of ``workload`` adds on ``worker_rows`` worker rows (``engine.dp_size`` ranks each).
 
     ``pools``: for a disaggregated run, ``[(engine, worker_rows), ...]`` of its two pools
@@ -130,21 +136,26 @@ def estimate(workload, engine, *, worker_rows: int, telemetry: bool = False,
     n = int(workload.isl.shape[0])
     if pools is None:
         pools = [(engine, worker_rows)]
-    parts = {"per-request state": n * _PER_REQUEST * (1 if len(pools) == 1 else 2)}
+    parts = {"loading the kernels": 0 if kernels_loaded else (_KERNELS if len(pools) == 1 else _KERNELS_DISAGG),
+             "per-request state": n * _PER_REQUEST * len(pools)}
     tokens = np.asarray(workload.isl, dtype=np.float64) + np.asarray(workload.osl, dtype=np.float64)
     n_keys = 0 if workload.hash_ids is None else int(workload.hash_ids.shape[0])
-    touched = space = ranks = groups = 0
+    touched = space = groups = ranks = 0
+    longest = float(tokens.max()) if n else 0.0
     for eng, rows in pools:
         bs = max(int(eng.block_size), 1)
         blocks = int(np.ceil(tokens / bs).sum()) if n else 0
+        keys = 0
         if workload.hash_ids is not None and eng.enable_prefix_caching:
-            n_keys = max(n_keys, int((np.asarray(workload.isl) // bs).sum()))
+            keys = int((np.asarray(workload.isl) // bs).sum())
+            n_keys = max(n_keys, keys)
+        seats = min(int(eng.max_num_seqs or n or 1), max(n, 1))
         r = int(rows) * max(int(eng.dp_size or 1), 1)
-        t, a = _pool(r, int(eng.num_gpu_blocks), blocks)
+        t, a = _pool(r, int(eng.num_gpu_blocks), blocks, seats * int(math.ceil(longest / bs) + 1), keys)
         touched += t
         space += a
-        ranks += r
         groups += int(rows)
+        ranks += r
         parts.setdefault("per-rank state", 0)
         parts["per-rank state"] += r * (_PER_RANK + 8 * bs)
     parts["per-rank state"] += 8 * (min(int(pools[0][0].num_gpu_blocks), 1 << 22) + (1 << 16))
@@ -152,7 +163,13 @@ def estimate(workload, engine, *, worker_rows: int, telemetry: bool = False,
     parts["prompt block keys"] = n_keys * _PER_KEY
     parts["KV pools"] = touched
     if kv_router:
-        parts["router table"] = 13 * 2 * n_keys + 40 * n
+        # the router's (rank, block) table as fastsim.sim sizes it (16 bytes a slot, a power of two
+        # at least twice the live blocks) and its per-request queues (37 bytes)
+        live = n_keys if n <= 4096 * ranks else n_keys * 4096 * ranks / max(n, 1)
+        size = 1024
+        while size < 2 * live + 2:
+            size *= 2
+        parts["router table"] = 16 * size + 37 * n
     if telemetry:
         parts["telemetry"] = _TELEMETRY_START * TELEMETRY_ROW_BYTES
     return Estimate(parts, space)

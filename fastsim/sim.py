@@ -9,7 +9,8 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim import arena
-from fastsim.errors import DeadEndError, InputError
+from fastsim.dead_end import dead_end_error
+from fastsim.errors import InputError
 from fastsim.pages import with_small_pages
 from fastsim.trace_checks import check_workload
 
@@ -361,7 +362,11 @@ def simulate(
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:
-        raise _dead_end(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]))
+        from fastsim.kernels.scheduler import FINISHING, HANDED, PREEMPTED, RUNNING, WAITING
+
+        raise dead_end_error(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]), workload, [("", engine)],
+                             np.isin(st.rq.status, (WAITING, RUNNING, PREEMPTED, FINISHING, HANDED)),
+                             st.rq.rank, dp)
     if _debug(debug) and max_sim_time_ms is None:
         from fastsim.invariants import check
 
@@ -391,12 +396,13 @@ def _worker_rows(num_workers, schedule, planner, max_workers):
 
 
 def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=False, num_workers=1,
-                 schedule=(), planner=None, pools=None):
+                 schedule=(), planner=None, pools=None, kernels_loaded=None):
     """Refuse (InsufficientMemoryError) a run the machine cannot hold, before allocating it."""
     from fastsim import memory
 
     est = memory.estimate(workload, engine, worker_rows=worker_rows, telemetry=telemetry,
-                          kv_router=kv_router, pools=pools)
+                          kv_router=kv_router, pools=pools,
+                          kernels_loaded=_KERNELS_LOADED if kernels_loaded is None else kernels_loaded)
     if schedule:
         workers = f"the scaling schedule ({worker_rows} worker rows: its peak, plus every scale-up)"
     elif planner is not None:
@@ -413,15 +419,8 @@ def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=Fa
         "per-rank state": f"{workers} x dp_size",
         "KV pools": f"{blocks}, from {workers}",
         "router table": "the kv_router's table of prompt blocks",
+        "loading the kernels": "fastsim's compiled kernels (a fixed cost)",
     })
-
-
-def _dead_end(remaining):
-    return DeadEndError(
-        f"offline replay reached a dead end with {remaining} in-flight requests remaining "
-        "(no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with "
-        "chunked prefill disabled, or a request whose KV footprint can never fit)"
-    )
 
 
 def _debug(debug):
@@ -517,7 +516,7 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
         light_ticks=light_ticks, seed=seed)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
-        raise _dead_end(remaining)
+        raise dead_end_error(remaining, workload, [("", engine)])
     if _debug(debug):
         from fastsim.invariants import check
 

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from fastsim import arena
-from fastsim.errors import DeadEndError, InputError, NotSupportedError
+from fastsim.errors import InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.sim import (
     max_tokens,
@@ -20,6 +20,7 @@ from fastsim.sim import (
     check_memory,
     settle_unarrived,
 )
+from fastsim.dead_end import dead_end_error
 from fastsim.trace_checks import check_workload
 
 
@@ -104,7 +105,7 @@ def simulate_disagg(
     check_workload(workload)
     check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
                  num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],
-                 pools=[(prefill_engine, P), (decode_engine, D)])
+                 pools=[(prefill_engine, P), (decode_engine, D)], kernels_loaded=_LOADED)
     _load_disagg_kernels()
     t0 = time.perf_counter()
     pp = _engine_params(prefill_engine, PREFILL, steady_decode, light_ticks)
@@ -186,10 +187,10 @@ def simulate_disagg(
     settle_unarrived(rq_d, int(cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
-        raise DeadEndError(
-            f"offline replay reached a dead end with {int(cl.state[NARRIVED] - cl.state[NDONE])} in-flight "
-            "requests remaining"
-        )
+        done = np.isin(rq_d.status, (COMPLETED, REJECTED, FAILED))
+        raise dead_end_error(int(cl.state[NARRIVED] - cl.state[NDONE]), workload,
+                             [(" of the prefill pool", prefill_engine), (" of the decode pool", decode_engine)],
+                             (rq_p.status != NOT_ARRIVED) & ~done)
     st = rq_d.status
     status_col = np.select(
         [st == COMPLETED, st == REJECTED, st == FAILED, (st == NOT_ARRIVED) & (rq_p.status == NOT_ARRIVED)],
