@@ -164,7 +164,7 @@ exit status:
 
 leniencies kept from Dynamo (a warning where the input looks like a mistake):
   block_size 0 in the engine args means the default (64); speedup_ratio 0 is accepted;
-  negative values in a planner profile are clamped to 0
+  negative times in a planner profile: predictions are clamped (prefill >= 0 ms, decode >= 1 ms)
 """
 
 
