@@ -98,6 +98,8 @@ def _common(
         )
     if replay_concurrency is not None:
         replay_concurrency = _positive_int(replay_concurrency, "replay_concurrency must be at least 1")
+        if replay_concurrency > 2**62:
+            raise InputError(f"replay_concurrency must be at most 2^62, got {replay_concurrency}")
     ratio = arrival_speedup_ratio
     if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not math.isfinite(ratio) or ratio <= 0:
         raise InputError(f"arrival_speedup_ratio must be a finite positive number, got {ratio!r}")

@@ -99,6 +99,11 @@ def address_space_bytes() -> Optional[int]:
     return info["MemTotal"] + info.get("SwapTotal", 0)
 
 
+def request_bytes() -> int:
+    """Bytes a simulation adds per request (one copy)."""
+    return _PER_REQUEST
+
+
 def resident_bytes() -> Optional[int]:
     """This process's resident size now (``VmRSS``), None where it cannot be read."""
     try:

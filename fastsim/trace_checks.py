@@ -187,6 +187,31 @@ def azure_counts(strings, line, path, name) -> np.ndarray:
     return np.array(strings, dtype=np.int64) if strings else np.zeros(0, dtype=np.int64)
 
 
+def check_synthetic_size(input_tokens, output_tokens, request_count, turns, block_size, shared_ratio) -> None:
+    """A synthetic workload's sizes, before its arrays are made: a request of at most MAX_TOKENS
+    tokens, and rows (with their prefix-block ids when prompts share prefixes) that fit in the
+    available memory."""
+    from fastsim import memory
+
+    if input_tokens + output_tokens > MAX_TOKENS:
+        raise InputError(
+            f"input_tokens {input_tokens} plus output_tokens {output_tokens} is "
+            f"{input_tokens + output_tokens} tokens; at most {MAX_TOKENS} are supported"
+        )
+    rows = request_count * turns
+    per_row = 96 + memory.request_bytes()
+    if shared_ratio > 0:
+        per_row += 8 * -(-input_tokens // block_size)
+    need = rows * per_row
+    avail = memory.available_bytes()
+    if avail is not None and need > avail:
+        raise memory.InsufficientMemoryError(
+            f"request_count {request_count} x turns_per_session {turns} = {rows} requests need an "
+            f"estimated {need / 2**30:.1f} GB ({per_row} bytes each), more than the "
+            f"{avail / 2**30:.1f} GB this machine has available; lower request_count"
+        )
+
+
 # ----------------------------------------------------------------------------- whole workload
 def _row_name(workload, row) -> str:
     line = int(workload.line[row]) if workload.line is not None and workload.line.shape[0] > row else 0
@@ -228,16 +253,16 @@ def check_workload(workload, speedup_hint: str = "arrival_speedup_ratio"):
     if bad_rows.any() or bad_sessions.any():
         if bad_rows.any():
             row = int(np.argmax(bad_rows))
-            what = f"a delay of {workload.delay_ms[row]!r} ms"
+            what = f"a delay of {float(workload.delay_ms[row])!r} ms"
         else:
             s = int(np.argmax(bad_sessions))
             row = int(workload.session_rows[workload.session_ptr[s]])
-            what = (f"an arrival of {arrival[s]!r} ms after the first request" if not
+            what = (f"an arrival of {float(arrival[s])!r} ms after the first request" if not
                     abs(arrival[s]) <= MAX_TIME_MS else
-                    f"an arrival plus its turns' delays of {span[s]!r} ms")
+                    f"an arrival plus its turns' delays of {float(span[s])!r} ms")
         raise InputError(
             f"{_row_name(workload, row)}: {what} (after dividing by {speedup_hint}) is beyond the "
             f"simulated-time limit of 2^53 ns ({MAX_TIME_MS:.6g} ms, about {_DAYS:.0f} days); check "
-            f"the timestamps and delays, or raise {speedup_hint}"
+            f"the timestamps and delays, or raise {speedup_hint} (--arrival-speedup-ratio)"
         )
     return workload

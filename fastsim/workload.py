@@ -28,7 +28,8 @@ import numpy as np
 from fastsim import rust_rng
 from fastsim.errors import InputError, NotSupportedError, TraceWarning
 from fastsim.trace_checks import (DuplicateKeyError, azure_counts, azure_timestamps_ns, check_output_length,
-                                  check_request_tokens, check_time_value, check_workload, no_duplicate_keys)
+                                  check_request_tokens, check_synthetic_size, check_time_value, check_workload,
+                                  no_duplicate_keys)
 
 __all__ = [
     "Workload",
@@ -151,6 +152,8 @@ def _check_tbs(trace_block_size) -> int:
         raise InputError(f"trace_block_size must be a positive integer, got {trace_block_size!r}")
     if trace_block_size <= 0:
         raise InputError(f"trace_block_size must be greater than 0, got {trace_block_size}")
+    if trace_block_size > 2**62:
+        raise InputError(f"trace_block_size must be at most 2^62 tokens, got {trace_block_size}")
     return int(trace_block_size)
 
 
@@ -687,6 +690,7 @@ def synthetic(
 
     if seed > _U64_MAX:
         raise InputError(f"arrival_seed must be at most {_U64_MAX} (a u64), got {seed}")
+    check_synthetic_size(isl, osl, count, turns, bs, share if groups > 0 else 0.0)
     if replay_concurrency is not None:
         _req_int(replay_concurrency, "replay_concurrency")
         arrivals = np.zeros(count, dtype=np.float64)
