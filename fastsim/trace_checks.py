@@ -103,11 +103,11 @@ def no_duplicate_keys(pairs):
 # optional UTC offset (Z, +HH:MM, +HHMM, +HH).
 _DATETIME = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?"
 _OFFSET = r"(?:Z|[+-]\d{2}(?::?\d{2})?)"
-_DATETIME_RE = re.compile(_DATETIME + _OFFSET + "?")
-_ALL_DATETIMES_RE = re.compile(f"(?:{_DATETIME}\n)*{_DATETIME}")
-_OFFSET_RE = re.compile(f"({_DATETIME})({_OFFSET})?")
-_COUNT_RE = re.compile(r"\d+")
-_ALL_COUNTS_RE = re.compile(r"(?:\d+\n)*\d+")
+_DATETIME_RE = re.compile(_DATETIME + _OFFSET + "?", re.ASCII)
+_ALL_DATETIMES_RE = re.compile(f"(?:{_DATETIME}\n)*{_DATETIME}", re.ASCII)
+_OFFSET_RE = re.compile(f"({_DATETIME})({_OFFSET})?", re.ASCII)
+_COUNT_RE = re.compile(r"\d+", re.ASCII)
+_ALL_COUNTS_RE = re.compile(r"(?:\d+\n)*\d+", re.ASCII)
 _TS_EXAMPLE = "'2023-11-16 18:15:46.6805900'"
 
 
