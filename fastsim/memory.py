@@ -8,7 +8,7 @@ run can touch, while their address space must still be reservable), the router's
 telemetry buffer. :func:`check` compares it with ``MemAvailable`` of ``/proc/meminfo`` and raises
 :class:`InsufficientMemoryError` naming the estimate, what dominates it and the setting to change.
 The accuracy of the estimate against measured peak RSS is recorded in
-``docs/decisions/0002-memory-estimate.md``.
+``docs/decisions/0312-memory-estimate.md``.
 """
 
 from __future__ import annotations
