@@ -15,9 +15,11 @@ import numbers
 import os
 from typing import Any, Optional
 
+from fastsim import lost
 from fastsim.config import EngineArgs
 from fastsim.dynamo_version import check_version
 from fastsim.errors import InputError, NotSupportedError
+from fastsim.output_paths import check_output_file, write_error
 from fastsim.workload import DEFAULT_TRACE_BLOCK_SIZE, Workload, load_trace, synthetic
 
 __all__ = ["run_trace_replay", "run_synthetic_trace_replay", "simulate_workload"]
@@ -98,6 +100,8 @@ def _common(
         )
     if replay_concurrency is not None:
         replay_concurrency = _positive_int(replay_concurrency, "replay_concurrency must be at least 1")
+        if replay_concurrency > 2**62:
+            raise InputError(f"replay_concurrency must be at most 2^62, got {replay_concurrency}")
     ratio = arrival_speedup_ratio
     if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real) or not math.isfinite(ratio) or ratio <= 0:
         raise InputError(f"arrival_speedup_ratio must be a finite positive number, got {ratio!r}")
@@ -132,6 +136,13 @@ def _common(
     )
 
 
+def _write_jsonl(report, path):
+    try:
+        report.to_jsonl(os.fspath(path))
+    except OSError as exc:
+        raise write_error("report_jsonl_path", path, exc) from None
+
+
 def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, dynamo_version=None):
     from fastsim.sim_disagg import simulate_disagg  # lazy: numba loads only when a simulation runs
 
@@ -143,8 +154,12 @@ def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, 
         max_sim_time_ms=opts["max_sim_time_ms"], sla=opts["sla"], seed=seed,
         scaling_schedule=scaling_schedule, dynamo_version=dynamo_version,
     )
+    report.lost = lost.account(report, workload, [(" (prefill pool)", d["prefill"]),
+                                                  (" (decode pool)", d["decode"])],
+                               opts["max_sim_time_ms"], decode_engine=d["decode"])
+    lost.warn(report.lost)
     if report_jsonl_path is not None:
-        report.to_jsonl(os.fspath(report_jsonl_path))
+        _write_jsonl(report, report_jsonl_path)
     return report
 
 
@@ -184,8 +199,10 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
         max_workers=max_workers, telemetry_interval_ms=telemetry_interval_ms, threads=threads,
         dynamo_version=dynamo_version,
     )
+    report.lost = lost.account(report, workload, [("", engine)], max_sim_time_ms)
+    lost.warn(report.lost)
     if report_jsonl_path is not None:
-        report.to_jsonl(os.fspath(report_jsonl_path))
+        _write_jsonl(report, report_jsonl_path)
     return report
 
 
@@ -256,6 +273,8 @@ def run_trace_replay(
     Unknown keywords raise InputError.
     """
     _reject_unknown("run_trace_replay", unsupported, _TRACE_KEYWORDS)
+    if report_jsonl_path is not None:
+        check_output_file(report_jsonl_path, "report_jsonl_path")
     if isinstance(trace_files, (str, bytes, os.PathLike)):
         files = [os.fspath(trace_files)]
     else:
@@ -356,6 +375,8 @@ def run_synthetic_trace_replay(
     :func:`run_trace_replay`.
     """
     _reject_unknown("run_synthetic_trace_replay", unsupported, _SYNTHETIC_KEYWORDS)
+    if report_jsonl_path is not None:
+        check_output_file(report_jsonl_path, "report_jsonl_path")
     opts = _common(
         extra_engine_args=extra_engine_args, prefill_engine_args=prefill_engine_args,
         decode_engine_args=decode_engine_args, router_config=router_config,

@@ -151,6 +151,10 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
                      help="weka traces only (not supported yet)")
     d16.add_argument("--telemetry-jsonl", help="Dynamo 1.6 telemetry samples as JSONL (not supported yet)")
     d16.add_argument("--ais-perf-config", help="AIS timing for the router's estimator (not supported yet)")
+    p.add_argument("--strict", action="store_true",
+                   help="fastsim only: exit with status 3 if any request was not completed (rejected, "
+                        "failed, or cut off by --max-sim-time-seconds). Without it such requests are "
+                        "counted on stderr, the report keeps Dynamo's numbers and the exit status is 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
         "replay",
         help="replay a trace or a synthetic workload (flags of python -m dynamo.replay)",
         description="Offline replay with the flags of `python -m dynamo.replay` (Dynamo 1.4.2).",
+        epilog=_REPLAY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_replay_arguments(replay)
     replay.set_defaults(func=_cmd_replay)
@@ -172,6 +178,35 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_parser(sub)
     _add_plot_parser(sub)
     return parser
+
+
+_REPLAY_EPILOG = """\
+exit status:
+  0  the replay ran; requests it did not complete (rejected by max_model_len or a KV pool they can
+     never fit, failed in disaggregated serving, cut off by --max-sim-time-seconds) are counted on
+     stderr with the first one's file and line, and kept in the report as Dynamo keeps them
+  2  bad input or a run that cannot proceed (the message names the file, line, field or flag)
+  3  with --strict: the replay ran but some requests were not completed
+
+leniencies kept from Dynamo (a warning where the input looks like a mistake):
+  block_size 0 in the engine args means the default (64); speedup_ratio 0 is accepted;
+  negative times in a planner profile: predictions are clamped (prefill >= 0 ms, decode >= 1 ms)
+"""
+
+
+def _check_before_run(args) -> None:
+    """What can be checked before the simulation runs, so that a long run does not end in an
+    error: every output path can be written, and --report-workers has its sampling interval."""
+    from fastsim.output_paths import check_output_file
+
+    if args.report_json is not None:
+        check_output_file(args.report_json, "--report-json", directory_ok=True)
+    if args.report_jsonl is not None:
+        check_output_file(args.report_jsonl, "--report-jsonl")
+    if args.report_workers is not None:
+        if args.telemetry_interval_ms is None:
+            raise UsageError("--report-workers needs --telemetry-interval-ms (the sampling interval)")
+        check_output_file(args.report_workers, "--report-workers")
 
 
 def _check_dynamo_rules(args) -> bool:
@@ -284,6 +319,7 @@ def _cmd_replay(args) -> int:
 
     using_trace_file = _check_dynamo_rules(args)
     _check_unsupported(args)
+    _check_before_run(args)
     engine = (
         EngineArgs.coerce(args.extra_engine_args, source="--extra-engine-args")
         if args.extra_engine_args is not None
@@ -353,6 +389,12 @@ def _cmd_replay(args) -> int:
         except OSError as exc:
             raise FastsimError(f"--report-workers: cannot write {args.report_workers}: {exc.strerror or exc}") from None
         sys.stdout.write(f"Saved worker telemetry to: {args.report_workers}\n")
+    lost = getattr(report, "lost", None) or []
+    if args.strict and lost:
+        total = sum(g.count for g in lost)
+        sys.stderr.write(f"fastsim replay: --strict: {total} request{'s' if total != 1 else ''} "
+                         "not completed (counted above); exit status 3\n")
+        return 3
     return 0
 
 

@@ -175,7 +175,7 @@ class EngineArgs:
                     return cls.from_json(_read_text(stripped, source), source=stripped)
                 if not stripped.startswith(("null", "true", "false", '"')) and not stripped[0].isdigit():
                     raise InputError(
-                        f"{source}: {stripped[:60]!r} is neither a JSON object nor an existing file"
+                        f"{source}: {stripped!r} is neither a JSON object nor an existing file"
                     )
             return cls.from_json(text, source=source)
         if isinstance(x, Mapping):
@@ -405,10 +405,27 @@ def _build(cls, raw: dict, source: str) -> "EngineArgs":
         if value is None and spec is not None and spec.get("nullable") == "default":
             continue
         values[name] = _check_value(name, value, source, spec)
+    _warn_lenient(values, source)
     # Dynamo: block_size 0 (or absent) -> engine default.
     if values.get("block_size", 0) == 0:
         values["block_size"] = _DEFAULT_BLOCK_SIZE[values.get("engine_type", "vllm")]
     return _construct(cls, values, source)
+
+
+def _warn_lenient(values: dict, source: str) -> None:
+    """Dynamo's leniencies that fastsim keeps, with a warning where the value looks like a mistake."""
+    import warnings
+
+    from fastsim.errors import FastsimWarning
+
+    if values.get("block_size", None) == 0:
+        warnings.warn(f"{source}: block_size 0 means the engine default "
+                      f"({_DEFAULT_BLOCK_SIZE[values.get('engine_type', 'vllm')]}), as in Dynamo",
+                      FastsimWarning, stacklevel=4)
+    for name in ("speedup_ratio", "decode_speedup_ratio"):
+        if values.get(name, None) == 0:
+            warnings.warn(f"{source}: {name} 0 leaves the timings unscaled (as 1 does), as in Dynamo",
+                          FastsimWarning, stacklevel=4)
 
 
 def _construct(cls, values: dict, source: str) -> "EngineArgs":

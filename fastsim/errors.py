@@ -12,7 +12,6 @@ __all__ = [
     "InputError",
     "NotSupportedError",
     "DeadEndError",
-    "dead_end_error",
     "FastsimWarning",
     "TraceWarning",
 ]
@@ -32,24 +31,6 @@ class NotSupportedError(InputError):
 
 class DeadEndError(FastsimError):
     """The simulation cannot make progress (Dynamo: ``offline replay reached a dead end ...``)."""
-
-
-def dead_end_error(remaining: int, dynamo_version: str = "1.6.1", detail: str = "") -> DeadEndError:
-    """The dead-end error in the release's words, then fastsim's explanation.
-
-    Dynamo 1.4.2: ``offline replay reached a dead end with N in-flight requests remaining``;
-    Dynamo 1.6.1: ``replay invariant violated: offline replay detected an effect-free
-    zero-duration pass with N in-flight requests remaining`` (both observed on the releases).
-    """
-    fastsim_words = f"offline replay reached a dead end with {remaining} in-flight requests remaining"
-    if detail:
-        fastsim_words += f" ({detail})"
-    if dynamo_version == "1.4.2":
-        return DeadEndError(fastsim_words)
-    return DeadEndError(
-        "replay invariant violated: offline replay detected an effect-free zero-duration pass with "
-        f"{remaining} in-flight requests remaining; fastsim: {fastsim_words}"
-    )
 
 
 class FastsimWarning(UserWarning):

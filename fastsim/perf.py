@@ -187,13 +187,31 @@ def describe(perf: PerfTables) -> str:
 # Mocker-format NPZ
 
 
+def _check_npz_magic(path: Path) -> None:
+    """An NPZ is a zip archive of .npy arrays; anything else (text, a pickle, a lone .npy) is named
+    as such here, before numpy's loader answers with hints about pickles."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if head.startswith(b"\x93NUMPY"):
+        raise InputError(f"{path}: is a single .npy array, not an NPZ archive with the keys {', '.join(NPZ_KEYS)}")
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        raise InputError(
+            f"{path}: cannot read it as an NPZ archive: it is not a zip of .npy arrays (it starts with "
+            f"{head!r}); a mocker-format NPZ holds the keys {', '.join(NPZ_KEYS)}"
+        )
+
+
 def _load_npz(path: Path) -> PerfTables:
     # Dynamo reads each key as Array1<f64> / Array2<f64> (ndarray-npy): float64 of either byte
     # order and any memory order is accepted; int64, float32, other ranks fail (verified by
     # experiment with 1.4.2: each of those falls back to the polynomial model).
+    _check_npz_magic(path)
     try:
         npz = np.load(path, allow_pickle=False)
-    except Exception as exc:  # not a zip, truncated, a pickle...
+    except Exception as exc:  # truncated, a pickle inside...
         raise InputError(f"{path}: cannot read it as an NPZ archive ({exc})") from None
     if not isinstance(npz, np.lib.npyio.NpzFile):
         raise InputError(f"{path}: is a single .npy array, not an NPZ archive with the keys {', '.join(NPZ_KEYS)}")
@@ -250,6 +268,19 @@ def _validated(arrays: dict, source: str) -> PerfTables:
                 f"{source}: {key}{list(where)} is {float(values[where])!r}; table values must be finite "
                 f"(Dynamo would silently use 0 ms prefill / 1 ms decode there)"
             )
+    for key, values in (("prefill_ttft_ms", py), ("decode_itl", dz)):
+        neg = np.argwhere(values < 0)
+        if neg.size:
+            import warnings
+
+            from fastsim.errors import FastsimWarning
+
+            where = tuple(int(v) for v in neg[0])
+            warnings.warn(
+                f"{source}: {key} has {neg.shape[0]} negative value(s) (first {key}{list(where)} = "
+                f"{float(values[where])!r}); predictions are clamped (prefill to at least 0 ms, decode to at least "
+                f"1 ms), as in Dynamo",
+                FastsimWarning, stacklevel=3)
     return PerfTables(INTERPOLATED, px, py, dx, dy, dz)
 
 
@@ -338,6 +369,7 @@ def convert_profile_results(directory: str | os.PathLike, resolution: int = _RES
 def _read_raw(directory: Path, npz_rel: str, json_rel: str, keys: tuple[str, ...]) -> tuple[dict, Path]:
     npz_path, json_path = directory / npz_rel, directory / json_rel
     if npz_path.exists():
+        _check_npz_magic(npz_path)
         try:
             with np.load(npz_path, allow_pickle=False) as data:
                 missing = [k for k in keys if k not in data.files]

@@ -9,8 +9,10 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim import arena
-from fastsim.errors import InputError, dead_end_error
+from fastsim.dead_end import dead_end_error
+from fastsim.errors import InputError
 from fastsim.pages import with_small_pages
+from fastsim.trace_checks import check_workload
 
 _BIG_BUDGET = 1 << 62
 
@@ -315,6 +317,11 @@ def simulate(
     if telemetry_interval_ms is not None and not telemetry_interval_ms > 0:
         raise InputError(f"telemetry_interval_ms is {telemetry_interval_ms!r}; it must be > 0")
 
+    check_workload(workload)
+    tel_cap = _check_telemetry(workload, num_workers, telemetry_interval_ms)
+    check_memory(workload, engine, _worker_rows(num_workers, schedule, planner, max_workers),
+                 telemetry=bool(telemetry_interval_ms), kv_router=router_mode == "kv_router",
+                 num_workers=num_workers, schedule=schedule, planner=planner)
     n_shards = shards.plan(workload, threads=threads, num_workers=num_workers, router_mode=router_mode,
                            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                            schedule=schedule, planner=planner,
@@ -353,7 +360,7 @@ def simulate(
             status = run_loop_nb(st.params, st.perf, st.pool, st.rq, st.rk, st.ss, st.cl, st.gaps,
                                  rt, st.fl, st.pa, out)
             if status == TELEMETRY_FULL:
-                st = st._replace(fl=_grow_telemetry(st.fl))
+                st = st._replace(fl=_grow_telemetry(st.fl, tel_cap, telemetry_interval_ms))
             elif status == PLANNER_TICK:
                 target = planner(PlannerState.of(st, float(out[1])))
                 if target is not None:
@@ -373,7 +380,11 @@ def simulate(
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:
-        raise _dead_end(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]), version)
+        from fastsim.kernels.scheduler import FINISHING, HANDED, PREEMPTED, RUNNING, WAITING
+
+        raise dead_end_error(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]), workload, [("", engine)],
+                             np.isin(st.rq.status, (WAITING, RUNNING, PREEMPTED, FINISHING, HANDED)),
+                             st.rq.rank, dp, dynamo_version=version)
     if _debug(debug) and max_sim_time_ms is None:
         from fastsim.invariants import check
 
@@ -388,12 +399,47 @@ def simulate(
                    telemetry=bool(telemetry_interval_ms), version=version, committed=committed)
 
 
-def _dead_end(remaining, dynamo_version="1.6.1"):
-    return dead_end_error(
-        remaining, dynamo_version,
-        "no pass can make progress: e.g. a prompt longer than max_num_batched_tokens with chunked "
-        "prefill disabled, or a request whose KV footprint can never fit",
-    )
+def _worker_rows(num_workers, schedule, planner, max_workers):
+    """Rows of worker state a run allocates: every worker it can ever create."""
+    if planner is not None:
+        g_cap = int(max_workers or 4 * num_workers)
+        if g_cap < num_workers:
+            raise InputError(f"max_workers ({max_workers}) is below num_workers ({num_workers})")
+        return g_cap
+    # every worker ever created gets a row: the initial ones plus each scale-up step
+    g_cap, cur = int(num_workers), int(num_workers)
+    for _, target in schedule:
+        g_cap += max(0, target - cur)
+        cur = target
+    return g_cap
+
+
+def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=False, num_workers=1,
+                 schedule=(), planner=None, pools=None, kernels_loaded=None):
+    """Refuse (InsufficientMemoryError) a run the machine cannot hold, before allocating it."""
+    from fastsim import memory
+
+    est = memory.estimate(workload, engine, worker_rows=worker_rows, telemetry=telemetry,
+                          kv_router=kv_router, pools=pools,
+                          kernels_loaded=_KERNELS_LOADED if kernels_loaded is None else kernels_loaded)
+    if schedule:
+        workers = f"the scaling schedule ({worker_rows} worker rows: its peak, plus every scale-up)"
+    elif planner is not None:
+        workers = f"max_workers {worker_rows}"
+    else:
+        workers = f"--num-workers {num_workers}"
+    engines = pools if pools is not None else [(engine, worker_rows)]
+    blocks = " + ".join(f"num_gpu_blocks {e.num_gpu_blocks} x {r * max(int(e.dp_size or 1), 1)} ranks"
+                        for e, r in engines)
+    memory.check(est, {
+        "per-request state": f"the workload's {workload.isl.shape[0]} requests",
+        "prompt block keys": "the workload's prompt lengths over block_size",
+        "per-worker state": workers,
+        "per-rank state": f"{workers} x dp_size",
+        "KV pools": f"{blocks}, from {workers}",
+        "router table": "the kv_router's table of prompt blocks",
+        "loading the kernels": "fastsim's compiled kernels (a fixed cost)",
+    })
 
 
 def _debug(debug):
@@ -491,7 +537,7 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
         light_ticks=light_ticks, seed=seed, version=version)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
-        raise _dead_end(remaining, version)
+        raise dead_end_error(remaining, workload, [("", engine)], dynamo_version=version)
     if _debug(debug):
         from fastsim.invariants import check
 
@@ -589,10 +635,44 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)
 
 
-def _grow_telemetry(fl):
-    """Twice the telemetry capacity, keeping the rows recorded so far."""
+def _check_telemetry(workload, num_workers, interval_ms):
+    """The most telemetry rows a run may hold (None without telemetry); refuses an interval whose
+    samples over the arrivals alone would exceed that cap."""
+    if not interval_ms:
+        return None
+    from fastsim import memory
+
+    cap = memory.telemetry_row_cap()
+    arrivals = workload.session_arrival_ms
+    span = float(np.nanmax(arrivals)) if arrivals.shape[0] and not np.isnan(arrivals).all() else 0.0
+    rows = num_workers * span / float(interval_ms)
+    if rows > cap:
+        raise InputError(
+            f"telemetry_interval_ms (--telemetry-interval-ms) {interval_ms!r}: sampling {num_workers} "
+            f"workers over the {span:.6g} ms of arrivals alone takes at least {rows:.3g} rows "
+            f"({rows * memory.TELEMETRY_ROW_BYTES / 2**30:.3g} GB), more than the {cap} rows a "
+            "run may hold (a quarter of the available memory); raise the interval"
+        )
+    return cap
+
+
+def _grow_telemetry(fl, cap=None, interval_ms=None):
+    """Twice the telemetry capacity, keeping the rows recorded so far; at ``cap`` rows, telemetry
+    stops with a warning instead (the simulation itself goes on)."""
+    if cap is not None and fl.tel_t.shape[0] >= cap:
+        import warnings
+
+        from fastsim.errors import FastsimWarning
+
+        warnings.warn(
+            f"telemetry stopped at {fl.tel_t[fl.tel_t.shape[0] - 1]:.6g} ms after {fl.tel_t.shape[0]} "
+            f"rows, the most a run may hold (a quarter of the available memory); later samples are "
+            f"missing: raise --telemetry-interval-ms (now {interval_ms!r})",
+            FastsimWarning, stacklevel=3)
+        return fl._replace(tel_ms=0.0)
+
     def grow(a):
-        b = np.zeros(max(2 * a.shape[0], 4096), dtype=a.dtype)
+        b = np.zeros(min(max(2 * a.shape[0], 4096), cap or 1 << 62), dtype=a.dtype)
         b[: a.shape[0]] = a
         return b
 

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from fastsim import arena
-from fastsim.errors import InputError, NotSupportedError, dead_end_error
+from fastsim.errors import InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.sim import (
     max_tokens,
@@ -17,8 +17,11 @@ from fastsim.sim import (
     _load_kernels,
     _requests,
     _router_state,
+    check_memory,
     settle_unarrived,
 )
+from fastsim.dead_end import dead_end_error
+from fastsim.trace_checks import check_workload
 
 
 def stage_router_configs(cfg):
@@ -100,11 +103,15 @@ def simulate_disagg(
         raise InputError(f"prefill_engine_args: kv_transfer_bandwidth is {bw!r}; it must be > 0 (GB/s)")
 
     schedules = _pool_schedules(scaling_schedule)
-    _load_disagg_kernels()
-    t0 = time.perf_counter()
     P0, D0 = int(num_prefill_workers), int(num_decode_workers)
     P, D = _capacity(P0, schedules["prefill"]), _capacity(D0, schedules["decode"])
     version = check_version(dynamo_version)
+    check_workload(workload)
+    check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
+                 num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],
+                 pools=[(prefill_engine, P), (decode_engine, D)], kernels_loaded=_LOADED)
+    _load_disagg_kernels()
+    t0 = time.perf_counter()
     pp = _engine_params(prefill_engine, PREFILL, steady_decode, light_ticks, timing_rules(version))
     pd = _engine_params(decode_engine, DECODE, steady_decode, light_ticks, timing_rules(version))
     n = int(workload.isl.shape[0])
@@ -187,7 +194,10 @@ def simulate_disagg(
     settle_unarrived(rq_d, int(cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if status == DEAD_END:
-        raise dead_end_error(int(cl.state[NARRIVED] - cl.state[NDONE]), dynamo_version)
+        done = np.isin(rq_d.status, (COMPLETED, REJECTED, FAILED))
+        raise dead_end_error(int(cl.state[NARRIVED] - cl.state[NDONE]), workload,
+                             [(" of the prefill pool", prefill_engine), (" of the decode pool", decode_engine)],
+                             (rq_p.status != NOT_ARRIVED) & ~done, dynamo_version=version)
     st = rq_d.status
     status_col = np.select(
         [st == COMPLETED, st == REJECTED, st == FAILED, (st == NOT_ARRIVED) & (rq_p.status == NOT_ARRIVED)],

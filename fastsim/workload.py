@@ -27,6 +27,9 @@ import numpy as np
 
 from fastsim import rust_rng
 from fastsim.errors import InputError, NotSupportedError, TraceWarning
+from fastsim.trace_checks import (DuplicateKeyError, azure_counts, azure_timestamps_ns, check_output_length,
+                                  check_request_tokens, check_synthetic_size, check_time_value, check_workload,
+                                  no_duplicate_keys)
 
 __all__ = [
     "Workload",
@@ -155,6 +158,8 @@ def _check_tbs(trace_block_size) -> int:
         raise InputError(f"trace_block_size must be a positive integer, got {trace_block_size!r}")
     if trace_block_size <= 0:
         raise InputError(f"trace_block_size must be greater than 0, got {trace_block_size}")
+    if trace_block_size > 2**62:
+        raise InputError(f"trace_block_size must be at most 2^62 tokens, got {trace_block_size}")
     return int(trace_block_size)
 
 
@@ -277,7 +282,8 @@ def load_mooncake(
     clamp_is_error = check_dynamo_version(dynamo_version) != "1.4.2"
     path = os.fspath(path)
     text = _open_text(path)
-    raw_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_serde_float).raw_decode
+    raw_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_serde_float,
+                                  object_pairs_hook=no_duplicate_keys).raw_decode
 
     isl_l, osl_l, sess_l, turn_l, delay_l, line_l, hlists = [], [], [], [], [], [], []
     sess_index: dict = {}
@@ -300,6 +306,8 @@ def load_mooncake(
             row, end = raw_decode(s)
         except json.JSONDecodeError as exc:
             raise InputError(f"{where}: malformed JSON at column {exc.colno}: {exc.msg}") from None
+        except DuplicateKeyError as exc:
+            raise InputError(f"{where}: {exc}") from None
         except ValueError as exc:
             raise InputError(f"{where}: malformed JSON: {exc}") from None
         if end != len(s):
@@ -313,6 +321,7 @@ def load_mooncake(
             raise InputError(f"{where}: missing required field 'output_length' (alias 'output_tokens')")
         if type(out) is not _int or out < 0:
             raise InputError(f"{where}: field 'output_length' must be an integer >= 0, got {_jtype(out)}")
+        check_output_length(out, where)
         inp = (_pick(row, "input_length", "input_tokens", where) if "input_tokens" in row else row.get("input_length"))
         if inp is not None and (type(inp) is not _int or inp < 0):
             raise InputError(f"{where}: field 'input_length' must be an integer >= 1, got {_jtype(inp)}")
@@ -347,18 +356,19 @@ def load_mooncake(
             inp = cap
         if inp == 0:
             raise InputError(f"{where}: field 'input_length' is 0; every request needs a positive input_length")
+        check_request_tokens(inp, out, where)
 
         # timing
         ts = (_pick(row, "timestamp", "created_time", where) if "created_time" in row else row.get("timestamp"))
         if ts is not None:
-            if type(ts) not in (_int, _float) or not math.isfinite(ts):
+            if type(ts) not in (_int, _float):
                 raise InputError(f"{where}: field 'timestamp' must be a finite number (ms), got {_jtype(ts)}")
-            ts = _float(ts)
+            ts = check_time_value(ts, "timestamp", where)
         delay = (_pick(row, "delay", "delay_ms", where) if "delay_ms" in row else row.get("delay"))
         if delay is not None:
-            if type(delay) not in (_int, _float) or not math.isfinite(delay):
+            if type(delay) not in (_int, _float):
                 raise InputError(f"{where}: field 'delay' must be a finite number of ms, got {_jtype(delay)}")
-            delay = _float(delay)
+            delay = check_time_value(delay, "delay", where)
         sid = row.get("session_id")
         if sid is not None and type(sid) is not str:
             raise InputError(f"{where}: field 'session_id' must be a string, got {_jtype(sid)}")
@@ -423,7 +433,8 @@ def load_mooncake(
         )
     t0 = min(present) if present else 0.0
     arrivals = np.array([np.nan if t is None else t for t in first_ts], dtype=np.float64)
-    arrivals = (arrivals - t0) / ratio
+    with np.errstate(over="ignore"):  # a tiny ratio: check_workload names the row out of range
+        arrivals = (arrivals - t0) / ratio
 
     if clamped:
         warnings.warn(
@@ -444,7 +455,7 @@ def load_mooncake(
         hash_ids = np.fromiter(flat, dtype=np.uint64, count=total_ids).view(np.int64)
     else:
         hash_ids = np.fromiter(flat, dtype=np.int64, count=total_ids)
-    return Workload(
+    return check_workload(Workload(
         isl=np.array(isl_l, dtype=np.int64),
         osl=np.array(osl_l, dtype=np.int64),
         session=session,
@@ -458,7 +469,7 @@ def load_mooncake(
         trace_block_size=tbs,
         line=np.array(line_l, dtype=np.int64),
         source=path,
-    )
+    ))
 
 
 # ----------------------------------------------------------------------------- Azure CSV
@@ -524,22 +535,7 @@ def load_azure_csv(
     line = np.array(line_l, dtype=np.int64)
     ctx = _parse_counts(ctx_s, line, path, "ContextTokens")
     gen = _parse_counts(gen_s, line, path, "GeneratedTokens")
-    try:
-        t_ns = np.array(ts_s, dtype="datetime64[ns]").astype(np.int64)
-    except ValueError:
-        for j, s in enumerate(ts_s):
-            try:
-                np.datetime64(s, "ns")
-            except ValueError:
-                raise InputError(
-                    f"{path}:{line[j]}: field 'TIMESTAMP' is not a date-time like "
-                    f"'2023-11-16 18:15:46.6805900', got {s!r}"
-                ) from None
-        raise  # pragma: no cover
-    if np.any(t_ns == np.iinfo(np.int64).min):
-        j = int(np.argmax(t_ns == np.iinfo(np.int64).min))
-        raise InputError(f"{path}:{line[j]}: field 'TIMESTAMP' is empty or NaT")
-
+    t_ns = azure_timestamps_ns(ts_s, line, path)
     keep = ctx > 0
     dropped = int((~keep).sum())
     if dropped:
@@ -552,25 +548,13 @@ def load_azure_csv(
         if dropped == len(line_l):
             raise InputError(f"trace file {path} has no row with ContextTokens > 0")
         ctx, gen, t_ns, line = ctx[keep], gen[keep], t_ns[keep], line[keep]
-    arrivals = (t_ns - t_ns.min()).astype(np.float64) / 1e6 / ratio
-    return _single_turn_workload(ctx, gen, arrivals, line, tbs, path)
+    with np.errstate(over="ignore"):  # a tiny ratio: check_workload names the row out of range
+        arrivals = (t_ns - t_ns.min()).astype(np.float64) / 1e6 / ratio
+    return check_workload(_single_turn_workload(ctx, gen, arrivals, line, tbs, path))
 
 
 def _parse_counts(strings, line, path, name) -> np.ndarray:
-    try:
-        arr = np.array([int(s) for s in strings], dtype=np.int64)
-    except (ValueError, OverflowError):
-        for j, s in enumerate(strings):
-            try:
-                v = int(s)
-                np.int64(v)
-            except (ValueError, OverflowError):
-                raise InputError(f"{path}:{line[j]}: field '{name}' must be an integer >= 0, got {s!r}") from None
-        raise  # pragma: no cover
-    if arr.size and arr.min() < 0:
-        j = int(np.argmax(arr < 0))
-        raise InputError(f"{path}:{line[j]}: field '{name}' must be an integer >= 0, got {arr[j]}")
-    return arr
+    return azure_counts(strings, line, path, name)
 
 
 def _single_turn_workload(isl, osl, arrivals, line, tbs, source, hash_ptr=None, hash_ids=None) -> Workload:
@@ -726,6 +710,7 @@ def synthetic(
 
     if seed > _U64_MAX:
         raise InputError(f"arrival_seed must be at most {_U64_MAX} (a u64), got {seed}")
+    check_synthetic_size(isl, osl, count, turns, bs, share if groups > 0 else 0.0)
     if replay_concurrency is not None:
         _req_int(replay_concurrency, "replay_concurrency")
         arrivals = np.zeros(count, dtype=np.float64)
@@ -739,7 +724,8 @@ def synthetic(
         rate = _req_float(request_rate, "request_rate", positive=True)
         # Dynamo's PoissonQps: StdRng::seed_from_u64(arrival_seed), gaps -mean*ln(1 - U)
         arrivals = rust_rng.poisson_arrivals_ms(seed, 1000.0 / rate, count)
-    arrivals = arrivals / ratio
+    with np.errstate(over="ignore"):  # a tiny ratio: check_workload names the row out of range
+        arrivals = arrivals / ratio
 
     n = count * turns
     session = np.repeat(np.arange(count, dtype=np.int64), turns)
@@ -761,7 +747,7 @@ def synthetic(
         unique = np.arange(1, n * n_unique + 1, dtype=np.uint64).reshape(n, n_unique)
         hash_ids = np.concatenate([prefix, unique], axis=1).reshape(-1).view(np.int64)
         hash_ptr = np.arange(0, n * nb + 1, nb, dtype=np.int64)
-    return Workload(
+    return check_workload(Workload(
         isl=np.full(n, isl, dtype=np.int64),
         osl=np.full(n, osl, dtype=np.int64),
         session=session,
@@ -775,4 +761,4 @@ def synthetic(
         trace_block_size=tbs,
         line=np.zeros(n, dtype=np.int64),
         source="synthetic",
-    )
+    ))

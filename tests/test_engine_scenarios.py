@@ -806,5 +806,5 @@ def test_token_counts_beyond_int32_are_an_input_error():
 
     wl = _single_turn_workload(np.array([16, 2**31 - 10]), np.array([2, 20]), [0.0, 1.0], [1, 2],
                                16, "test")
-    with pytest.raises(InputError, match=r"request 1: input plus output length 2147483658"):
+    with pytest.raises(InputError, match=r"test:2: input length 2147483638 plus output length 20 is 2147483658 tokens"):
         fastsim.api.simulate_workload(wl)
