@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fastsim",
         description="Fast re-implementation of NVIDIA Dynamo 1.4.2's offline replay simulator.",
     )
-    parser.add_argument("--version", action="version", version=f"fastsim {__version__}")
+    parser.add_argument("--version", action="version", version=f"fastsim {__version__} (fastsim-llm)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     replay = sub.add_parser(
         "replay",
@@ -306,7 +306,7 @@ def _add_sweep_parser(sub) -> None:
     )
     p.add_argument("spec", help="sweep spec file (.yaml/.yml, .toml or .json)")
     p.add_argument("--executor", choices=("local", "dask", "serial"), default="local",
-                   help="local: process pool (default); dask: dask.distributed (fastsim[dask]); "
+                   help="local: process pool (default); dask: dask.distributed (fastsim-llm[dask]); "
                         "serial: in this process")
     p.add_argument("--scheduler-address", help="dask scheduler address (default: start a LocalCluster)")
     p.add_argument("--workers", type=int, help="worker processes (default: the number of CPUs)")

@@ -1,4 +1,4 @@
-"""Plots of replay and sweep results (matplotlib; extra ``fastsim[plots]``).
+"""Plots of replay and sweep results (matplotlib; extra ``fastsim-llm[plots]``).
 
 Figures are built on matplotlib's object-oriented API with the Agg canvas: nothing touches
 ``pyplot``'s global state or the user's backend, no display is needed, and every function returns
@@ -51,7 +51,7 @@ def _figure(**kw):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise FastsimError("plots need matplotlib: pip install 'fastsim[plots]'") from None
+        raise FastsimError("plots need matplotlib: pip install 'fastsim-llm[plots]'") from None
     fig = Figure(layout="constrained", **kw)
     FigureCanvasAgg(fig)
     return fig

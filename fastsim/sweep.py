@@ -236,9 +236,9 @@ def _read_spec_file(path: Path):
         if suffix == ".json":
             return json.loads(data)
         if suffix == ".toml":
-            toml = _optional("tomllib" if sys.version_info >= (3, 11) else "tomli", "reading a TOML spec", "sweep")
+            toml = _optional("tomllib" if sys.version_info >= (3, 11) else "tomli", "reading a TOML spec", None)
             return toml.loads(data.decode("utf-8"))
-        return _optional("yaml", "reading a YAML sweep spec", "sweep").safe_load(data)
+        return _optional("yaml", "reading a YAML sweep spec", None).safe_load(data)
     except SweepError:
         raise
     except OSError as exc:
@@ -247,13 +247,20 @@ def _read_spec_file(path: Path):
         raise SpecError(f"sweep spec {path}: {exc}") from None
 
 
+#: pip's names of the modules fastsim needs that are not imported under the same name
+_PIP_NAMES = {"yaml": "pyyaml", "distributed": "dask[distributed]"}
+
+
 def _optional(module, what, extra):
+    """Import ``module`` or raise a SweepError with the install command (``extra`` None: a module
+    of the base install, missing from a broken environment)."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise SweepError(f"{what} needs {module}: pip install 'fastsim[{extra}]'") from None
+        hint = f"'fastsim-llm[{extra}]'" if extra else _PIP_NAMES.get(module, module)
+        raise SweepError(f"{what} needs {module}: pip install {hint}") from None
 
 
 def load_spec(spec) -> SweepSpec:
@@ -520,7 +527,7 @@ class _Checkpoint:
             raise SweepError(f"checkpoint {self.path}: the name must end in .parquet or .csv")
         if suffix == ".parquet" or keep_requests:
             _optional("pyarrow", f"writing {self.path}" if suffix == ".parquet" else "keep_requests with a checkpoint",
-                      "parquet")
+                      None)
         self.out = self.path
         self.partial, self.meta = (self.path.with_name(self.path.name + e) for e in (".partial.jsonl", ".sweep.json"))
         self.req_dir = self.path.with_name(self.path.name + ".requests") if keep_requests else None
@@ -648,7 +655,7 @@ def read_results(path):
 
     path = Path(path)
     if path.suffix.lower() == ".parquet":
-        _optional("pyarrow", f"reading {path}", "parquet")
+        _optional("pyarrow", f"reading {path}", None)
         return pd.read_parquet(path)
     df = pd.read_csv(path, dtype={c: str for c in ("status", "error", "warnings")})
     return df.fillna({c: "" for c in ("status", "error", "warnings") if c in df})
@@ -718,7 +725,7 @@ def sweep(spec, executor="local", workers=None, checkpoint=None, progress=True, 
 
     ``spec``: a mapping, a spec file path or a :class:`SweepSpec` (see the module docstring).
     ``executor``: ``"local"`` (a pool of ``workers`` spawned processes, default ``os.cpu_count()``),
-    ``"dask"`` (``dask.distributed``, extra ``fastsim[dask]``: the scheduler at
+    ``"dask"`` (``dask.distributed``, extra ``fastsim-llm[dask]``: the scheduler at
     ``scheduler_address`` — its workers need fastsim installed — or else a LocalCluster of
     ``workers`` single-threaded processes) or ``"serial"`` (in this process, for debugging).
     ``checkpoint``: a ``.parquet``/``.csv`` output path that makes the sweep resumable; ``force``

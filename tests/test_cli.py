@@ -33,7 +33,7 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as ei:
         main(["--version"])
     assert ei.value.code == 0
-    assert capsys.readouterr().out.strip() == f"fastsim {__version__}"
+    assert capsys.readouterr().out.strip() == f"fastsim {__version__} (fastsim-llm)"
 
 
 def test_no_command_prints_help(capsys):
