@@ -342,8 +342,9 @@ def _cmd_sweep(args) -> int:
                     progress=not args.no_progress, keep_requests=args.keep_requests,
                     scheduler_address=args.scheduler_address, force=args.force)
     except KeyboardInterrupt:
-        sys.stderr.write(f"fastsim sweep: finished rows are kept in {args.out}.partial.jsonl; "
-                         "rerun the same command to resume\n")
+        if Path(f"{args.out}.partial.jsonl").exists():
+            sys.stderr.write(f"fastsim sweep: finished rows are kept in {args.out}.partial.jsonl; "
+                             "rerun the same command to resume\n")
         raise
     df = res[0] if args.keep_requests else res
     errors = df[df["status"] != "ok"]
