@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+import textwrap
 import warnings
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +40,82 @@ _AIC_FLAGS = (
 
 class UsageError(FastsimError):
     """A command-line rule was broken (printed as ``fastsim replay: error: ...``, exit 2)."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default (``none`` when it has none); descriptions and
+    epilogs keep their line breaks (the examples)."""
+
+    def __init__(self, prog, **kwargs):
+        kwargs.setdefault("max_help_position", 34)
+        super().__init__(prog, **kwargs)
+
+    def _get_default_metavar_for_optional(self, action):
+        if action.type is int:
+            return "N"
+        if action.type is float:
+            return "X"
+        if action.dest.endswith(("_args", "_config", "_schedule")):
+            return "JSON"
+        if action.dest.startswith("report") or action.dest.endswith(("_file", "_path", "_data")):
+            return "PATH"
+        return action.dest.upper()
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.option_strings and action.nargs != 0 and action.default is not argparse.SUPPRESS
+                and "%(default)" not in text):
+            text += " (default: none)" if action.default is None else " (default: %(default)s)"
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse without silent abbreviations, whose errors are one usage line, the message (with
+    "did you mean" for a mistyped flag) and where to find help, instead of the full usage."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        import difflib
+        import re
+
+        usage = self.usage % {"prog": self.prog} if self.usage else f"{self.prog} [options]"
+        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if bad:
+            choices = re.findall(r"'([^']*)'", bad.group(2))
+            close = difflib.get_close_matches(bad.group(1), choices, n=1, cutoff=0.5)
+            message += f"; did you mean '{close[0]}'?" if close else ""
+        self.exit(2, f"usage: {usage}\n{self.prog}: error: {message}\n(see '{self.prog} --help')\n")
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            sub = self._subparser(getattr(ns, "command", None))
+            sub.error(sub.unknown_argument_message(extras))
+        return ns
+
+    def _subparser(self, name):
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+                return action.choices[name]
+        return self
+
+    def unknown_argument_message(self, extras):
+        """``unrecognized argument --num-worker; did you mean --num-workers?``"""
+        import difflib
+
+        flags = [x for x in extras if x.startswith("-")]
+        if not flags:
+            return f"unrecognized arguments: {' '.join(extras)}"
+        flag = flags[0].split("=", 1)[0]
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        names = {o[2:]: o for o in known}
+        close = [names[c] for c in difflib.get_close_matches(flag.lstrip("-"), list(names), n=1, cutoff=0.6)]
+        more = f" (and {len(flags) - 1} more)" if len(flags) > 1 else ""
+        return f"unrecognized argument {flag}{more}" + (f"; did you mean {close[0]}?" if close else "")
 
 
 def _flag(dest: str) -> str:
@@ -81,7 +158,10 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
                    help="fastsim only: write the per-worker telemetry as CSV to this path")
     p.add_argument("--router-policy-config", default=None, help="not supported yet (router policies)")
     p.add_argument("--model-name", help="not supported yet (router policy profiles)")
-    aic = p.add_argument_group("AIConfigurator options (not supported yet)")
+    aic = p.add_argument_group(
+        "AIConfigurator options (not supported yet)",
+        textwrap.fill("Dynamo's AIConfigurator timing flags are accepted for compatibility; each is an "
+                      "error: " + ", ".join(_flag(d) for d in _AIC_FLAGS), 78))
     for dest in _AIC_FLAGS:
         kind = int if dest in ("aic_tp_size", "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_nextn") else None
         aic.add_argument(_flag(dest), type=kind)
@@ -130,22 +210,119 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fastsim`` parser with its subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fastsim",
+        usage="%(prog)s [--version] {replay,sweep,plot} ...",
         description="Fast re-implementation of NVIDIA Dynamo 1.4.2's offline replay simulator.",
     )
     parser.add_argument("--version", action="version", version=f"fastsim {__version__} (fastsim-llm)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog="fastsim")
     replay = sub.add_parser(
         "replay",
         help="replay a trace or a synthetic workload (flags of python -m dynamo.replay)",
-        description="Offline replay with the flags of `python -m dynamo.replay` (Dynamo 1.4.2).",
+        description="Offline replay with the flags of `python -m dynamo.replay` (Dynamo 1.4.2): a trace file, or\n"
+                    "a synthetic workload (--input-tokens, --output-tokens, --request-count and one of\n"
+                    "--request-rate, --arrival-interval-ms, --replay-concurrency).",
+        usage="%(prog)s [TRACE_FILE] [options]",
+        epilog=_REPLAY_EXAMPLES,
     )
     _add_replay_arguments(replay)
+    _document(replay, _REPLAY_HELP, _REPLAY_GROUPS)
     replay.set_defaults(func=_cmd_replay)
     _add_sweep_parser(sub)
     _add_plot_parser(sub)
     return parser
+
+
+_REPLAY_EXAMPLES = """\
+examples:
+  fastsim replay examples/mooncake_trace_1000.jsonl --num-workers 2 --extra-engine-args '{"block_size":64}'
+  fastsim replay trace.jsonl --num-workers 4 --router-mode kv_router --router-config '{"router_temperature":0.5}'
+  fastsim replay --input-tokens 1024 --output-tokens 128 --request-count 1000 --request-rate 80 --num-workers 4
+  fastsim replay trace.jsonl --num-workers 4 --sla-ttft-ms 500 --report-json out.json --report-jsonl requests.jsonl
+  fastsim replay trace.jsonl --num-workers 4 --telemetry-interval-ms 1000 --report-workers workers.csv
+
+Engine arguments are Dynamo's MockEngineArgs fields (block_size, num_gpu_blocks, max_num_seqs,
+max_num_batched_tokens, enable_prefix_caching, speedup_ratio, dp_size, startup_time, ...).
+"""
+
+# Help texts of `fastsim replay --help` that the definitions (in dynamo.replay's order) lack or
+# that would repeat the default shown after them.
+_REPLAY_HELP = {
+    "trace_block_size": "tokens represented by each hash_id of the trace (none: 512)",
+    "threads": "fastsim only: threads for a round-robin cluster's shards, with the same results with any "
+               "number (none: $FASTSIM_THREADS, else the usable cores, for 50,000 requests or more)",
+    "report_json": "write the full report JSON (Dynamo's keys) to this file; an existing directory gets "
+                   "a timestamped file inside it",
+    "report_jsonl": "write one JSON object per request (trace replay)",
+    "input_tokens": "synthetic workload: prompt length of every request (tokens)",
+    "output_tokens": "synthetic workload: output length of every request (tokens)",
+    "turns_per_session": "synthetic workload: turns of each session (multi-turn when > 1)",
+    "shared_prefix_ratio": "synthetic workload: fraction of each prompt shared within its prefix group",
+    "num_prefix_groups": "synthetic workload: number of prefix groups (0: no shared prefixes)",
+    "inter_turn_delay_ms": "synthetic workload: delay between a turn's completion and the next turn (ms)",
+    "num_workers": "aggregated workers (each of dp_size attention ranks)",
+    "num_prefill_workers": "disaggregated replay: prefill workers",
+    "num_decode_workers": "disaggregated replay: decode workers",
+    "replay_concurrency": "closed loop: keep this many requests in flight (trace timestamps are ignored)",
+    "replay_mode": "offline (virtual time); online is not supported yet",
+    "router_mode": "how requests are routed to workers",
+    "arrival_speedup_ratio": "divide the trace's arrival times by this factor (2: twice the load)",
+}
+for _dest in _AIC_FLAGS:
+    _REPLAY_HELP[_dest] = argparse.SUPPRESS  # listed in their section's description instead
+
+# Help sections of `fastsim replay --help`, in order (flags not named here stay under "options").
+_REPLAY_GROUPS = (
+    ("trace replay", ("trace_format", "trace_block_size", "arrival_speedup_ratio", "max_sim_time_seconds")),
+    ("synthetic workload", ("input_tokens", "output_tokens", "request_count", "request_rate",
+                            "arrival_interval_ms", "arrival_seed", "turns_per_session", "shared_prefix_ratio",
+                            "num_prefix_groups", "inter_turn_delay_ms")),
+    ("engines and cluster", ("extra_engine_args", "num_workers", "replay_concurrency", "prefill_engine_args",
+                             "decode_engine_args", "num_prefill_workers", "num_decode_workers", "replay_mode",
+                             "threads", "scaling_schedule")),
+    ("routing", ("router_mode", "router_config", "seed")),
+    ("goodput SLA (requests meeting every bound given)", ("sla_ttft_ms", "sla_itl_ms", "sla_e2e_ms")),
+    ("output", ("report_json", "report_jsonl", "telemetry_interval_ms", "report_workers", "no_progress")),
+    ("Dynamo flags not supported yet (an error if given)",
+     ("router_policy_config", "model_name", "planner_config", "benchmark_granularity",
+      "trace_shared_prefix_ratio", "trace_num_prefix_groups")),
+)
+
+
+def _document(parser, helps, groups):
+    """Give the flags in ``helps`` their help text and move the flags of ``groups`` into help
+    sections of those titles, after the definitions (which keep Dynamo's order)."""
+    by_dest = {a.dest: a for a in parser._actions}
+    for dest, text in helps.items():
+        if dest in by_dest:
+            by_dest[dest].help = text
+    sections = {}
+    for title, dests in groups:
+        for dest in dests:
+            action = by_dest.get(dest)
+            if action is None:
+                continue
+            for g in parser._action_groups:
+                if action in g._group_actions:
+                    g._group_actions.remove(action)
+            if title not in sections:
+                sections[title] = parser.add_argument_group(title)
+            sections[title]._group_actions.append(action)
+    aic = [g for g in parser._action_groups if g.title and g.title.startswith("AIConfigurator")]
+    for g in aic:  # the AIConfigurator section last
+        parser._action_groups.remove(g)
+        parser._action_groups.append(g)
+
+
+def _check_combinations(args) -> None:
+    """Flag combinations that would fail or do nothing, checked before the simulation runs."""
+    if args.report_workers is not None and args.telemetry_interval_ms is None:
+        raise UsageError("--report-workers needs --telemetry-interval-ms (the sampling interval of the "
+                         "per-worker telemetry it writes)")
+    if args.router_config is not None and args.router_mode == "round_robin":
+        warnings.warn("--router-config configures --router-mode kv_router; with round_robin (the default) "
+                      "it has no effect", FastsimWarning)
 
 
 def _check_dynamo_rules(args) -> bool:
@@ -229,6 +406,7 @@ def _cmd_replay(args) -> int:
 
     using_trace_file = _check_dynamo_rules(args)
     _check_unsupported(args)
+    _check_combinations(args)
     engine = (
         EngineArgs.coerce(args.extra_engine_args, source="--extra-engine-args")
         if args.extra_engine_args is not None
@@ -300,6 +478,7 @@ def _add_sweep_parser(sub) -> None:
     p = sub.add_parser(
         "sweep",
         help="run a parameter sweep (many replays) from a spec file",
+        usage="%(prog)s SPEC --out RESULTS [options]",
         description="Run every configuration of a sweep spec (base + grid/zip + repeats; see "
                     "fastsim.sweep) and write one row per configuration. Finished rows are "
                     "checkpointed in OUT.partial.jsonl: rerunning the same command resumes.",
@@ -355,6 +534,9 @@ def _cmd_sweep(args) -> int:
     sys.stdout.write(f"{len(df)} configurations: {len(df) - len(errors)} ok, {len(errors)} errors "
                      f"({time.perf_counter() - t0:.1f} s)\n")
     sys.stdout.write(f"Saved results to: {args.out}\n")
+    if len(df) and len(errors) == len(df):
+        sys.stderr.write(f"fastsim sweep: error: every configuration failed (the error rows are in {args.out})\n")
+        return 1
     return 0
 
 
@@ -362,6 +544,7 @@ def _add_plot_parser(sub) -> None:
     p = sub.add_parser(
         "plot",
         help="plot latency CDFs, a sweep's throughput/latency frontier or worker timelines",
+        usage="%(prog)s FILE [FILE ...] --out DIR [options]",
         description="Write PNG plots for per-request JSONL files (--report-jsonl; several are "
                     "overlaid), sweep results (.parquet/.csv) or telemetry tables.",
     )
