@@ -1,8 +1,11 @@
 """Command line: ``fastsim replay ...`` takes the flags of ``python -m dynamo.replay`` (1.4.2).
 
-Same flag names, defaults, mutual-exclusion rules and output: the report JSON is written (default
-``./fastsim_replay_report_YYYYmmdd_HHMMSS.json``; an existing directory gets that file inside),
-then the AIPerf-style table is printed, then ``Saved full report to: PATH``. Flags for features
+Same flag names, defaults and mutual-exclusion rules. Output differs from Dynamo's on purpose:
+the report JSON is written only when ``--report-json`` is given (an existing directory gets
+``fastsim_replay_report_YYYYmmdd_HHMMSS.json`` inside; Dynamo always writes that file into the
+working directory), and the screen shows fastsim's summary (:mod:`fastsim.screen`: fits the
+terminal, goodput and GPU-hours), not AIPerf's table; progress goes to stderr for runs longer
+than 2 s (:mod:`fastsim.progress`). Flags for features
 fastsim does not model yet are rejected with an error naming the flag (exit status 2), never
 ignored. Any :class:`~fastsim.errors.FastsimError` prints its message on stderr, without a
 traceback, and exits with status 2. Subcommands are argparse subparsers: ``replay``, ``sweep``
@@ -15,6 +18,7 @@ fastsim has no router policies and does not read that variable.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import sys
 import textwrap
@@ -128,10 +132,12 @@ def default_report_path(directory: Optional[Path] = None) -> Path:
     return Path(directory if directory is not None else Path.cwd()) / f"fastsim_replay_report_{stamp}.json"
 
 
-def resolve_report_path(report_json: Optional[str]) -> Path:
-    """Where ``--report-json`` writes: the default name when None, a file inside an existing directory."""
+def resolve_report_path(report_json: Optional[str]) -> Optional[Path]:
+    """Where ``--report-json`` writes: nowhere when it is not given (Dynamo writes a timestamped
+    file into the working directory; fastsim only when asked), a timestamped file inside an
+    existing directory, else the path given."""
     if report_json is None:
-        return default_report_path()
+        return None
     path = Path(report_json)
     if path.exists() and path.is_dir():
         return default_report_path(path)
@@ -195,7 +201,7 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-num-prefix-groups", type=int, default=0,
                    help="applied_compute_agentic only (not supported yet)")
     p.add_argument("--report-json",
-                   help="path to save the full replay report JSON; defaults to a timestamped file in the current directory")
+                   help="path to save the full replay report JSON (not written unless given)")
     p.add_argument("--report-jsonl", default=None,
                    help="optional path to emit one JSON object per request for trace-file replay")
     p.add_argument("--planner-config", help="not supported yet (planner-in-the-loop replay)")
@@ -206,6 +212,8 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sla-ttft-ms", type=float, default=None, help="goodput SLA: max time to first token (ms)")
     p.add_argument("--sla-itl-ms", type=float, default=None, help="goodput SLA: max average inter-token latency (ms)")
     p.add_argument("--sla-e2e-ms", type=float, default=None, help="goodput SLA: max end-to-end latency (ms)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="fastsim only: no progress on stderr (shown for runs longer than 2 s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -401,7 +409,6 @@ def _check_unsupported(args) -> None:
 
 
 def _cmd_replay(args) -> int:
-    from fastsim.api import run_synthetic_trace_replay, run_trace_replay
     from fastsim.config import EngineArgs
 
     using_trace_file = _check_dynamo_rules(args)
@@ -432,8 +439,43 @@ def _cmd_replay(args) -> int:
         sla_itl_ms=args.sla_itl_ms,
         sla_e2e_ms=args.sla_e2e_ms,
     )
+    from fastsim import progress
+
+    with progress.reporting() if not args.no_progress else contextlib.nullcontext():
+        report = _run_replay(args, using_trace_file, common)
+    path = resolve_report_path(args.report_json)
+    written = None
+    if path is not None:
+        try:
+            written = report.to_json(path)
+        except OSError as exc:
+            raise FastsimError(f"--report-json: cannot write {path}: {exc.strerror or exc}") from None
+    from fastsim.screen import format_summary
+
+    disagg = args.prefill_engine_args is not None or args.decode_engine_args is not None
+    workers = (f"{args.num_prefill_workers} prefill + {args.num_decode_workers} decode workers" if disagg
+               else args.num_workers)
+    sys.stdout.write(format_summary(report.summary, sla=(args.sla_ttft_ms, args.sla_itl_ms, args.sla_e2e_ms),
+                                    workers=workers))
+    sys.stdout.write("\n")
+    if written is not None:
+        sys.stdout.write(f"Saved full report to: {written}\n")
+    if args.report_jsonl is not None:
+        sys.stdout.write(f"Saved per-request records to: {args.report_jsonl}\n")
+    if args.report_workers is not None:
+        try:
+            report.workers.to_csv(args.report_workers, index=False)
+        except OSError as exc:
+            raise FastsimError(f"--report-workers: cannot write {args.report_workers}: {exc.strerror or exc}") from None
+        sys.stdout.write(f"Saved worker telemetry to: {args.report_workers}\n")
+    return 0
+
+
+def _run_replay(args, using_trace_file, common):
+    from fastsim.api import run_synthetic_trace_replay, run_trace_replay
+
     if using_trace_file:
-        report = run_trace_replay(
+        return run_trace_replay(
             args.trace_files,
             trace_block_size=args.trace_block_size,
             trace_format=args.trace_format,
@@ -442,7 +484,7 @@ def _cmd_replay(args) -> int:
             **common,
         )
     else:
-        report = run_synthetic_trace_replay(
+        return run_synthetic_trace_replay(
             args.input_tokens,
             args.output_tokens,
             args.request_count,
@@ -455,23 +497,6 @@ def _cmd_replay(args) -> int:
             inter_turn_delay_ms=args.inter_turn_delay_ms,
             **common,
         )
-    path = resolve_report_path(args.report_json)
-    try:
-        written = report.to_json(path)
-    except OSError as exc:
-        raise FastsimError(f"--report-json: cannot write {path}: {exc.strerror or exc}") from None
-    sys.stdout.write(report.format_table())
-    sys.stdout.write("\n")
-    sys.stdout.write(f"Saved full report to: {written if written is not None else path}\n")
-    if args.report_workers is not None:
-        if report.workers is None:
-            raise FastsimError("--report-workers needs --telemetry-interval-ms (the sampling interval)")
-        try:
-            report.workers.to_csv(args.report_workers, index=False)
-        except OSError as exc:
-            raise FastsimError(f"--report-workers: cannot write {args.report_workers}: {exc.strerror or exc}") from None
-        sys.stdout.write(f"Saved worker telemetry to: {args.report_workers}\n")
-    return 0
 
 
 def _add_sweep_parser(sub) -> None:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim import arena
+from fastsim import arena, progress
 from fastsim.errors import DeadEndError, InputError
 from fastsim.pages import with_small_pages
 
@@ -336,6 +336,7 @@ def simulate(
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                       single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
                       light_ticks)
+    progress.track(st.rq.isl.shape[0], lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
         rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed)
@@ -360,6 +361,7 @@ def simulate(
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                           single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
                           light_ticks)
+    progress.untrack()
     settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
@@ -376,6 +378,13 @@ def simulate(
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_path,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
                    telemetry=bool(telemetry_interval_ms))
+
+
+def _progress_of(st):
+    """(requests finished, latest pass end in ms) of a running simulation's state."""
+    from fastsim.kernels.loop import NDONE
+
+    return int(st.cl.state[NDONE]), float(np.fmax.reduce(st.cl.last_stamp, initial=np.nan))
 
 
 def _dead_end(remaining):

@@ -753,18 +753,18 @@ def _frame(spec, records):
 
 
 class _Progress:
-    """A tqdm bar (completed/total, rate, ETA) if tqdm is installed, else a plain line every ~2 s."""
+    """On a terminal a tqdm bar (completed/total, rate, ETA); into a file or a pipe a plain line
+    every ~10 s and at the end (a bar's carriage returns would fill a log file)."""
 
     def __init__(self, total, initial, enabled):
         self.total, self.done, self.first, self.errors, self.on = total, initial, initial, 0, enabled
         self.t0 = self.last = time.monotonic()
-        try:
+        self.bar = None
+        if enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=initial, unit="cfg", desc="sweep", file=sys.stderr,
-                            dynamic_ncols=True, smoothing=0.05) if enabled else None
-        except ImportError:
-            self.bar = None
+                            dynamic_ncols=True, smoothing=0.05)
 
     def update(self, rec):
         self.done += 1
@@ -773,7 +773,7 @@ class _Progress:
             self.bar.update(1)
             if self.errors:
                 self.bar.set_postfix(errors=self.errors, refresh=False)
-        elif self.on and (time.monotonic() - self.last >= 2.0 or self.done == self.total):
+        elif self.on and (time.monotonic() - self.last >= 10.0 or self.done == self.total):
             self.last = time.monotonic()
             el, ran = self.last - self.t0, self.done - self.first
             eta = f"{el / ran * (self.total - self.done):.1f}s" if ran else "?"
