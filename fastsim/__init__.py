@@ -1,10 +1,32 @@
 """fastsim: a fast, faithful simulator of LLM inference serving clusters.
 
 A numba re-implementation of the offline replay of NVIDIA Dynamo's mocker
-(``python -m dynamo.replay``, version 1.4.2), built for large parameter sweeps.
+(``python -m dynamo.replay``, version 1.4.2), built for large parameter sweeps. Installed as the
+distribution ``fastsim-llm``.
+
+Entry points (imported on first use, so ``import fastsim`` stays cheap):
+
+* ``run_trace_replay(trace_file, num_workers=..., extra_engine_args=..., ...)``: replay a
+  Mooncake JSONL or Azure CSV trace; returns a ``Report``.
+* ``run_synthetic_trace_replay(input_tokens, output_tokens, request_count, ...)``: replay a
+  synthetic workload; returns a ``Report``.
+* ``sweep(spec, executor="local", checkpoint="results.parquet")``: run every configuration of
+  a parameter sweep; returns a pandas DataFrame, one row per configuration.
+* ``Report``: ``summary`` (Dynamo's report keys), ``requests`` (a DataFrame, one row per
+  request), ``workers`` (telemetry), ``to_json``, ``to_jsonl``.
+* ``EngineArgs``: the engine arguments (Dynamo's ``MockEngineArgs`` names and defaults).
+
+Modules: ``fastsim.plots`` (matplotlib, extra ``fastsim-llm[plots]``), ``fastsim.progress``,
+``fastsim.sim`` (``simulate``, ``PlannerState``), ``fastsim.workload``.
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["run_trace_replay", "run_synthetic_trace_replay", "sweep", "Report", "EngineArgs", "__version__"]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 
 def __getattr__(name):

@@ -121,7 +121,7 @@ def _common(
     if engine.worker_type != "aggregated":
         raise InputError(
             f"extra_engine_args: trace replay only supports aggregated workers, got worker_type "
-            f"'{engine.worker_type}' (disaggregated replay is not supported yet by fastsim)"
+            f"'{engine.worker_type}' (a disaggregated replay takes prefill_engine_args and decode_engine_args)"
         )
     return dict(
         engine=engine, num_workers=workers, router_mode=router_mode,
@@ -158,7 +158,7 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
                       max_sim_time_ms: Optional[float] = None, sla=(None, None, None),
                       report_jsonl_path=None, router_config=None, seed: int = 0,
                       scaling_schedule=None, planner=None, planner_interval_ms=None,
-                      max_workers=None, telemetry_interval_ms=None, threads=None):
+                      max_workers=None, telemetry_interval_ms=None, threads=None, debug=None):
     """Simulate an already-loaded :class:`Workload` (for sweeps that reuse one workload).
 
     ``engine_args`` is anything :meth:`EngineArgs.coerce` accepts. Writes ``report_jsonl_path`` if
@@ -179,6 +179,7 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
         router_config=RouterConfig.coerce(router_config), seed=seed,
         scaling_schedule=scaling_schedule, planner=planner, planner_interval_ms=planner_interval_ms,
         max_workers=max_workers, telemetry_interval_ms=telemetry_interval_ms, threads=threads,
+        debug=debug,
     )
     if report_jsonl_path is not None:
         report.to_jsonl(os.fspath(report_jsonl_path))
@@ -219,6 +220,7 @@ def run_trace_replay(
     max_workers: Optional[int] = None,
     telemetry_interval_ms: Optional[float] = None,
     threads: Optional[int] = None,
+    debug: Optional[bool] = None,
     **unsupported: Any,
 ):
     """Replay a trace file offline (Dynamo's ``run_trace_replay``); returns a ``Report``.
@@ -242,11 +244,16 @@ def run_trace_replay(
     ``telemetry_interval_ms`` (per-worker samples in ``Report.workers``). ``threads``: how many
     threads a round-robin replay may run its workers' shards in (``fastsim.sim.simulate``; the
     same results with any number; default ``FASTSIM_THREADS`` or the usable cores, 1 for a sweep
-    that runs one replay per core).
+    that runs one replay per core). ``debug=True`` (default: the ``FASTSIM_DEBUG`` environment
+    variable) checks the simulator's invariants on the final state (aggregated replays).
 
-    Not supported yet (NotSupportedError): ``replay_mode="online"``, disaggregated engine args, ``aic_perf_config``, ``planner_config``,
-    ``model_name``, the agentic/delta/dynamo trace formats and their ``trace_*_prefix_*`` options.
-    Unknown keywords raise InputError.
+    Disaggregated replay: ``prefill_engine_args`` (``worker_type: prefill``) and
+    ``decode_engine_args`` (``worker_type: decode``) together, with ``num_prefill_workers`` and
+    ``num_decode_workers``; the KV transfer between the pools is modelled.
+
+    Not supported yet (NotSupportedError): ``replay_mode="online"``, ``aic_perf_config``,
+    ``planner_config``, ``model_name``, the agentic/delta/dynamo trace formats and their
+    ``trace_*_prefix_*`` options. Unknown keywords raise InputError (naming the closest valid one).
     """
     _reject_unknown("run_trace_replay", unsupported, _TRACE_KEYWORDS)
     if isinstance(trace_files, (str, bytes, os.PathLike)):
@@ -289,7 +296,7 @@ def run_trace_replay(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
-        router_config=opts["router_config"], seed=seed, **_cluster_kw(
+        router_config=opts["router_config"], seed=seed, debug=debug, **_cluster_kw(
             scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms,
             threads),
     )
@@ -334,6 +341,7 @@ def run_synthetic_trace_replay(
     max_workers: Optional[int] = None,
     telemetry_interval_ms: Optional[float] = None,
     threads: Optional[int] = None,
+    debug: Optional[bool] = None,
     **unsupported: Any,
 ):
     """Replay a synthetic workload offline (Dynamo's ``run_synthetic_trace_replay``); returns a ``Report``.
@@ -343,8 +351,8 @@ def run_synthetic_trace_replay(
     ``arrival_interval_ms`` (0 = burst) is required, as in Dynamo. See
     :func:`fastsim.workload.synthetic` for the generator (Poisson and prefix-group draws use numpy's
     RNG seeded with ``arrival_seed``, not Dynamo's). ``report_jsonl_path`` and ``max_sim_time_ms``
-    are fastsim extensions (Dynamo's synthetic API has neither). Unsupported options as in
-    :func:`run_trace_replay`.
+    are fastsim extensions (Dynamo's synthetic API has neither). Disaggregated replay, ``debug``
+    and the unsupported options as in :func:`run_trace_replay`.
     """
     _reject_unknown("run_synthetic_trace_replay", unsupported, _SYNTHETIC_KEYWORDS)
     opts = _common(
@@ -373,7 +381,7 @@ def run_synthetic_trace_replay(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
-        router_config=opts["router_config"], seed=seed, **_cluster_kw(
+        router_config=opts["router_config"], seed=seed, debug=debug, **_cluster_kw(
             scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms,
             threads),
     )

@@ -627,7 +627,22 @@ def _fleet_frame(fl):
 
 
 class PlannerState(NamedTuple):
-    """What a planner callable sees at a tick (totals over the live workers)."""
+    """What a planner callable sees at a tick (totals over the live workers).
+
+    Attributes:
+        now_ms: the virtual time of the tick (ms since the first arrival's clock start).
+        active_workers: workers serving requests (not starting, not draining).
+        starting_workers: workers created by a scale-up, still in their ``startup_time``.
+        draining_workers: workers being retired: they finish their requests and take no new ones.
+        running: requests in the running batches of the live workers.
+        waiting: requests queued at the live workers (routed, not yet admitted).
+        kv_blocks_used: KV-cache blocks in use on the live workers.
+        arrived: requests that have arrived so far (the whole run).
+        finished: requests that have finished so far (the whole run).
+
+    The planner returns the target worker count (scale-ups start new workers, scale-downs drain
+    the highest-numbered ones) or None to leave the cluster as it is.
+    """
 
     now_ms: float
     active_workers: int
