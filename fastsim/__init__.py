@@ -25,6 +25,37 @@ __version__ = "0.1.0"
 __all__ = ["run_trace_replay", "run_synthetic_trace_replay", "sweep", "Report", "EngineArgs", "__version__"]
 
 
+def _tree_kernels():
+    """In a source checkout the compiled layer is the sibling folder ``kernels/`` (installed as
+    ``fastsim.kernels``). When this package is imported from the checkout itself (``python -m
+    pytest`` in a clone whose wheel is installed, not an editable install), make
+    ``fastsim.kernels`` resolve to that folder; an installed package has it in place already."""
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    tree = os.path.join(os.path.dirname(here), "kernels")
+    if os.path.isdir(os.path.join(here, "kernels")) or not os.path.isfile(os.path.join(tree, "__init__.py")):
+        return
+
+    class _TreeKernelsFinder:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name != "fastsim.kernels":
+                return None
+            from importlib.util import spec_from_file_location
+
+            return spec_from_file_location(name, os.path.join(tree, "__init__.py"),
+                                           submodule_search_locations=[tree])
+
+    if not any(getattr(f, "__name__", "") == "_TreeKernelsFinder" for f in sys.meta_path):
+        sys.meta_path.append(_TreeKernelsFinder)
+
+
+_tree_kernels()
+del _tree_kernels
+
+
 def __dir__():
     return sorted(set(globals()) | set(__all__))
 
