@@ -136,21 +136,21 @@ def test_sweep_into_a_log_file_writes_no_carriage_returns(tmp_path):
 def test_long_replay_reports_progress_and_ctrl_c_still_interrupts(tmp_path):
     """A run of several seconds prints a progress line on stderr (a pipe: plain text); Ctrl-C
     then ends it with status 130 and no traceback, as before."""
-    argv = ["replay", "--input-tokens", "512", "--output-tokens", "200", "--request-count", "2000000",
-            "--request-rate", "3000", "--num-workers", "16", "--router-mode", "kv_router"]
+    argv = ["replay", "--input-tokens", "512", "--output-tokens", "1600", "--request-count", "1000000",
+            "--request-rate", "1500", "--num-workers", "16", "--router-mode", "kv_router"]
     p = subprocess.Popen([sys.executable, "-m", "fastsim", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
         line = p.stderr.readline()  # blocks until the first progress line (or the end)
-        while line.startswith("fastsim: compiling"):  # a cold kernel cache says so first
+        while line and "requests done" not in line:  # a cold kernel cache says so first, say
             line = p.stderr.readline()
-        assert line.startswith("fastsim: ") and "of 2,000,000 requests done" in line, line
+        assert line.startswith("fastsim: ") and "of 1,000,000 requests done" in line, (line, p.poll())
         assert "\r" not in line and "simulated" in line and "ETA" in line
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
+        out, err = p.communicate(timeout=600)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    assert p.returncode == 130
-    assert "fastsim replay: interrupted" in err and "Traceback" not in err
+    assert p.returncode == 130, (p.returncode, out[-500:], err[-2000:])
+    assert "fastsim replay: interrupted" in err and "Traceback" not in err, err[-2000:]
