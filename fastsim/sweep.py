@@ -845,6 +845,8 @@ def sweep(spec, executor="local", workers=None, checkpoint=None, progress=True, 
                         "the main module); the configurations run in this process, one at a time",
                         SweepWarning, stacklevel=_caller_level())
                     executor = "serial"
+            if pool is None:  # in this process, one at a time: a replay may use every core again
+                todo = [t[:-1] + (None,) for t in todo]
             bar, ok = _Progress(sp.n_configs, len(records), progress), False
 
             def on_result(rec, req):
