@@ -127,7 +127,7 @@ def _common(
     if engine.worker_type != "aggregated":
         raise InputError(
             f"extra_engine_args: trace replay only supports aggregated workers, got worker_type "
-            f"'{engine.worker_type}' (disaggregated replay is not supported yet by fastsim)"
+            f"'{engine.worker_type}' (a disaggregated replay takes prefill_engine_args and decode_engine_args)"
         )
     return dict(
         engine=engine, num_workers=workers, router_mode=router_mode,
@@ -176,7 +176,7 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
                       report_jsonl_path=None, router_config=None, seed: int = 0,
                       scaling_schedule=None, planner=None, planner_interval_ms=None,
                       max_workers=None, telemetry_interval_ms=None, threads=None,
-                      dynamo_version=None):
+                      dynamo_version=None, debug=None):
     """Simulate an already-loaded :class:`Workload` (for sweeps that reuse one workload).
 
     ``engine_args`` is anything :meth:`EngineArgs.coerce` accepts. Writes ``report_jsonl_path`` if
@@ -198,6 +198,7 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
         scaling_schedule=scaling_schedule, planner=planner, planner_interval_ms=planner_interval_ms,
         max_workers=max_workers, telemetry_interval_ms=telemetry_interval_ms, threads=threads,
         dynamo_version=dynamo_version,
+        debug=debug,
     )
     report.lost = lost.account(report, workload, [("", engine)], max_sim_time_ms)
     lost.warn(report.lost)
@@ -241,6 +242,7 @@ def run_trace_replay(
     telemetry_interval_ms: Optional[float] = None,
     threads: Optional[int] = None,
     dynamo_version: str = "1.6.1",
+    debug: Optional[bool] = None,
     **unsupported: Any,
 ):
     """Replay a trace file offline (Dynamo's ``run_trace_replay``); returns a ``Report``.
@@ -264,13 +266,18 @@ def run_trace_replay(
     ``telemetry_interval_ms`` (per-worker samples in ``Report.workers``). ``threads``: how many
     threads a round-robin replay may run its workers' shards in (``fastsim.sim.simulate``; the
     same results with any number; default ``FASTSIM_THREADS`` or the usable cores, 1 for a sweep
-    that runs one replay per core).
+    that runs one replay per core). ``debug=True`` (default: the ``FASTSIM_DEBUG`` environment
+    variable) checks the simulator's invariants on the final state (aggregated replays).
 
     ``dynamo_version``: the Dynamo release reproduced, ``"1.6.1"`` (default) or ``"1.4.2"``.
 
-    Not supported yet (NotSupportedError): ``replay_mode="online"``, disaggregated engine args, ``aic_perf_config``, ``planner_config``,
-    ``model_name``, the agentic/delta/dynamo trace formats and their ``trace_*_prefix_*`` options.
-    Unknown keywords raise InputError.
+    Disaggregated replay: ``prefill_engine_args`` (``worker_type: prefill``) and
+    ``decode_engine_args`` (``worker_type: decode``) together, with ``num_prefill_workers`` and
+    ``num_decode_workers``; the KV transfer between the pools is modelled.
+
+    Not supported yet (NotSupportedError): ``replay_mode="online"``, ``aic_perf_config``,
+    ``planner_config``, ``model_name``, the agentic/delta/dynamo trace formats and their
+    ``trace_*_prefix_*`` options. Unknown keywords raise InputError (naming the closest valid one).
     """
     _reject_unknown("run_trace_replay", unsupported, _TRACE_KEYWORDS)
     if report_jsonl_path is not None:
@@ -316,7 +323,7 @@ def run_trace_replay(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
-        router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version,
+        router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version, debug=debug,
         **_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
                       telemetry_interval_ms, threads),
     )
@@ -362,6 +369,7 @@ def run_synthetic_trace_replay(
     telemetry_interval_ms: Optional[float] = None,
     threads: Optional[int] = None,
     dynamo_version: str = "1.6.1",
+    debug: Optional[bool] = None,
     **unsupported: Any,
 ):
     """Replay a synthetic workload offline (Dynamo's ``run_synthetic_trace_replay``); returns a ``Report``.
@@ -371,8 +379,8 @@ def run_synthetic_trace_replay(
     ``arrival_interval_ms`` (0 = burst) is required, as in Dynamo. See
     :func:`fastsim.workload.synthetic` for the generator (Poisson and prefix-group draws use numpy's
     RNG seeded with ``arrival_seed``, not Dynamo's). ``report_jsonl_path`` and ``max_sim_time_ms``
-    are fastsim extensions (Dynamo's synthetic API has neither). Unsupported options as in
-    :func:`run_trace_replay`.
+    are fastsim extensions (Dynamo's synthetic API has neither). Disaggregated replay, ``debug``
+    and the unsupported options as in :func:`run_trace_replay`.
     """
     _reject_unknown("run_synthetic_trace_replay", unsupported, _SYNTHETIC_KEYWORDS)
     if report_jsonl_path is not None:
@@ -403,7 +411,7 @@ def run_synthetic_trace_replay(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
-        router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version,
+        router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version, debug=debug,
         **_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
                       telemetry_interval_ms, threads),
     )

@@ -1,9 +1,12 @@
 """Command line: ``fastsim replay ...`` takes the flags of ``python -m dynamo.replay`` (1.4.2) and
 the Dynamo 1.6 replay API's options; ``fastsim predict`` takes AISimulate's config file.
 
-Same flag names, defaults, mutual-exclusion rules and output: the report JSON is written (default
-``./fastsim_replay_report_YYYYmmdd_HHMMSS.json``; an existing directory gets that file inside),
-then the AIPerf-style table is printed, then ``Saved full report to: PATH``. Flags for features
+Same flag names, defaults and mutual-exclusion rules. Output differs from Dynamo's on purpose:
+the report JSON is written only when ``--report-json`` is given (an existing directory gets
+``fastsim_replay_report_YYYYmmdd_HHMMSS.json`` inside; Dynamo always writes that file into the
+working directory), and the screen shows fastsim's summary (:mod:`fastsim.screen`: fits the
+terminal, goodput and GPU-hours), not AIPerf's table; progress goes to stderr for runs longer
+than 2 s (:mod:`fastsim.progress`). Flags for features
 fastsim does not model yet are rejected with an error naming the flag (exit status 2), never
 ignored. Any :class:`~fastsim.errors.FastsimError` prints its message on stderr, without a
 traceback, and exits with status 2. Subcommands are argparse subparsers: ``replay``, ``predict``
@@ -25,8 +28,10 @@ fastsim has no router policies and does not read that variable.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import sys
+import textwrap
 import warnings
 from datetime import datetime
 from pathlib import Path
@@ -53,6 +58,82 @@ class UsageError(FastsimError):
     """A command-line rule was broken (printed as ``fastsim replay: error: ...``, exit 2)."""
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default (``none`` when it has none); descriptions and
+    epilogs keep their line breaks (the examples)."""
+
+    def __init__(self, prog, **kwargs):
+        kwargs.setdefault("max_help_position", 34)
+        super().__init__(prog, **kwargs)
+
+    def _get_default_metavar_for_optional(self, action):
+        if action.type is int:
+            return "N"
+        if action.type is float:
+            return "X"
+        if action.dest.endswith(("_args", "_config", "_schedule")):
+            return "JSON"
+        if action.dest.startswith("report") or action.dest.endswith(("_file", "_path", "_data")):
+            return "PATH"
+        return action.dest.upper()
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.option_strings and action.nargs != 0 and action.default is not argparse.SUPPRESS
+                and "%(default)" not in text):
+            text += " (default: none)" if action.default is None else " (default: %(default)s)"
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse without silent abbreviations, whose errors are one usage line, the message (with
+    "did you mean" for a mistyped flag) and where to find help, instead of the full usage."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        import difflib
+        import re
+
+        usage = self.usage % {"prog": self.prog} if self.usage else f"{self.prog} [options]"
+        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if bad:
+            choices = re.findall(r"'([^']*)'", bad.group(2))
+            close = difflib.get_close_matches(bad.group(1), choices, n=1, cutoff=0.5)
+            message += f"; did you mean '{close[0]}'?" if close else ""
+        self.exit(2, f"usage: {usage}\n{self.prog}: error: {message}\n(see '{self.prog} --help')\n")
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            sub = self._subparser(getattr(ns, "command", None))
+            sub.error(sub.unknown_argument_message(extras))
+        return ns
+
+    def _subparser(self, name):
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+                return action.choices[name]
+        return self
+
+    def unknown_argument_message(self, extras):
+        """``unrecognized argument --num-worker; did you mean --num-workers?``"""
+        import difflib
+
+        flags = [x for x in extras if x.startswith("-")]
+        if not flags:
+            return f"unrecognized arguments: {' '.join(extras)}"
+        flag = flags[0].split("=", 1)[0]
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        names = {o[2:]: o for o in known}
+        close = [names[c] for c in difflib.get_close_matches(flag.lstrip("-"), list(names), n=1, cutoff=0.6)]
+        more = f" (and {len(flags) - 1} more)" if len(flags) > 1 else ""
+        return f"unrecognized argument {flag}{more}" + (f"; did you mean {close[0]}?" if close else "")
+
+
 def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
@@ -63,10 +144,12 @@ def default_report_path(directory: Optional[Path] = None) -> Path:
     return Path(directory if directory is not None else Path.cwd()) / f"fastsim_replay_report_{stamp}.json"
 
 
-def resolve_report_path(report_json: Optional[str]) -> Path:
-    """Where ``--report-json`` writes: the default name when None, a file inside an existing directory."""
+def resolve_report_path(report_json: Optional[str]) -> Optional[Path]:
+    """Where ``--report-json`` writes: nowhere when it is not given (Dynamo writes a timestamped
+    file into the working directory; fastsim only when asked), a timestamped file inside an
+    existing directory, else the path given."""
     if report_json is None:
-        return default_report_path()
+        return None
     path = Path(report_json)
     if path.exists() and path.is_dir():
         return default_report_path(path)
@@ -84,7 +167,7 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON engine args of the decode pool (worker_type decode): a disaggregated replay")
     p.add_argument("--router-config", help="KV router configuration: a JSON object of Dynamo's KvRouterConfig fields")
     p.add_argument("--dynamo-version", choices=DYNAMO_VERSIONS, default=DEFAULT_DYNAMO_VERSION,
-                   help="the Dynamo release whose replay to reproduce (default %(default)s)")
+                   help="the Dynamo release whose replay semantics, report fields and errors to reproduce")
     p.add_argument("--seed", type=int, default=0,
                    help="fastsim only: seed of the KV router's tie-breaking (Dynamo breaks ties at random)")
     p.add_argument("--scaling-schedule", default=None,
@@ -95,7 +178,10 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
                    help="fastsim only: write the per-worker telemetry as CSV to this path")
     p.add_argument("--router-policy-config", default=None, help="not supported yet (router policies)")
     p.add_argument("--model-name", help="not supported yet (router policy profiles)")
-    aic = p.add_argument_group("AIConfigurator options (not supported yet)")
+    aic = p.add_argument_group(
+        "AIConfigurator options (not supported yet)",
+        textwrap.fill("Dynamo's AIConfigurator timing flags are accepted for compatibility; each is an "
+                      "error: " + ", ".join(_flag(d) for d in _AIC_FLAGS), 78))
     for dest in _AIC_FLAGS:
         kind = int if dest in ("aic_tp_size", "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_nextn") else None
         aic.add_argument(_flag(dest), type=kind)
@@ -129,7 +215,7 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-num-prefix-groups", type=int, default=0,
                    help="applied_compute_agentic only (not supported yet)")
     p.add_argument("--report-json",
-                   help="path to save the full replay report JSON; defaults to a timestamped file in the current directory")
+                   help="path to save the full replay report JSON (not written unless given)")
     p.add_argument("--report-jsonl", default=None,
                    help="optional path to emit one JSON object per request for trace-file replay")
     p.add_argument("--planner-config", help="not supported yet (planner-in-the-loop replay)")
@@ -142,7 +228,7 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sla-e2e-ms", type=float, default=None, help="goodput SLA: max end-to-end latency (ms)")
     d16 = p.add_argument_group("Dynamo 1.6 replay options")
     d16.add_argument("--coverage-json", help="write the replay's coverage dict (Dynamo 1.6) to this path")
-    d16.add_argument("--quiet", action="store_true", help="do not print the AIPerf table")
+    d16.add_argument("--quiet", action="store_true", help="print nothing on stdout (the summary and the saved-file lines)")
     d16.add_argument("--kv-event-lag-ms", type=float,
                      help="delay of the KV events the kv_router's indexer sees (ms); only 0 is supported yet")
     d16.add_argument("--agentic-lanes", type=int, help="agentic trace replay: lanes (not supported yet)")
@@ -155,24 +241,31 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
                    help="fastsim only: exit with status 3 if any request was not completed (rejected, "
                         "failed, or cut off by --max-sim-time-seconds). Without it such requests are "
                         "counted on stderr, the report keeps Dynamo's numbers and the exit status is 0")
+    p.add_argument("--no-progress", action="store_true",
+                   help="fastsim only: no progress on stderr (shown for runs longer than 2 s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fastsim`` parser with its subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fastsim",
+        usage="%(prog)s [--version] {replay,sweep,plot} ...",
         description="Fast re-implementation of NVIDIA Dynamo 1.4.2's offline replay simulator.",
     )
-    parser.add_argument("--version", action="version", version=f"fastsim {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"fastsim {__version__} (fastsim-llm)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog="fastsim")
     replay = sub.add_parser(
         "replay",
         help="replay a trace or a synthetic workload (flags of python -m dynamo.replay)",
-        description="Offline replay with the flags of `python -m dynamo.replay` (Dynamo 1.4.2).",
-        epilog=_REPLAY_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Offline replay with the flags of `python -m dynamo.replay` (1.4.2's CLI; the replay of\n"
+                    "Dynamo 1.6.1 by default, 1.4.2 with --dynamo-version 1.4.2): a trace file, or\n"
+                    "a synthetic workload (--input-tokens, --output-tokens, --request-count and one of\n"
+                    "--request-rate, --arrival-interval-ms, --replay-concurrency).",
+        usage="%(prog)s [TRACE_FILE] [options]",
+        epilog=_REPLAY_EXAMPLES + "\n" + _REPLAY_EPILOG,
     )
     _add_replay_arguments(replay)
+    _document(replay, _REPLAY_HELP, _REPLAY_GROUPS)
     replay.set_defaults(func=_cmd_replay)
     _add_predict_parser(sub)
     _add_sweep_parser(sub)
@@ -196,7 +289,7 @@ leniencies kept from Dynamo (a warning where the input looks like a mistake):
 
 def _check_before_run(args) -> None:
     """What can be checked before the simulation runs, so that a long run does not end in an
-    error: every output path can be written, and --report-workers has its sampling interval."""
+    error: every output path can be written."""
     from fastsim.output_paths import check_output_file
 
     if args.report_json is not None:
@@ -204,9 +297,98 @@ def _check_before_run(args) -> None:
     if args.report_jsonl is not None:
         check_output_file(args.report_jsonl, "--report-jsonl")
     if args.report_workers is not None:
-        if args.telemetry_interval_ms is None:
-            raise UsageError("--report-workers needs --telemetry-interval-ms (the sampling interval)")
         check_output_file(args.report_workers, "--report-workers")
+
+
+_REPLAY_EXAMPLES = """\
+examples:
+  fastsim replay examples/mooncake_trace_1000.jsonl --num-workers 2 --extra-engine-args '{"block_size":64}'
+  fastsim replay trace.jsonl --num-workers 4 --router-mode kv_router --router-config '{"router_temperature":0.5}'
+  fastsim replay --input-tokens 1024 --output-tokens 128 --request-count 1000 --request-rate 80 --num-workers 4
+  fastsim replay trace.jsonl --num-workers 4 --sla-ttft-ms 500 --report-json out.json --report-jsonl requests.jsonl
+  fastsim replay trace.jsonl --num-workers 4 --telemetry-interval-ms 1000 --report-workers workers.csv
+
+Engine arguments are Dynamo's MockEngineArgs fields (block_size, num_gpu_blocks, max_num_seqs,
+max_num_batched_tokens, enable_prefix_caching, speedup_ratio, dp_size, startup_time, ...).
+"""
+
+# Help texts of `fastsim replay --help` that the definitions (in dynamo.replay's order) lack or
+# that would repeat the default shown after them.
+_REPLAY_HELP = {
+    "trace_block_size": "tokens represented by each hash_id of the trace (none: 512)",
+    "threads": "fastsim only: threads for a round-robin cluster's shards, with the same results with any "
+               "number (none: $FASTSIM_THREADS, else the usable cores, for 50,000 requests or more)",
+    "report_json": "write the full report JSON (Dynamo's keys) to this file; an existing directory gets "
+                   "a timestamped file inside it",
+    "report_jsonl": "write one JSON object per request (trace replay)",
+    "input_tokens": "synthetic workload: prompt length of every request (tokens)",
+    "output_tokens": "synthetic workload: output length of every request (tokens)",
+    "turns_per_session": "synthetic workload: turns of each session (multi-turn when > 1)",
+    "shared_prefix_ratio": "synthetic workload: fraction of each prompt shared within its prefix group",
+    "num_prefix_groups": "synthetic workload: number of prefix groups (0: no shared prefixes)",
+    "inter_turn_delay_ms": "synthetic workload: delay between a turn's completion and the next turn (ms)",
+    "num_workers": "aggregated workers (each of dp_size attention ranks)",
+    "num_prefill_workers": "disaggregated replay: prefill workers",
+    "num_decode_workers": "disaggregated replay: decode workers",
+    "replay_concurrency": "closed loop: keep this many requests in flight (trace timestamps are ignored)",
+    "replay_mode": "offline (virtual time); online is not supported yet",
+    "router_mode": "how requests are routed to workers",
+    "arrival_speedup_ratio": "divide the trace's arrival times by this factor (2: twice the load)",
+}
+for _dest in _AIC_FLAGS:
+    _REPLAY_HELP[_dest] = argparse.SUPPRESS  # listed in their section's description instead
+
+# Help sections of `fastsim replay --help`, in order (flags not named here stay under "options").
+_REPLAY_GROUPS = (
+    ("trace replay", ("trace_format", "trace_block_size", "arrival_speedup_ratio", "max_sim_time_seconds")),
+    ("synthetic workload", ("input_tokens", "output_tokens", "request_count", "request_rate",
+                            "arrival_interval_ms", "arrival_seed", "turns_per_session", "shared_prefix_ratio",
+                            "num_prefix_groups", "inter_turn_delay_ms")),
+    ("engines and cluster", ("extra_engine_args", "num_workers", "replay_concurrency", "prefill_engine_args",
+                             "decode_engine_args", "num_prefill_workers", "num_decode_workers", "replay_mode",
+                             "threads", "scaling_schedule")),
+    ("routing", ("router_mode", "router_config", "seed")),
+    ("goodput SLA (requests meeting every bound given)", ("sla_ttft_ms", "sla_itl_ms", "sla_e2e_ms")),
+    ("output", ("report_json", "report_jsonl", "telemetry_interval_ms", "report_workers", "no_progress", "strict")),
+    ("Dynamo flags not supported yet (an error if given)",
+     ("router_policy_config", "model_name", "planner_config", "benchmark_granularity",
+      "trace_shared_prefix_ratio", "trace_num_prefix_groups")),
+)
+
+
+def _document(parser, helps, groups):
+    """Give the flags in ``helps`` their help text and move the flags of ``groups`` into help
+    sections of those titles, after the definitions (which keep Dynamo's order)."""
+    by_dest = {a.dest: a for a in parser._actions}
+    for dest, text in helps.items():
+        if dest in by_dest:
+            by_dest[dest].help = text
+    sections = {}
+    for title, dests in groups:
+        for dest in dests:
+            action = by_dest.get(dest)
+            if action is None:
+                continue
+            for g in parser._action_groups:
+                if action in g._group_actions:
+                    g._group_actions.remove(action)
+            if title not in sections:
+                sections[title] = parser.add_argument_group(title)
+            sections[title]._group_actions.append(action)
+    aic = [g for g in parser._action_groups if g.title and g.title.startswith("AIConfigurator")]
+    for g in aic:  # the AIConfigurator section last
+        parser._action_groups.remove(g)
+        parser._action_groups.append(g)
+
+
+def _check_combinations(args) -> None:
+    """Flag combinations that would fail or do nothing, checked before the simulation runs."""
+    if args.report_workers is not None and args.telemetry_interval_ms is None:
+        raise UsageError("--report-workers needs --telemetry-interval-ms (the sampling interval of the "
+                         "per-worker telemetry it writes)")
+    if args.router_config is not None and args.router_mode == "round_robin":
+        warnings.warn("--router-config configures --router-mode kv_router; with round_robin (the default) "
+                      "it has no effect", FastsimWarning)
 
 
 def _check_dynamo_rules(args) -> bool:
@@ -314,11 +496,11 @@ def _check_dynamo16_options(args, nope) -> None:
 
 
 def _cmd_replay(args) -> int:
-    from fastsim.api import run_synthetic_trace_replay, run_trace_replay
     from fastsim.config import EngineArgs
 
     using_trace_file = _check_dynamo_rules(args)
     _check_unsupported(args)
+    _check_combinations(args)
     _check_before_run(args)
     engine = (
         EngineArgs.coerce(args.extra_engine_args, source="--extra-engine-args")
@@ -346,8 +528,53 @@ def _cmd_replay(args) -> int:
         sla_e2e_ms=args.sla_e2e_ms,
         dynamo_version=args.dynamo_version,
     )
+    from fastsim import progress
+
+    with progress.reporting() if not args.no_progress else contextlib.nullcontext():
+        report = _run_replay(args, using_trace_file, common)
+    path = resolve_report_path(args.report_json)
+    written = None
+    if path is not None:
+        try:
+            written = report.to_json(path)
+        except OSError as exc:
+            raise FastsimError(f"--report-json: cannot write {path}: {exc.strerror or exc}") from None
+    if args.coverage_json is not None:
+        _write_coverage(args.coverage_json, report, args.report_jsonl is not None)
+    if not args.quiet:
+        from fastsim.screen import format_summary
+
+        disagg = args.prefill_engine_args is not None or args.decode_engine_args is not None
+        workers = (f"{args.num_prefill_workers} prefill + {args.num_decode_workers} decode workers" if disagg
+                   else args.num_workers)
+        sys.stdout.write(format_summary(report.summary, sla=(args.sla_ttft_ms, args.sla_itl_ms, args.sla_e2e_ms),
+                                        workers=workers))
+        sys.stdout.write("\n")
+        if written is not None:
+            sys.stdout.write(f"Saved full report to: {written}\n")
+        if args.report_jsonl is not None:
+            sys.stdout.write(f"Saved per-request records to: {args.report_jsonl}\n")
+    if args.report_workers is not None:
+        try:
+            report.workers.to_csv(args.report_workers, index=False)
+        except OSError as exc:
+            raise FastsimError(f"--report-workers: cannot write {args.report_workers}: {exc.strerror or exc}") from None
+        if not args.quiet:
+            sys.stdout.write(f"Saved worker telemetry to: {args.report_workers}\n")
+    lost = getattr(report, "lost", None) or []
+    if args.strict and lost:
+        total = sum(g.count for g in lost)
+        sys.stderr.write(f"fastsim replay: --strict: {total} request{'s' if total != 1 else ''} "
+                         "not completed (counted above); exit status 3\n")
+        return 3
+    return 0
+
+
+def _run_replay(args, using_trace_file, common):
+    from fastsim.api import run_synthetic_trace_replay, run_trace_replay
+
     if using_trace_file:
-        report = run_trace_replay(
+        return run_trace_replay(
             args.trace_files,
             trace_block_size=args.trace_block_size,
             trace_format=args.trace_format,
@@ -356,7 +583,7 @@ def _cmd_replay(args) -> int:
             **common,
         )
     else:
-        report = run_synthetic_trace_replay(
+        return run_synthetic_trace_replay(
             args.input_tokens,
             args.output_tokens,
             args.request_count,
@@ -370,32 +597,6 @@ def _cmd_replay(args) -> int:
             report_jsonl_path=args.report_jsonl,
             **common,
         )
-    path = resolve_report_path(args.report_json)
-    try:
-        written = report.to_json(path)
-    except OSError as exc:
-        raise FastsimError(f"--report-json: cannot write {path}: {exc.strerror or exc}") from None
-    if args.coverage_json is not None:
-        _write_coverage(args.coverage_json, report, args.report_jsonl is not None)
-    if not args.quiet:
-        sys.stdout.write(report.format_table())
-        sys.stdout.write("\n")
-        sys.stdout.write(f"Saved full report to: {written if written is not None else path}\n")
-    if args.report_workers is not None:
-        if report.workers is None:
-            raise FastsimError("--report-workers needs --telemetry-interval-ms (the sampling interval)")
-        try:
-            report.workers.to_csv(args.report_workers, index=False)
-        except OSError as exc:
-            raise FastsimError(f"--report-workers: cannot write {args.report_workers}: {exc.strerror or exc}") from None
-        sys.stdout.write(f"Saved worker telemetry to: {args.report_workers}\n")
-    lost = getattr(report, "lost", None) or []
-    if args.strict and lost:
-        total = sum(g.count for g in lost)
-        sys.stderr.write(f"fastsim replay: --strict: {total} request{'s' if total != 1 else ''} "
-                         "not completed (counted above); exit status 3\n")
-        return 3
-    return 0
 
 
 def _write_coverage(path, report, captured) -> None:
@@ -428,7 +629,7 @@ def _add_predict_parser(sub) -> None:
     p.add_argument("--capture-per-request", action="store_true",
                    help="also keep per-request records (prediction.json's per_request and requests.jsonl)")
     p.add_argument("--dynamo-version", choices=DYNAMO_VERSIONS, default=DEFAULT_DYNAMO_VERSION,
-                   help="the Dynamo release whose semantics to reproduce (default %(default)s)")
+                   help="the Dynamo release whose replay semantics to reproduce")
     p.set_defaults(func=_cmd_predict)
 
 
@@ -442,13 +643,14 @@ def _add_sweep_parser(sub) -> None:
     p = sub.add_parser(
         "sweep",
         help="run a parameter sweep (many replays) from a spec file",
+        usage="%(prog)s SPEC --out RESULTS [options]",
         description="Run every configuration of a sweep spec (base + grid/zip + repeats; see "
                     "fastsim.sweep) and write one row per configuration. Finished rows are "
                     "checkpointed in OUT.partial.jsonl: rerunning the same command resumes.",
     )
     p.add_argument("spec", help="sweep spec file (.yaml/.yml, .toml or .json)")
     p.add_argument("--executor", choices=("local", "dask", "serial"), default="local",
-                   help="local: process pool (default); dask: dask.distributed (fastsim[dask]); "
+                   help="local: process pool (default); dask: dask.distributed (fastsim-llm[dask]); "
                         "serial: in this process")
     p.add_argument("--scheduler-address", help="dask scheduler address (default: start a LocalCluster)")
     p.add_argument("--workers", type=int, help="worker processes (default: the number of CPUs)")
@@ -484,8 +686,9 @@ def _cmd_sweep(args) -> int:
                     progress=not args.no_progress, keep_requests=args.keep_requests,
                     scheduler_address=args.scheduler_address, force=args.force)
     except KeyboardInterrupt:
-        sys.stderr.write(f"fastsim sweep: finished rows are kept in {args.out}.partial.jsonl; "
-                         "rerun the same command to resume\n")
+        if Path(f"{args.out}.partial.jsonl").exists():
+            sys.stderr.write(f"fastsim sweep: finished rows are kept in {args.out}.partial.jsonl; "
+                             "rerun the same command to resume\n")
         raise
     df = res[0] if args.keep_requests else res
     errors = df[df["status"] != "ok"]
@@ -496,6 +699,9 @@ def _cmd_sweep(args) -> int:
     sys.stdout.write(f"{len(df)} configurations: {len(df) - len(errors)} ok, {len(errors)} errors "
                      f"({time.perf_counter() - t0:.1f} s)\n")
     sys.stdout.write(f"Saved results to: {args.out}\n")
+    if len(df) and len(errors) == len(df):
+        sys.stderr.write(f"fastsim sweep: error: every configuration failed (the error rows are in {args.out})\n")
+        return 1
     return 0
 
 
@@ -503,6 +709,7 @@ def _add_plot_parser(sub) -> None:
     p = sub.add_parser(
         "plot",
         help="plot latency CDFs, a sweep's throughput/latency frontier or worker timelines",
+        usage="%(prog)s FILE [FILE ...] --out DIR [options]",
         description="Write PNG plots for per-request JSONL files (--report-jsonl; several are "
                     "overlaid), sweep results (.parquet/.csv) or telemetry tables.",
     )

@@ -1,4 +1,4 @@
-"""Plots of replay and sweep results (matplotlib; extra ``fastsim[plots]``).
+"""Plots of replay and sweep results (matplotlib; extra ``fastsim-llm[plots]``).
 
 Figures are built on matplotlib's object-oriented API with the Agg canvas: nothing touches
 ``pyplot``'s global state or the user's backend, no display is needed, and every function returns
@@ -26,7 +26,7 @@ import numpy as np
 from fastsim.errors import FastsimError, InputError
 
 __all__ = ["latency_cdfs", "frontier", "pareto_mask", "worker_timelines", "plot_files", "metric_label",
-           "TELEMETRY_COLUMNS"]
+           "config_labels", "TELEMETRY_COLUMNS"]
 
 TELEMETRY_COLUMNS = ("time_ms", "worker", "running", "waiting", "kv_blocks_used")
 _CDF_METRICS = (("ttft_ms", "TTFT (ms)"), ("itl_ms", "ITL per request (ms)"),
@@ -51,7 +51,7 @@ def _figure(**kw):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise FastsimError("plots need matplotlib: pip install 'fastsim[plots]'") from None
+        raise FastsimError("plots need matplotlib: pip install 'fastsim-llm[plots]'") from None
     fig = Figure(layout="constrained", **kw)
     FigureCanvasAgg(fig)
     return fig
@@ -199,6 +199,18 @@ def pareto_mask(x, y):
     return mask
 
 
+def _suggest(name, df):
+    """``; did you mean 'p99_ttft_ms'?`` among the numeric columns of ``df`` (or a few of them)."""
+    import difflib
+
+    numeric = [str(c) for c in df.columns if str(df[c].dtype) not in ("object", "string", "bool")
+               and c not in ("config_id",) and c not in _varied_columns(df)]
+    close = difflib.get_close_matches(name, numeric, n=3, cutoff=0.5)
+    if close:
+        return "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+    return f" (metrics: {', '.join(numeric[:12])}{', ...' if len(numeric) > 12 else ''})"
+
+
 def _varied_columns(df):
     cols = list(df.columns)
     return cols[1:cols.index("status")] if cols and cols[0] == "config_id" and "status" in cols else []
@@ -221,7 +233,7 @@ def frontier(results, x="p99_ttft_ms", y="output_throughput_tok_s", *, per_gpu=T
     df = results[results["status"] == "ok"] if "status" in results else results
     for col in (x, y) + (("duration_ms", "gpu_hours") if per_gpu else ()):
         if col not in df:
-            raise InputError(f"frontier: the results have no '{col}' column")
+            raise InputError(f"frontier: the results have no '{col}' column{_suggest(col, df)}")
     xv = df[x].to_numpy(dtype=np.float64, na_value=np.nan)
     yv = df[y].to_numpy(dtype=np.float64, na_value=np.nan)
     ylabel = metric_label(y)
@@ -239,13 +251,12 @@ def frontier(results, x="p99_ttft_ms", y="output_throughput_tok_s", *, per_gpu=T
     ax.plot(xv[idx], yv[idx], "-o", color="C3", markersize=6, label="Pareto set")
     if annotate and idx.shape[0]:
         varied = [c for c in _varied_columns(df) if c not in ("repeat", "seed") and df[c].nunique(dropna=False) > 1]
-        lines, seen = [], set()
+        lines, seen, points = [], set(), []
         for k, i in enumerate(idx):
             if (xv[i], yv[i]) in seen:
                 continue
             seen.add((xv[i], yv[i]))
-            ax.annotate(str(len(lines) + 1), (xv[i], yv[i]), textcoords="offset points", xytext=(5, -10),
-                        fontsize=8, color="C3").set_in_layout(False)
+            points.append((xv[i], yv[i]))
             params = ", ".join(f"{c.split('.')[-1]}={df[c].iloc[i]}" for c in varied)
             lines.append(f"{len(lines) + 1}: {params or 'config ' + str(df.index[i])}")
         from matplotlib.lines import Line2D
@@ -255,15 +266,52 @@ def frontier(results, x="p99_ttft_ms", y="output_throughput_tok_s", *, per_gpu=T
         fig.legend([Line2D([], [], linestyle="none")] * len(lines), lines, loc="outside lower left",
                    fontsize=7, handlelength=0, handletextpad=0, frameon=False,
                    title="Pareto set", title_fontsize=8, alignment="left")
-    finite = xv[np.isfinite(xv) & (xv > 0)]
-    if finite.shape[0] and finite.max() / finite.min() > 100.0:
-        ax.set_xscale("log")
+    for values, set_scale in ((xv, ax.set_xscale), (yv, ax.set_yscale)):
+        if _spans_decades(values):
+            set_scale("log")
     ax.set_xlabel(metric_label(x))
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
+    if annotate and idx.shape[0]:
+        _place_labels(fig, ax, points)
     ax.set_title(f"Throughput vs latency ({int(np.isfinite(xv).sum())} configurations)")
     return _save(fig, path)
+
+
+def _spans_decades(values):
+    """Positive finite values whose largest is more than 100 times the smallest (log axis)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    return bool(v.shape[0]) and v.max() / v.min() > 100.0
+
+
+def _place_labels(fig, ax, points, size=8):
+    """Number the Pareto points 1, 2, ... next to them, each label moved to the first of a few
+    offsets around its point where it overlaps no label placed before (in display space)."""
+    fig.canvas.draw()  # the final layout and scales: display coordinates are known
+    offsets = [(5, -11), (5, 4), (-12, 4), (-12, -11), (5, 14), (5, -21), (-12, 14), (-12, -21),
+               (16, -4), (-22, -4)]
+    placed = []
+    renderer = fig.canvas.get_renderer()
+    for n, (px, py) in enumerate(points, start=1):
+        chosen = None
+        for dx, dy in offsets:
+            text = ax.annotate(str(n), (px, py), textcoords="offset points", xytext=(dx, dy), fontsize=size,
+                               color="C3")
+            text.set_in_layout(False)
+            box = text.get_window_extent(renderer).padded(1.5)  # (a margin: a later layout rounds)
+            if not any(box.overlaps(b) for b in placed):
+                chosen = (text, box)
+                break
+            text.remove()
+        if chosen is None:  # crowded everywhere: the first offset, and the legend still lists it
+            text = ax.annotate(str(n), (px, py), textcoords="offset points", xytext=offsets[0], fontsize=size,
+                               color="C3")
+            text.set_in_layout(False)
+            chosen = (text, text.get_window_extent(renderer))
+        placed.append(chosen[1])
+    return placed
 
 
 # ----------------------------------------------------------------------------- worker timelines
@@ -295,7 +343,10 @@ def worker_timelines(telemetry, *, kv_capacity_blocks=None, path=None):
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     workers = sorted(telemetry["worker"].unique())
     for ax, (col, label) in zip(axes, panels):
-        wide = telemetry.pivot_table(index="time_ms", columns="worker", values=col, aggfunc="last").sort_index().ffill()
+        wide = telemetry.pivot_table(index="time_ms", columns="worker", values=col, aggfunc="last").sort_index()
+        # a worker's value holds until its next sample, and it has none after it retired (or
+        # before it started): fill forward only within its own span of samples
+        wide = wide.ffill().where(wide.bfill().notna())
         if kv_capacity_blocks and col == "kv_blocks_used":
             wide = wide / float(kv_capacity_blocks)
         t = wide.index.to_numpy(dtype=np.float64) / 1000.0
@@ -327,13 +378,32 @@ def _kind(df):
     return None
 
 
+def config_labels(results):
+    """``{config_id: "num_workers=2, max_num_seqs=32"}``: each configuration of a sweep named by
+    the values of the parameters that vary (the last part of a dotted name)."""
+    varied = [c for c in _varied_columns(results) if results[c].nunique(dropna=False) > 1]
+    labels = {}
+    for _, row in results.iterrows():
+        text = ", ".join(f"{c.split('.')[-1]}={row[c]}" for c in varied)
+        labels[int(row["config_id"])] = text or f"config {int(row['config_id'])}"
+    return labels
+
+
+def _by_configuration(requests, results):
+    """The per-request table of a sweep split by configuration, keyed by :func:`config_labels`."""
+    labels = config_labels(results)
+    return {labels.get(int(cid), f"config {int(cid)}"): g for cid, g in requests.groupby("config_id", sort=True)}
+
+
 def plot_files(paths, out_dir, *, x="p99_ttft_ms", y="output_throughput_tok_s", per_gpu=True):
     """Write PNGs for result files into ``out_dir``; returns the paths written.
 
     Per-request files (``.jsonl`` as ``--report-jsonl`` writes, or tables with ``ttft_ms``) ->
     ``latency_cdf.png`` (all of them overlaid; a table with ``config_id`` -> one curve per
     configuration); sweep results (``.parquet``/``.csv`` of ``fastsim sweep``) ->
-    ``<stem>_frontier.png``; telemetry tables -> ``<stem>_timelines.png``. A report JSON holds only
+    ``<stem>_frontier.png``, and when the sweep kept its per-request tables (``--keep-requests``:
+    ``<file>.requests/``) ``<stem>_latency_cdf.png`` with one curve per configuration, labelled by
+    its parameter values; telemetry tables -> ``<stem>_timelines.png``. A report JSON holds only
     the summary: it is refused with a hint to pass the per-request JSONL.
     """
     import pandas as pd
@@ -366,6 +436,19 @@ def plot_files(paths, out_dir, *, x="p99_ttft_ms", y="output_throughput_tok_s", 
         if kind == "sweep":
             written.append(out / f"{stem}_frontier.png")
             frontier(df, x=x, y=y, per_gpu=per_gpu, path=written[-1])
+            kept = p.with_name(p.name + ".requests")  # the sweep's --keep-requests dataset
+            if kept.is_dir() and any(kept.glob("*.parquet")):
+                written.append(out / f"{stem}_latency_cdf.png")
+                latency_cdfs(_by_configuration(pd.read_parquet(kept), df), path=written[-1])
+        elif kind == "requests" and "config_id" in df and p.name.endswith(".requests") and p.is_dir():
+            results = p.with_name(p.name[: -len(".requests")])
+            if results.exists():
+                from fastsim.sweep import read_results
+
+                written.append(out / f"{stem}_latency_cdf.png")
+                latency_cdfs(_by_configuration(df, read_results(results)), path=written[-1])
+            else:
+                cdf[stem if stem not in cdf else str(p)] = df
         elif kind == "telemetry":
             written.append(out / f"{stem}_timelines.png")
             worker_timelines(df, path=written[-1])

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim import arena
+from fastsim import arena, progress
 from fastsim.dead_end import dead_end_error
 from fastsim.errors import InputError
 from fastsim.pages import with_small_pages
@@ -352,6 +352,7 @@ def simulate(
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                       single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
                       light_ticks, timing_rules=rules)
+    progress.track(st.rq.isl.shape[0], lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
         rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed)
@@ -376,6 +377,7 @@ def simulate(
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                           single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
                           light_ticks, timing_rules=rules)
+    progress.untrack()
     settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
@@ -440,6 +442,13 @@ def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=Fa
         "router table": "the kv_router's table of prompt blocks",
         "loading the kernels": "fastsim's compiled kernels (a fixed cost)",
     })
+
+
+def _progress_of(st):
+    """(requests finished, latest pass end in ms) of a running simulation's state."""
+    from fastsim.kernels.loop import NDONE
+
+    return int(st.cl.state[NDONE]), float(np.fmax.reduce(st.cl.last_stamp, initial=np.nan))
 
 
 def _debug(debug):
@@ -711,7 +720,22 @@ def _fleet_frame(fl):
 
 
 class PlannerState(NamedTuple):
-    """What a planner callable sees at a tick (totals over the live workers)."""
+    """What a planner callable sees at a tick (totals over the live workers).
+
+    Attributes:
+        now_ms: the virtual time of the tick (ms since the first arrival's clock start).
+        active_workers: workers serving requests (not starting, not draining).
+        starting_workers: workers created by a scale-up, still in their ``startup_time``.
+        draining_workers: workers being retired: they finish their requests and take no new ones.
+        running: requests in the running batches of the live workers.
+        waiting: requests queued at the live workers (routed, not yet admitted).
+        kv_blocks_used: KV-cache blocks in use on the live workers.
+        arrived: requests that have arrived so far (the whole run).
+        finished: requests that have finished so far (the whole run).
+
+    The planner returns the target worker count (scale-ups start new workers, scale-downs drain
+    the highest-numbered ones) or None to leave the cluster as it is.
+    """
 
     now_ms: float
     active_workers: int

@@ -27,8 +27,11 @@ in a spec file are relative to the file.
 
 Configurations are numbered ``config_id`` 0..N-1 in that order; results are sorted by it and,
 except the wall-clock :data:`TIMING_COLUMNS`, identical whatever the executor or worker count.
-Workers are spawned processes (so a script that runs a sweep needs Python's
-``if __name__ == "__main__":`` guard); each loads the compiled kernels once (numba disk cache).
+Workers are spawned processes; each loads the compiled kernels once (numba disk cache). A spawned
+process re-imports the main script: a sweep called from a script's top level without Python's
+``if __name__ == "__main__":`` guard would start again in every worker, so there the ``local``
+executor runs the configurations in the calling process instead and says so (a
+:class:`SweepWarning`); under the guard, from a module, the CLI or a notebook it uses processes.
 
 Checkpoint (``checkpoint=PATH``, CLI ``--out``): each finished row is appended and fsynced to
 ``PATH.partial.jsonl``, headed by the SHA-256 of the expanded configurations (paths as written;
@@ -240,9 +243,9 @@ def _read_spec_file(path: Path):
         if suffix == ".json":
             return json.loads(data)
         if suffix == ".toml":
-            toml = _optional("tomllib" if sys.version_info >= (3, 11) else "tomli", "reading a TOML spec", "sweep")
+            toml = _optional("tomllib" if sys.version_info >= (3, 11) else "tomli", "reading a TOML spec", None)
             return toml.loads(data.decode("utf-8"))
-        return _optional("yaml", "reading a YAML sweep spec", "sweep").safe_load(data)
+        return _optional("yaml", "reading a YAML sweep spec", None).safe_load(data)
     except SweepError:
         raise
     except OSError as exc:
@@ -251,13 +254,20 @@ def _read_spec_file(path: Path):
         raise SpecError(f"sweep spec {path}: {exc}") from None
 
 
+#: pip's names of the modules fastsim needs that are not imported under the same name
+_PIP_NAMES = {"yaml": "pyyaml", "distributed": "dask[distributed]"}
+
+
 def _optional(module, what, extra):
+    """Import ``module`` or raise a SweepError with the install command (``extra`` None: a module
+    of the base install, missing from a broken environment)."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise SweepError(f"{what} needs {module}: pip install 'fastsim[{extra}]'") from None
+        hint = f"'fastsim-llm[{extra}]'" if extra else _PIP_NAMES.get(module, module)
+        raise SweepError(f"{what} needs {module}: pip install {hint}") from None
 
 
 def load_spec(spec) -> SweepSpec:
@@ -422,6 +432,56 @@ def _run_task(task):
     return rec, req
 
 
+def _unguarded_main_call():
+    """``(script, line)`` when this call comes from the top-level code of the ``__main__`` module
+    outside an ``if __name__ == "__main__":`` block (a spawned worker re-imports that module and
+    would run the call again), else None."""
+    import ast
+
+    main = sys.modules.get("__main__")
+    if main is None or not getattr(main, "__file__", None):
+        return None  # an interactive session, ``python -c``: spawned workers do not re-import it
+    frame, top = sys._getframe(1), None
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
+            top = frame
+        frame = frame.f_back
+    if top is None:
+        return None
+    where = (top.f_code.co_filename, top.f_lineno)
+    try:
+        with open(top.f_code.co_filename, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return where  # cannot tell: assume the worst
+
+    def is_guard(test):
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+            return False
+        sides = [test.left, test.comparators[0]]
+        return (any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides)
+                and any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides))
+
+    for node in tree.body:
+        if (isinstance(node, ast.If) and is_guard(node.test)
+                and node.body[0].lineno <= top.f_lineno <= (node.body[-1].end_lineno or node.lineno)):
+            return None
+    return where
+
+
+def _caller_level():
+    """``warnings.warn``'s stacklevel (for a call made in :func:`sweep`) of the first frame
+    outside this module: the user's line, whether they called the module or the function."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class _SpawnFailed(Exception):
+    """The local executor's worker processes died before running anything."""
+
+
 class _Pool:
     """A ``concurrent.futures`` executor: spawned worker processes (``local``: each loads the kernels
     once, in its initializer) or a ``dask.distributed`` client (the scheduler at ``address``, or a
@@ -440,10 +500,7 @@ class _Pool:
                 self.pool.submit(os.getpid).result()
             except BrokenProcessPool:
                 self.pool.shutdown(wait=False)
-                raise SweepError(
-                    "executor 'local' could not start its worker processes. They are spawned and re-import the "
-                    "main module: run the sweep from a script guarded by `if __name__ == \"__main__\":`, from an "
-                    "importable module or with the fastsim CLI (not from stdin), or use executor='serial'") from None
+                raise _SpawnFailed() from None
             return
         import logging
 
@@ -530,11 +587,12 @@ class _Checkpoint:
             raise SweepError(f"checkpoint {self.path}: the name must end in .parquet or .csv")
         if suffix == ".parquet" or keep_requests:
             _optional("pyarrow", f"writing {self.path}" if suffix == ".parquet" else "keep_requests with a checkpoint",
-                      "parquet")
+                      None)
         self.out = self.path
         self.partial, self.meta = (self.path.with_name(self.path.name + e) for e in (".partial.jsonl", ".sweep.json"))
         self.req_dir = self.path.with_name(self.path.name + ".requests") if keep_requests else None
         self.spec, self.force, self._f = spec, force, None
+        self.fresh, self.rows = False, 0  # the sidecar was started by this run; rows it added
         self.header = {"fastsim_sweep": _FORMAT, "spec_hash": spec.spec_hash, "n_configs": spec.n_configs,
                        "mode": spec.mode, "varied": spec.varied, "fastsim_version": __version__, "source": spec.source}
 
@@ -568,6 +626,7 @@ class _Checkpoint:
                 return {}, read_results(self.out)
         self.partial.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.partial, "w", encoding="utf-8")
+        self.fresh = True
         self._write(self.header)
         return {}, None
 
@@ -608,6 +667,19 @@ class _Checkpoint:
             req.to_parquet(dest.with_name(dest.name + ".tmp"), index=False)
             os.replace(dest.with_name(dest.name + ".tmp"), dest)
         self._write(rec)
+        self.rows += 1
+
+    def abandon(self, interrupted):
+        """The sweep stopped early: a sidecar holding no finished row is deleted; one that does is
+        kept for a rerun to resume from (an error says so; Ctrl-C is the CLI's to report)."""
+        self.close()
+        if not self.partial.exists():
+            return
+        if self.fresh and self.rows == 0:
+            self.partial.unlink()
+        elif not interrupted:
+            warnings.warn(f"the finished configurations are kept in {self.partial}: rerun the same sweep to "
+                          "resume, or delete that file", SweepWarning, stacklevel=_caller_level())
 
     def close(self):
         if self._f is not None:
@@ -658,7 +730,7 @@ def read_results(path):
 
     path = Path(path)
     if path.suffix.lower() == ".parquet":
-        _optional("pyarrow", f"reading {path}", "parquet")
+        _optional("pyarrow", f"reading {path}", None)
         return pd.read_parquet(path)
     df = pd.read_csv(path, dtype={c: str for c in ("status", "error", "warnings")})
     return df.fillna({c: "" for c in ("status", "error", "warnings") if c in df})
@@ -693,18 +765,18 @@ def _frame(spec, records):
 
 
 class _Progress:
-    """A tqdm bar (completed/total, rate, ETA) if tqdm is installed, else a plain line every ~2 s."""
+    """On a terminal a tqdm bar (completed/total, rate, ETA); into a file or a pipe a plain line
+    every ~10 s and at the end (a bar's carriage returns would fill a log file)."""
 
     def __init__(self, total, initial, enabled):
         self.total, self.done, self.first, self.errors, self.on = total, initial, initial, 0, enabled
         self.t0 = self.last = time.monotonic()
-        try:
+        self.bar = None
+        if enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=initial, unit="cfg", desc="sweep", file=sys.stderr,
-                            dynamic_ncols=True, smoothing=0.05) if enabled else None
-        except ImportError:
-            self.bar = None
+                            dynamic_ncols=True, smoothing=0.05)
 
     def update(self, rec):
         self.done += 1
@@ -713,7 +785,7 @@ class _Progress:
             self.bar.update(1)
             if self.errors:
                 self.bar.set_postfix(errors=self.errors, refresh=False)
-        elif self.on and (time.monotonic() - self.last >= 2.0 or self.done == self.total):
+        elif self.on and (time.monotonic() - self.last >= 10.0 or self.done == self.total):
             self.last = time.monotonic()
             el, ran = self.last - self.t0, self.done - self.first
             eta = f"{el / ran * (self.total - self.done):.1f}s" if ran else "?"
@@ -730,7 +802,7 @@ def sweep(spec, executor="local", workers=None, checkpoint=None, progress=True, 
 
     ``spec``: a mapping, a spec file path or a :class:`SweepSpec` (see the module docstring).
     ``executor``: ``"local"`` (a pool of ``workers`` spawned processes, default ``os.cpu_count()``),
-    ``"dask"`` (``dask.distributed``, extra ``fastsim[dask]``: the scheduler at
+    ``"dask"`` (``dask.distributed``, extra ``fastsim-llm[dask]``: the scheduler at
     ``scheduler_address`` — its workers need fastsim installed — or else a LocalCluster of
     ``workers`` single-threaded processes) or ``"serial"`` (in this process, for debugging).
     ``checkpoint``: a ``.parquet``/``.csv`` output path that makes the sweep resumable; ``force``
@@ -768,7 +840,25 @@ def sweep(spec, executor="local", workers=None, checkpoint=None, progress=True, 
             # one replay per core: a replay splits itself into threads only when it runs alone
             one = 1 if executor != "serial" and n > 1 else None
             todo = [t + (one,) for t in todo]
-            pool = None if executor == "serial" else _Pool(executor, n, scheduler_address)
+            pool = None
+            if executor == "local" and n > 1 and (where := _unguarded_main_call()) is not None:
+                warnings.warn(
+                    f"sweep(executor='local') was called at {os.path.basename(where[0])}:{where[1]}, outside an "
+                    "`if __name__ == \"__main__\":` block; worker processes re-import the script and would run "
+                    f"the sweep again, so its {len(todo)} configurations run in this process, one at a time. "
+                    f"Put the call under that guard to use {n} processes", SweepWarning, stacklevel=_caller_level())
+                executor = "serial"
+            elif executor != "serial":
+                try:
+                    pool = _Pool(executor, n, scheduler_address)
+                except _SpawnFailed:
+                    warnings.warn(
+                        "executor 'local' could not start its worker processes (they are spawned and re-import "
+                        "the main module); the configurations run in this process, one at a time",
+                        SweepWarning, stacklevel=_caller_level())
+                    executor = "serial"
+            if pool is None:  # in this process, one at a time: a replay may use every core again
+                todo = [t[:-1] + (None,) for t in todo]
             bar, ok = _Progress(sp.n_configs, len(records), progress), False
 
             def on_result(rec, req):
@@ -791,6 +881,10 @@ def sweep(spec, executor="local", workers=None, checkpoint=None, progress=True, 
             frame = _frame(sp, records)
             if ck is not None:
                 ck.finish(frame)
+    except BaseException as exc:
+        if ck is not None:
+            ck.abandon(isinstance(exc, KeyboardInterrupt))
+        raise
     finally:
         if ck is not None:
             ck.close()

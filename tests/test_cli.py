@@ -33,7 +33,7 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as ei:
         main(["--version"])
     assert ei.value.code == 0
-    assert capsys.readouterr().out.strip() == f"fastsim {__version__}"
+    assert capsys.readouterr().out.strip() == f"fastsim {__version__} (fastsim-llm)"
 
 
 def test_no_command_prints_help(capsys):
@@ -193,12 +193,11 @@ def test_python_dash_m_no_traceback(tmp_path):
 
 def test_report_path_resolution(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    p = resolve_report_path(None)
-    assert p.parent == tmp_path and re.fullmatch(r"fastsim_replay_report_\d{8}_\d{6}\.json", p.name)
+    assert resolve_report_path(None) is None  # no report file unless asked for
     d = tmp_path / "reports"
     d.mkdir()
     q = resolve_report_path(str(d))
-    assert q.parent == d and q.name.startswith("fastsim_replay_report_")
+    assert q.parent == d and re.fullmatch(r"fastsim_replay_report_\d{8}_\d{6}\.json", q.name)
     assert resolve_report_path(str(tmp_path / "r.json")) == tmp_path / "r.json"
 
 

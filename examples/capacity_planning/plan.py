@@ -1,13 +1,15 @@
 """Fewest workers that meet a p99 TTFT target, for several max_num_seqs values.
 
-Runs (or resumes, or just reads) the sweep of sweep.yaml into results.parquet, prints the plan and
-draws capacity.png (p99 TTFT against workers, one line per max_num_seqs) and frontier.png
-(output tokens/s per GPU against p99 TTFT, Pareto set marked).
+Runs (or resumes, or just reads) the sweep of sweep.yaml into OUT/results.parquet, prints the plan
+and draws OUT/capacity.png (p99 TTFT against workers, one line per max_num_seqs) and
+OUT/frontier.png (output tokens/s per GPU against p99 TTFT, Pareto set marked). OUT defaults to a
+folder in the system's temporary directory, so that nothing is written into the repository.
 
-    python plan.py [--target-ms 3000] [--workers N]
+    python plan.py [--out DIR] [--target-ms 3000] [--workers N] [--spec sweep.yaml]
 """
 
 import argparse
+import tempfile
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -63,8 +65,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target-ms", type=float, default=3000.0, help="p99 TTFT target (ms)")
     ap.add_argument("--workers", type=int, default=None, help="sweep worker processes (default: all CPUs)")
+    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "fastsim-capacity-planning",
+                    help="folder of the results and plots (default: %(default)s)")
+    ap.add_argument("--spec", type=Path, default=HERE / "sweep.yaml", help="the sweep spec (default: %(default)s)")
     args = ap.parse_args()
-    results = sweep(HERE / "sweep.yaml", workers=args.workers, checkpoint=HERE / "results.parquet")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = sweep(args.spec, workers=args.workers, checkpoint=args.out / "results.parquet")
     rows = plan(results, args.target_ms)
     print(f"p99 TTFT target {args.target_ms:g} ms ({len(results)} configurations, "
           f"{results['run_wall_s'].sum():.1f} s of simulation):")
@@ -72,9 +78,9 @@ def main():
     print("  ".join(f"{h:>14}" for h in header))
     for r in rows:
         print("  ".join(f"{'-' if r[h] is None else r[h]:>14}" for h in header))
-    capacity_plot(results, rows, args.target_ms, HERE / "capacity.png")
-    fastsim.plots.frontier(results, x="p99_ttft_ms", path=HERE / "frontier.png")
-    print(f"Saved {HERE / 'capacity.png'} and {HERE / 'frontier.png'}")
+    capacity_plot(results, rows, args.target_ms, args.out / "capacity.png")
+    fastsim.plots.frontier(results, x="p99_ttft_ms", path=args.out / "frontier.png")
+    print(f"Saved {args.out / 'results.parquet'}, {args.out / 'capacity.png'} and {args.out / 'frontier.png'}")
 
 
 if __name__ == "__main__":
