@@ -249,6 +249,9 @@ def run_trace_replay(
     same results with any number; default ``FASTSIM_THREADS`` or the usable cores, 1 for a sweep
     that runs one replay per core).
 
+    ``dynamo_version``: the release reproduced, ``"1.6.1"`` (default) or ``"1.4.2"`` (a fastsim
+    extension; any other value is an InputError).
+
     Not supported yet (NotSupportedError): ``replay_mode="online"``, disaggregated engine args, ``aic_perf_config``, ``planner_config``,
     ``model_name``, the agentic/delta/dynamo trace formats and their ``trace_*_prefix_*`` options.
     Unknown keywords raise InputError.
@@ -349,8 +352,8 @@ def run_synthetic_trace_replay(
     ``arrival_interval_ms`` (0 = burst) is required, as in Dynamo. See
     :func:`fastsim.workload.synthetic` for the generator (Poisson and prefix-group draws use numpy's
     RNG seeded with ``arrival_seed``, not Dynamo's). ``report_jsonl_path`` and ``max_sim_time_ms``
-    are fastsim extensions (Dynamo's synthetic API has neither). Unsupported options as in
-    :func:`run_trace_replay`.
+    are fastsim extensions (Dynamo's synthetic API has neither). ``dynamo_version`` and unsupported
+    options as in :func:`run_trace_replay`.
     """
     _reject_unknown("run_synthetic_trace_replay", unsupported, _SYNTHETIC_KEYWORDS)
     opts = _common(
