@@ -379,8 +379,8 @@ def run_synthetic_trace_replay(
     ``arrival_interval_ms`` (0 = burst) is required, as in Dynamo. See
     :func:`fastsim.workload.synthetic` for the generator (Poisson and prefix-group draws use numpy's
     RNG seeded with ``arrival_seed``, not Dynamo's). ``report_jsonl_path`` and ``max_sim_time_ms``
-    are fastsim extensions (Dynamo's synthetic API has neither). Disaggregated replay, ``debug``
-    and the unsupported options as in :func:`run_trace_replay`.
+    are fastsim extensions (Dynamo's synthetic API has neither). Disaggregated replay, ``debug``,
+    ``dynamo_version`` and the unsupported options as in :func:`run_trace_replay`.
     """
     _reject_unknown("run_synthetic_trace_replay", unsupported, _SYNTHETIC_KEYWORDS)
     if report_jsonl_path is not None:

@@ -1,7 +1,7 @@
-"""Dynamo 1.6.1's timing rules beyond the V cases: 26 small recorded cases (tests/data/cases_161,
+"""Dynamo 1.6.1's timing rules beyond the V cases: small recorded cases (tests/data/cases_161,
 see its README) in every mode the rules touch: disaggregated with KV transfer, attention DP,
 preemption (lifo, fifo, in chunks, on DP ranks), chunking off, prefix caching off, sessions,
-closed loops, time caps, NPZ timing, speedups, and the kv_router (within the band of Dynamo's
+closed loops, time caps, NPZ timing, speedups, max_model_len, and the kv_router (within the band of Dynamo's
 runs).
 
 Each case runs `fastsim replay --dynamo-version 1.6.1` with the arguments Dynamo was given; every
