@@ -167,6 +167,7 @@ def simulate_disagg(
         rel_tail=np.full(P, -1, np.int32), xheap=xheap,
         xready=xready, xtie=np.arange(n, dtype=np.int64),
         arr_next=arr_next, arr_head=np.full(D, -1, np.int32), arr_tail=np.full(D, -1, np.int32),
+        res_tries=np.zeros(D, np.int64),
         st=np.zeros(4, np.int64),
     )
     out = np.zeros(4)
@@ -212,8 +213,10 @@ def simulate_disagg(
         "decode_admit_ms": rq_d.first_admit,
         "source_released_ms": dg.released,
         "decode_reused_input_tokens": np.where(np.isnan(rq_d.first_admit), -1, rq_d.reused).astype(np.int64),
-        "prefill_route_overlap_tokens": dg.route_overlap,
-        "decode_route_overlap_tokens": np.where((dg.dec_idx >= 0) & (router_mode == "kv_router"), 0, -1).astype(np.int64),
+        # round robin writes 0 for both overlaps of a routed request (1.4.2, tests/data/dynamo142)
+        "prefill_route_overlap_tokens": np.where((dg.pre_idx >= 0) & (dg.route_overlap < 0), 0,
+                                                 dg.route_overlap).astype(np.int64),
+        "decode_route_overlap_tokens": np.where(dg.dec_idx >= 0, 0, -1).astype(np.int64),
     }
     # a request that failed at the handoff has no decode worker
     req["worker_idx"] = np.where(status_col == 4, -1, req["worker_idx"])

@@ -114,6 +114,7 @@ class Disagg(NamedTuple):
     arr_next: np.ndarray  # int32[n]: transferred, awaiting activation at a scheduling point
     arr_head: np.ndarray  # int32[D]
     arr_tail: np.ndarray  # int32[D]
+    res_tries: np.ndarray  # int64[D]: reservation attempts the worker's current event grants
     st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, -]
 
 
@@ -212,16 +213,21 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
     fl_d.hold[k] += 1  # a pending destination keeps a scaled-down decode worker alive
     fl_p.hold[k_pre] += 1  # and the source it will read keeps the prefill worker alive
     _push(dg.res_head, dg.res_tail, dg.res_next, k, r)
+    if not cl.busy[dg.n_pre + k]:
+        dg.res_tries[k] += 1  # a handoff reaching an idle worker is one reservation attempt
     cl.stalled[dg.n_pre + k] = False
 
 
 @inner
 def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
     """Scheduling point of decode worker ``k``: reserve KV for queued handoffs, in order, while
-    they fit (blocks already registered here are shared and discounted, as in admission)."""
+    they fit (blocks already registered here are shared and discounted, as in admission) and
+    attempts remain. One attempt per event at the worker (its pass end, each activation, each
+    handoff reaching it idle; Dynamo 1.4.2, docs/decisions/0026); attempts not used now lapse."""
     bs = pd.block_size
     changed = False
-    while dg.res_head[k] >= 0:
+    while dg.res_head[k] >= 0 and dg.res_tries[k] > 0:
+        dg.res_tries[k] -= 1
         r = dg.res_head[k]
         isl = rq_d.isl[r]
         nb = (isl + bs - 1) // bs
@@ -254,7 +260,21 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
             heap_push_nb(dg.xheap, dg.st, np.int64(NXHEAP), dg.xready, dg.xtie, r)
         else:
             _arrive_decode(rq_d, rk_d, cl, dg, k, r)
+            dg.res_tries[k] += 1  # activated at once: that activation is one more attempt
+    dg.res_tries[k] = 0
     return changed
+
+
+@inner
+def _grant_tries(dg, k, pass_end):
+    """Reservation attempts at decode worker ``k``'s scheduling point: one for its pass end, one
+    per transfer activated there."""
+    n = 1 if pass_end else 0
+    r = dg.arr_head[k]
+    while r >= 0:
+        n += 1
+        r = dg.arr_next[r]
+    dg.res_tries[k] += n
 
 
 @inner
@@ -317,6 +337,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
     if g < dg.n_pre:
         _release_source(pp, pool_p, rq_p, fl_p, dg, pa, g, t)
     else:
+        _grant_tries(dg, g - dg.n_pre, True)
         _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
         _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, g - dg.n_pre, t)
 
@@ -438,8 +459,11 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                 if cl.busy[g] or fl_d.gstate[k] == UNUSED:
                     g += 1
                     continue
-                if dg.res_head[k] >= 0 and _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
-                    changed = True
+                if dg.res_head[k] >= 0:
+                    _grant_tries(dg, k, False)
+                    if _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
+                        changed = True
+                dg.res_tries[k] = 0
                 if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, now):
                     changed = True
                 if cl.stalled[g] or rk_d.n_run[k] + rk_d.n_wait[k] == 0:
