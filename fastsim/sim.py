@@ -11,6 +11,7 @@ import numpy as np
 from fastsim import arena
 from fastsim.errors import DeadEndError, InputError
 from fastsim.pages import with_small_pages
+from fastsim.workload import session_labels
 
 _BIG_BUDGET = 1 << 62
 
@@ -260,6 +261,7 @@ def simulate(
     steady_decode: bool = True,
     light_ticks: bool = True,
     threads: int | None = None,
+    gap_skip=None,
 ):
     """Simulate ``workload`` on a cluster of aggregated workers; returns a :class:`Report`.
 
@@ -287,9 +289,16 @@ def simulate(
       Default: the ``FASTSIM_THREADS`` environment variable, else the cores this process may use,
       for runs of at least 50,000 requests. 1: never split (a sweep running one simulation per
       core).
+    * ``gap_skip`` (internal): rows whose inter-token gaps stay out of the statistics (below).
+
+    A run cut short by ``max_sim_time_ms`` reports the inter-token statistics of its completed
+    requests only, as Dynamo 1.4.2 does (it pools a request's gaps when it completes): the
+    requests left in flight are known only at the end, so the run is made again, every request
+    explicit, with their gaps left out (docs/decisions/0026).
     """
+    args = dict(locals())
     from fastsim import shards
-    from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, TABLE_FULL,
+    from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, SIM_CAP, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)
 
     if router_mode not in ("round_robin", "kv_router"):
@@ -335,7 +344,7 @@ def simulate(
         )
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                       single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
-                      light_ticks)
+                      light_ticks, gap_skip=gap_skip)
     table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
         rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed)
@@ -359,12 +368,17 @@ def simulate(
         table *= 4
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                           single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
-                          light_ticks)
+                          light_ticks, gap_skip=gap_skip)
     settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:
         raise _dead_end(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]))
+    if status == SIM_CAP and gap_skip is None:
+        left = in_flight_with_gaps(st.rq)
+        if left.any():
+            del st
+            return simulate(**dict(args, steady_decode=False, gap_skip=left))
     if _debug(debug) and max_sim_time_ms is None:
         from fastsim.invariants import check
 
@@ -372,6 +386,9 @@ def simulate(
     # only the per-request results and the gap statistics go on: the rest of the state is freed
     # before the report's own arrays are made (peak memory)
     cols, gaps, fl = _request_columns(st.rq, single_path), st.gaps, st.fl
+    labels = session_labels(workload, bool(replay_concurrency), single_path)
+    if labels is not None:
+        cols["session_id"], cols["turn_index"] = labels
     del st
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_path,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
@@ -493,7 +510,7 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
 
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                  single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True,
-                 light_ticks=True, tick_log=0, huge_pages=True):
+                 light_ticks=True, tick_log=0, huge_pages=True, gap_skip=None):
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each);
     ``tick_log``: entries of the loop's tick log (a shard of a split run), 0 for none;
     ``huge_pages=False``: the request state in small pages its loop maps (a shard in a thread)."""
@@ -542,7 +559,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         pdue=pdue,
         tlog=np.zeros(tick_log),
     )
-    gaps = new_gaps(g_cap)
+    gaps = new_gaps(g_cap, skip=gap_skip)
     gstate = np.zeros(g_cap, dtype=np.int8)
     gstate[:num_workers] = ACTIVE
     fs = np.zeros(10, dtype=np.int64)
@@ -649,6 +666,14 @@ class PlannerState(NamedTuple):
             arrived=int(cl.state[NARRIVED]),
             finished=int(cl.state[NDONE]),
         )
+
+
+def in_flight_with_gaps(rq):
+    """bool[n]: the rows still in flight that have emitted two tokens or more."""
+    from fastsim.kernels.scheduler import COMPLETED, NOT_ARRIVED, REJECTED
+
+    st = rq.status
+    return (st != COMPLETED) & (st != REJECTED) & (st != NOT_ARRIVED) & (rq.generated >= 2)
 
 
 def _request_columns(rq, single_path):

@@ -9,7 +9,9 @@ import numpy as np
 from fastsim import arena
 from fastsim.errors import DeadEndError, InputError, NotSupportedError
 from fastsim.pages import with_small_pages
+from fastsim.workload import session_labels
 from fastsim.sim import (
+    in_flight_with_gaps,
     max_tokens,
     _block_keys,
     _engine_params,
@@ -63,18 +65,21 @@ def simulate_disagg(
     scaling_schedule=None,
     steady_decode: bool = True,
     light_ticks: bool = True,
+    gap_skip=None,
 ):
     """Simulate ``workload`` on separate prefill and decode pools (see ``kernels/disagg.py``).
 
     ``scaling_schedule``: ``{"prefill": [[t_ms, workers], ...], "decode": [...]}`` (either key may
     be left out); each pool's new workers take its engine's ``startup_time`` seconds to start.
     ``steady_decode`` and ``light_ticks`` as in :func:`fastsim.sim.simulate` (False: the same results,
-    more slowly; light ticks apply to decode workers).
+    more slowly; light ticks apply to decode workers). A run cut short by ``max_sim_time_ms`` is
+    made again with the gaps of the requests it left in flight left out (``gap_skip``), as there.
     """
+    args = dict(locals())
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import DEAD_END, NARRIVED, NDONE, Cluster, make_sessions, new_gaps
+    from fastsim.kernels.loop import DEAD_END, NARRIVED, NDONE, SIM_CAP, Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, make_ranks, make_pass_acc
     from fastsim.perf import load_perf_model
     from fastsim.report import build_report
@@ -133,7 +138,7 @@ def simulate_disagg(
         ph=np.zeros(0), ph_head=np.zeros(G, np.int64), ph_n=np.zeros(G, np.int64),
         ptree=ptree, pdue=pdue, tlog=np.zeros(0),
     )
-    gaps = new_gaps(G)
+    gaps = new_gaps(G, skip=gap_skip)
     cfg = RouterConfig.coerce(router_config)
     cfg_p, cfg_d = stage_router_configs(cfg)
     if cfg.router_queue_threshold is not None:
@@ -185,6 +190,10 @@ def simulate_disagg(
             f"offline replay reached a dead end with {int(cl.state[NARRIVED] - cl.state[NDONE])} in-flight "
             "requests remaining"
         )
+    if status == SIM_CAP and gap_skip is None:
+        left = in_flight_with_gaps(rq_d)
+        if left.any():
+            return simulate_disagg(**dict(args, steady_decode=False, gap_skip=left))
     st = rq_d.status
     status_col = np.select(
         [st == COMPLETED, st == REJECTED, st == FAILED, (st == NOT_ARRIVED) & (rq_p.status == NOT_ARRIVED)],
@@ -218,6 +227,9 @@ def simulate_disagg(
                                                  dg.route_overlap).astype(np.int64),
         "decode_route_overlap_tokens": np.where(dg.dec_idx >= 0, 0, -1).astype(np.int64),
     }
+    labels = session_labels(workload, bool(replay_concurrency), False)
+    if labels is not None:
+        req["session_id"], req["turn_index"] = labels
     # a request that failed at the handoff has no decode worker
     req["worker_idx"] = np.where(status_col == 4, -1, req["worker_idx"])
     report = build_report(req, _gap_columns(gaps), {

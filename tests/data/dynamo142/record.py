@@ -3,7 +3,8 @@
 Usage: ``python record.py DYNAMO_PYTHON [CASE ...]`` where DYNAMO_PYTHON is an interpreter with
 ``ai-dynamo==1.4.2`` installed. Each case runs ``DYNAMO_PYTHON -m dynamo.replay [trace] ARGS
 --report-json R --report-jsonl J`` (with ``DYN_LOG=error``) and stores ``<case>.json.gz``:
-``{"report": Dynamo's report, "records": its per-request JSONL rows}``. A case with ``"runs": N``
+``{"report": Dynamo's report, "records": its per-request JSONL rows}`` (none for a synthetic
+workload: Dynamo writes them for trace files only). A case with ``"runs": N``
 is run N times and stores every run's report (``"reports"``) and the first run's rows.
 """
 
@@ -35,10 +36,12 @@ def run_once(python, case, folder):
     trace = write_trace(case, folder)
     rep, jl = folder / "report.json", folder / "records.jsonl"
     cmd = [python, "-m", "dynamo.replay"] + ([str(trace)] if trace else []) + case["args"]
-    cmd += ["--report-json", str(rep), "--report-jsonl", str(jl)]
+    # (Dynamo writes per-request rows for trace files only)
+    cmd += ["--report-json", str(rep)] + (["--report-jsonl", str(jl)] if trace else [])
     subprocess.run(cmd, check=True, cwd=folder, env=dict(os.environ, DYN_LOG="error"),
                    stdout=subprocess.DEVNULL)
-    return json.loads(rep.read_text()), [json.loads(x) for x in jl.read_text().splitlines()]
+    rows = [json.loads(x) for x in jl.read_text().splitlines()] if trace else []
+    return json.loads(rep.read_text()), rows
 
 
 def main():
