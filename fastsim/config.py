@@ -7,10 +7,11 @@ belongs to one of four groups (see ``FIELD_GROUPS``):
 * ``modelled``: fastsim simulates it (vLLM core, block pool, timing, data-parallel ranks).
 * ``no_effect``: accepted with Dynamo's default and validation, but, as in Dynamo 1.4.2's aggregated
   offline replay, it changes nothing (live-mocker ports, ``startup_time`` of a static fleet, the
-  disaggregated KV-transfer model, the router queue policy). ``has_perf_model`` is a legacy field
+  disaggregated KV-transfer model, the router queue policy, ``reasoning``: its three fields are
+  required, then nothing changes). ``has_perf_model`` is a legacy field
   Dynamo ignores; ``is_prefill``/``is_decode`` are JSON spellings of ``worker_type``.
 * ``unsupported``: a valid Dynamo option fastsim does not model yet (SGLang/TRT-LLM cores, AIC
-  timing, KVBM tiers, reasoning budgets). Any non-default value raises :class:`NotSupportedError`.
+  timing, KVBM tiers). Any non-default value raises :class:`NotSupportedError`.
 
 Validation follows Dynamo: unknown fields, duplicate keys, ``null`` for a non-nullable field, a
 wrong JSON type (``64.0`` is not an integer, ``1`` is not a boolean) and out-of-range values are all
@@ -237,7 +238,6 @@ _UNSUPPORTED_REASON = {
     "aic": "it configures AIConfigurator (AIC) timing and capacity models",
     "mem": "it configures GPU-memory based KV capacity estimation (AIC); set num_gpu_blocks instead",
     "kvbm": "it configures KVBM offload tiers (G2/G3/G4)",
-    "reasoning": "it configures reasoning (thinking-token) budgets",
     "sglang": "it configures the SGLang engine core",
     "trtllm": "it configures the TRT-LLM engine core",
 }
@@ -256,7 +256,7 @@ for _f in (
     "bandwidth_g2_to_g4_gbps bandwidth_g4_to_g2_gbps"
 ).split():
     _UNSUPPORTED[_f] = "kvbm"
-_UNSUPPORTED.update(reasoning="reasoning", sglang="sglang", trtllm="trtllm")
+_UNSUPPORTED.update(sglang="sglang", trtllm="trtllm")
 
 ENGINE_ARG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(EngineArgs))
 _DEFAULTS = {f.name: f.default for f in fields(EngineArgs)}
@@ -269,10 +269,37 @@ FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "no_effect": ENGINE_ARG_FIELDS[
         ENGINE_ARG_FIELDS.index("startup_time") : ENGINE_ARG_FIELDS.index("aic_backend")
     ]
-    + _JSON_EXTRA,
+    + _JSON_EXTRA
+    + ("reasoning",),
     "unsupported": tuple(_UNSUPPORTED),
 }
-assert set(FIELD_GROUPS["unsupported"]) == set(ENGINE_ARG_FIELDS[ENGINE_ARG_FIELDS.index("aic_backend") :])
+assert set(FIELD_GROUPS["unsupported"]) | {"reasoning"} == set(
+    ENGINE_ARG_FIELDS[ENGINE_ARG_FIELDS.index("aic_backend") :])
+
+# ``reasoning`` (thinking-token ids and ratio): Dynamo 1.4.2 requires these fields and then replays
+# exactly as without it (docs/decisions/0026), so it is checked and has no effect.
+_REASONING_FIELDS = (("start_thinking_token_id", "uint"), ("end_thinking_token_id", "uint"),
+                     ("thinking_ratio", "float"))
+
+
+def _check_reasoning(value, source):
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise InputError(f"{source}: field 'reasoning' must be an object with "
+                         f"{', '.join(n for n, _ in _REASONING_FIELDS)}, got {json.dumps(value)}")
+    for name, kind in _REASONING_FIELDS:
+        if name not in value:
+            raise InputError(f"{source}: field 'reasoning': missing field '{name}'")
+        v = value[name]
+        if kind == "uint":
+            ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2 ** 32
+            what = "an integer in [0, 2^32)"
+        else:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            what = "a finite number"
+        if not ok:
+            raise InputError(f"{source}: field 'reasoning.{name}' must be {what}, got {json.dumps(v)}")
 
 _HINTS = {
     "watermark": "Dynamo 1.4.2 has no watermark: admission is an exact fit "
@@ -454,6 +481,8 @@ def _validate(obj: EngineArgs, source: str) -> None:
             checked = _check_value(name, value, source, spec)
             if checked != value or type(checked) is not type(value):
                 object.__setattr__(obj, name, checked)
+        elif name == "reasoning":
+            _check_reasoning(value, source)
         elif value != _DEFAULTS[name]:
             reason = _UNSUPPORTED_REASON[_UNSUPPORTED[name]]
             raise NotSupportedError(
