@@ -160,7 +160,9 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``python -m dynamo.replay`` 1.4.2, with the same names and defaults."""
     p.add_argument("trace_files", nargs="*", help="trace file (Mooncake JSONL, or Azure CSV by .csv suffix)")
     p.add_argument("--extra-engine-args",
-                   help="engine args as inline JSON (Dynamo MockEngineArgs fields), or a JSON file (fastsim extension)")
+                   help="engine args as inline JSON (Dynamo MockEngineArgs fields), or a JSON file (fastsim extension); "
+                        "'reasoning' ({start_thinking_token_id, end_thinking_token_id, thinking_ratio}) is accepted "
+                        "and changes nothing, as in Dynamo 1.4.2's offline replay")
     p.add_argument("--prefill-engine-args",
                    help="JSON engine args of the prefill pool (worker_type prefill): a disaggregated replay")
     p.add_argument("--decode-engine-args",

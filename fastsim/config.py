@@ -10,8 +10,8 @@ fields by :mod:`fastsim.engine_config`. Each field belongs to one of four groups
 * ``modelled``: fastsim simulates it (vLLM core, block pool, timing, data-parallel ranks).
 * ``no_effect``: accepted with Dynamo's default and validation, but, as in Dynamo's aggregated
   offline replay, it changes nothing (live-mocker ports, ``startup_time`` of a static fleet, the
-  disaggregated KV-transfer model, the router queue policy, ``reasoning``: a replayed request
-  carries no token ids to find thinking markers in). ``has_perf_model`` is a legacy field
+  disaggregated KV-transfer model, the router queue policy, ``reasoning``: its three fields are
+  required, then nothing changes). ``has_perf_model`` is a legacy field
   Dynamo ignores; ``is_prefill``/``is_decode`` are JSON spellings of ``worker_type``.
 * ``unsupported``: a valid Dynamo option fastsim does not model yet (SGLang/TRT-LLM cores, AIC
   timing, KVBM tiers). Any non-default value raises :class:`NotSupportedError`.

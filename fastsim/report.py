@@ -64,9 +64,10 @@ SUMMARY_KEYS = (
 )
 
 # Per-request JSONL fields in Dynamo 1.4.2's order, with their kind: "f" float (NaN = null),
-# "i" int (always set), "n" int (-1 = null), "z" always null, "s" the terminal status string.
+# "i" int (always set), "n" int (-1 = null), "z" always null, "s" the terminal status string,
+# "S" a string (None = null; all null without the column).
 JSONL_FIELDS = (
-    ("session_id", "z"), ("turn_index", "z"), ("uuid", "u"), ("arrival_time_ms", "f"),
+    ("session_id", "S"), ("turn_index", "n"), ("uuid", "u"), ("arrival_time_ms", "f"),
     ("first_admit_ms", "f"), ("terminal_time_ms", "f"), ("first_token_ms", "f"),
     ("last_token_ms", "f"), ("ttft_ms", "f"), ("ttst_ms", "f"), ("e2e_latency_ms", "f"),
     ("itl_ms", "f"), ("input_length", "i"), ("requested_output_length", "i"),
@@ -77,8 +78,9 @@ JSONL_FIELDS = (
     ("prefill_route_overlap_tokens", "n"), ("decode_route_overlap_tokens", "n"),
     ("terminal_status", "s"),
 )
-# Optional (disaggregated-mode) per-request inputs copied straight into the JSONL.
-_OPTIONAL_FIELDS = ("prefill_worker_idx", "prefill_admit_ms", "source_held_ms",
+# Optional per-request inputs copied straight into the JSONL (session labels, disaggregated mode).
+_OPTIONAL_FIELDS = ("session_id", "turn_index", "prefill_worker_idx", "prefill_admit_ms",
+                    "source_held_ms",
                     "destination_reserved_ms", "destination_activated_ms", "decode_admit_ms",
                     "source_released_ms", "decode_reused_input_tokens",
                     "prefill_route_overlap_tokens", "decode_route_overlap_tokens")
@@ -471,6 +473,8 @@ class Report:
                 res[name] = np.asarray(cols.get(name, np.full(n, np.nan)), dtype=np.float64)
             elif kind in ("i", "n"):
                 res[name] = np.asarray(cols.get(name, np.full(n, -1)), dtype=np.int64)
+            elif kind == "S":
+                res[name] = np.asarray(cols[name], dtype=object) if name in cols else None
         return res
 
     @property
@@ -488,8 +492,10 @@ class Report:
             term[status <= 1] = None
             data = {}
             for name, kind in JSONL_FIELDS:
-                if kind == "z":
+                if kind == "z" or (kind == "S" and cols[name] is None):
                     data[name] = pd.Series([None] * n, dtype=object)
+                elif kind == "S":
+                    data[name] = pd.Series(cols[name], dtype=object)
                 elif kind == "u":
                     data[name] = pd.Series(_uuids_for_rows(np.arange(n)), dtype=object)
                 elif kind in ("f", "i"):
@@ -525,10 +531,12 @@ class Report:
             pieces, values = [], []
             for name, kind in JSONL_FIELDS:
                 key = f'"{name}":'
-                if kind == "z":
+                if kind == "z" or (kind == "S" and cols[name] is None):
                     pieces.append(key + "null")
                     continue
-                if kind == "u":
+                if kind == "S":
+                    vals = ["null" if x is None else json.dumps(x) for x in cols[name][idx].tolist()]
+                elif kind == "u":
                     vals = ['"' + u + '"' for u in _uuids_for_rows(idx)]
                 elif kind == "s":
                     names = np.array([f'"{x}"' for x in STATUS_NAMES], dtype=object)

@@ -13,6 +13,7 @@ from fastsim.dead_end import dead_end_error
 from fastsim.errors import InputError
 from fastsim.pages import with_small_pages
 from fastsim.trace_checks import check_workload
+from fastsim.workload import session_labels
 
 _BIG_BUDGET = 1 << 62
 
@@ -264,6 +265,7 @@ def simulate(
     light_ticks: bool = True,
     threads: int | None = None,
     dynamo_version: str | None = None,
+    gap_skip=None,
 ):
     """Simulate ``workload`` on a cluster of aggregated workers; returns a :class:`Report`.
 
@@ -294,10 +296,17 @@ def simulate(
       Default: the ``FASTSIM_THREADS`` environment variable, else the cores this process may use,
       for runs of at least 50,000 requests. 1: never split (a sweep running one simulation per
       core).
+    * ``gap_skip`` (internal): rows whose inter-token gaps stay out of the statistics (below).
+
+    A run cut short by ``max_sim_time_ms`` reports the inter-token statistics of its completed
+    requests only, as Dynamo 1.4.2 does (it pools a request's gaps when it completes): the
+    requests left in flight are known only at the end, so the run is made again, every request
+    explicit, with their gaps left out (docs/decisions/0026).
     """
+    args = dict(locals())
     from fastsim import shards
     from fastsim.dynamo_version import check_version, timing_rules
-    from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, TABLE_FULL,
+    from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, SIM_CAP, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)
 
     version = check_version(dynamo_version)
@@ -351,7 +360,7 @@ def simulate(
         )
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                       single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
-                      light_ticks, timing_rules=rules)
+                      light_ticks, timing_rules=rules, gap_skip=gap_skip)
     progress.track(st.rq.isl.shape[0], lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
@@ -376,7 +385,7 @@ def simulate(
         table *= 4
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                           single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
-                          light_ticks, timing_rules=rules)
+                          light_ticks, timing_rules=rules, gap_skip=gap_skip)
     progress.untrack()
     settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
@@ -387,6 +396,11 @@ def simulate(
         raise dead_end_error(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]), workload, [("", engine)],
                              np.isin(st.rq.status, (WAITING, RUNNING, PREEMPTED, FINISHING, HANDED)),
                              st.rq.rank, dp, dynamo_version=version)
+    if status == SIM_CAP and gap_skip is None:
+        left = in_flight_with_gaps(st.rq)
+        if left.any():
+            del st
+            return simulate(**dict(args, steady_decode=False, gap_skip=left))
     if _debug(debug) and max_sim_time_ms is None:
         from fastsim.invariants import check
 
@@ -395,6 +409,9 @@ def simulate(
     # before the report's own arrays are made (peak memory)
     cols, gaps, fl = _request_columns(st.rq, single_path), st.gaps, st.fl
     committed = int(st.rk.seqc[5])
+    labels = session_labels(workload, bool(replay_concurrency), single_path)
+    if labels is not None:
+        cols["session_id"], cols["turn_index"] = labels
     del st
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_path,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
@@ -561,7 +578,7 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
 
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                  single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True,
-                 light_ticks=True, tick_log=0, huge_pages=True, timing_rules=0):
+                 light_ticks=True, tick_log=0, huge_pages=True, timing_rules=0, gap_skip=None):
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each);
     ``tick_log``: entries of the loop's tick log (a shard of a split run), 0 for none;
     ``huge_pages=False``: the request state in small pages its loop maps (a shard in a thread)."""
@@ -610,7 +627,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         pdue=pdue,
         tlog=np.zeros(tick_log),
     )
-    gaps = new_gaps(g_cap)
+    gaps = new_gaps(g_cap, skip=gap_skip)
     gstate = np.zeros(g_cap, dtype=np.int8)
     gstate[:num_workers] = ACTIVE
     fs = np.zeros(10, dtype=np.int64)
@@ -766,6 +783,14 @@ class PlannerState(NamedTuple):
             arrived=int(cl.state[NARRIVED]),
             finished=int(cl.state[NDONE]),
         )
+
+
+def in_flight_with_gaps(rq):
+    """bool[n]: the rows still in flight that have emitted two tokens or more."""
+    from fastsim.kernels.scheduler import COMPLETED, NOT_ARRIVED, REJECTED
+
+    st = rq.status
+    return (st != COMPLETED) & (st != REJECTED) & (st != NOT_ARRIVED) & (rq.generated >= 2)
 
 
 def _request_columns(rq, single_path):

@@ -9,7 +9,9 @@ import numpy as np
 from fastsim import arena
 from fastsim.errors import InputError, NotSupportedError
 from fastsim.pages import with_small_pages
+from fastsim.workload import session_labels
 from fastsim.sim import (
+    in_flight_with_gaps,
     max_tokens,
     _block_keys,
     _engine_params,
@@ -67,20 +69,23 @@ def simulate_disagg(
     steady_decode: bool = True,
     light_ticks: bool = True,
     dynamo_version: str | None = None,
+    gap_skip=None,
 ):
     """Simulate ``workload`` on separate prefill and decode pools (see ``kernels/disagg.py``).
 
     ``scaling_schedule``: ``{"prefill": [[t_ms, workers], ...], "decode": [...]}`` (either key may
     be left out); each pool's new workers take its engine's ``startup_time`` seconds to start.
     ``steady_decode`` and ``light_ticks`` as in :func:`fastsim.sim.simulate` (False: the same results,
-    more slowly; light ticks apply to decode workers). ``dynamo_version`` as in
-    :func:`fastsim.sim.simulate`.
+    more slowly; light ticks apply to decode workers). A run cut short by ``max_sim_time_ms`` is
+    made again with the gaps of the requests it left in flight left out (``gap_skip``), as there.
+    ``dynamo_version`` as in :func:`fastsim.sim.simulate`.
     """
+    args = dict(locals())
     from fastsim.dynamo_version import check_version, timing_rules
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import DEAD_END, NARRIVED, NDONE, Cluster, make_sessions, new_gaps
+    from fastsim.kernels.loop import DEAD_END, NARRIVED, NDONE, SIM_CAP, Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, make_ranks, make_pass_acc
     from fastsim.perf import engine_perf_model
     from fastsim.report import build_report
@@ -146,7 +151,7 @@ def simulate_disagg(
         ph=np.zeros(0), ph_head=np.zeros(G, np.int64), ph_n=np.zeros(G, np.int64),
         ptree=ptree, pdue=pdue, tlog=np.zeros(0),
     )
-    gaps = new_gaps(G)
+    gaps = new_gaps(G, skip=gap_skip)
     cfg = RouterConfig.coerce(router_config)
     cfg_p, cfg_d = stage_router_configs(cfg)
     if cfg.router_queue_threshold is not None:
@@ -180,7 +185,8 @@ def simulate_disagg(
         rel_tail=np.full(P, -1, np.int32), xheap=xheap,
         xready=xready, xtie=np.arange(n, dtype=np.int64),
         arr_next=arr_next, arr_head=np.full(D, -1, np.int32), arr_tail=np.full(D, -1, np.int32),
-        st=np.zeros(4, np.int64), res_left=np.zeros(D, np.int64),
+        res_tries=np.zeros(D, np.int64),
+        st=np.zeros(4, np.int64),
     )
     out = np.zeros(4)
     fl_p = _fleet(P0, P, prefill_engine, schedules["prefill"])
@@ -198,6 +204,10 @@ def simulate_disagg(
         raise dead_end_error(int(cl.state[NARRIVED] - cl.state[NDONE]), workload,
                              [(" of the prefill pool", prefill_engine), (" of the decode pool", decode_engine)],
                              (rq_p.status != NOT_ARRIVED) & ~done, dynamo_version=version)
+    if status == SIM_CAP and gap_skip is None:
+        left = in_flight_with_gaps(rq_d)
+        if left.any():
+            return simulate_disagg(**dict(args, steady_decode=False, gap_skip=left))
     st = rq_d.status
     status_col = np.select(
         [st == COMPLETED, st == REJECTED, st == FAILED, (st == NOT_ARRIVED) & (rq_p.status == NOT_ARRIVED)],
@@ -226,9 +236,14 @@ def simulate_disagg(
         "decode_admit_ms": rq_d.first_admit,
         "source_released_ms": dg.released,
         "decode_reused_input_tokens": np.where(np.isnan(rq_d.first_admit), -1, rq_d.reused).astype(np.int64),
-        "prefill_route_overlap_tokens": dg.route_overlap,
-        "decode_route_overlap_tokens": np.where((dg.dec_idx >= 0) & (router_mode == "kv_router"), 0, -1).astype(np.int64),
+        # round robin writes 0 for both overlaps of a routed request (1.4.2, tests/data/dynamo142)
+        "prefill_route_overlap_tokens": np.where((dg.pre_idx >= 0) & (dg.route_overlap < 0), 0,
+                                                 dg.route_overlap).astype(np.int64),
+        "decode_route_overlap_tokens": np.where(dg.dec_idx >= 0, 0, -1).astype(np.int64),
     }
+    labels = session_labels(workload, bool(replay_concurrency), False)
+    if labels is not None:
+        req["session_id"], req["turn_index"] = labels
     # a request that failed at the handoff has no decode worker
     req["worker_idx"] = np.where(status_col == 4, -1, req["worker_idx"])
     report = build_report(req, _gap_columns(gaps), {

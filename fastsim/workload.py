@@ -88,6 +88,9 @@ class Workload:
     trace_block_size: int
     line: np.ndarray
     source: str
+    # explicit ``session_id`` of a trace's sessions, by session number (the others are named
+    # ``request_<line of their first turn>``); None for workloads that carry no names
+    session_ids: Optional[dict] = None
 
     @property
     def n_requests(self) -> int:
@@ -469,7 +472,25 @@ def load_mooncake(
         trace_block_size=tbs,
         line=np.array(line_l, dtype=np.int64),
         source=path,
+        session_ids={si: k for k, si in sess_index.items() if k != f"request_{first_line[si]}"},
     ))
+
+
+def session_labels(workload, concurrency_mode, single_path):
+    """The ``session_id`` / ``turn_index`` Dynamo 1.4.2 writes on each row's JSONL record, or None
+    when it writes null: the rows of a trace run through its workload driver -- closed loop
+    (``replay_concurrency``), or a trace with a multi-turn session -- on the multi-worker path or
+    disaggregated; never on the single-worker path (docs/decisions/0026).
+    Returns (object array of str, int64 turn) or None."""
+    if workload.session_ids is None or single_path:
+        return None
+    counts = np.diff(workload.session_ptr)
+    if not concurrency_mode and not (counts > 1).any():
+        return None
+    first_rows = workload.session_rows[workload.session_ptr[:-1]]
+    names = np.array([workload.session_ids.get(si, f"request_{ln}")
+                      for si, ln in enumerate(workload.line[first_rows].tolist())], dtype=object)
+    return names[workload.session], workload.turn.astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- Azure CSV

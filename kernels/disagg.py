@@ -73,7 +73,6 @@ from fastsim.kernels.scheduler import (
     REJECTED,
     TERM_HANDOFF,
     TERM_REJECTED,
-    TIMING_161,
     arrive_nb,
     enqueue_waiting_nb,
     free_blocks_nb,
@@ -115,10 +114,8 @@ class Disagg(NamedTuple):
     arr_next: np.ndarray  # int32[n]: transferred, awaiting activation at a scheduling point
     arr_head: np.ndarray  # int32[D]
     arr_tail: np.ndarray  # int32[D]
+    res_tries: np.ndarray  # int64[D]: reservation attempts the worker's current event grants
     st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, -]
-    # 1.6.1 rules: reservations decode worker k may still make before its next event (a pass end
-    # gives 1, each activation and each handoff to it while not in a pass 1 more; docs/decisions)
-    res_left: np.ndarray  # int64[D]
 
 
 # ----------------------------------------------------------------------------- small lists / heap
@@ -214,21 +211,23 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
         k = nth_active_nb(fl_d, idx)
     dg.dec_idx[r] = k
     fl_d.hold[k] += 1  # a pending destination keeps a scaled-down decode worker alive
-    if not cl.busy[dg.n_pre + k]:
-        dg.res_left[k] += 1
     fl_p.hold[k_pre] += 1  # and the source it will read keeps the prefill worker alive
     _push(dg.res_head, dg.res_tail, dg.res_next, k, r)
+    if not cl.busy[dg.n_pre + k]:
+        dg.res_tries[k] += 1  # a handoff reaching an idle worker is one reservation attempt
     cl.stalled[dg.n_pre + k] = False
 
 
 @inner
 def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
     """Scheduling point of decode worker ``k``: reserve KV for queued handoffs, in order, while
-    they fit (blocks already registered here are shared and discounted, as in admission)."""
+    they fit (blocks already registered here are shared and discounted, as in admission) and
+    attempts remain. One attempt per event at the worker (its pass end, each activation, each
+    handoff reaching it idle; Dynamo 1.4.2, docs/decisions/0026); attempts not used now lapse."""
     bs = pd.block_size
     changed = False
-    rules161 = pd.timing_rules == TIMING_161
-    while dg.res_head[k] >= 0 and (dg.res_left[k] > 0 or not rules161):
+    while dg.res_head[k] >= 0 and dg.res_tries[k] > 0:
+        dg.res_tries[k] -= 1
         r = dg.res_head[k]
         isl = rq_d.isl[r]
         nb = (isl + bs - 1) // bs
@@ -246,7 +245,6 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         rq_d.alloc[r] = isl
         dg.res_matched[r] = matched
         dg.reserved[r] = t
-        dg.res_left[k] -= 1
         dg.res_head[k] = dg.res_next[r]
         if dg.res_head[k] < 0:
             dg.res_tail[k] = -1
@@ -262,7 +260,21 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
             heap_push_nb(dg.xheap, dg.st, np.int64(NXHEAP), dg.xready, dg.xtie, r)
         else:
             _arrive_decode(rq_d, rk_d, cl, dg, k, r)
+            dg.res_tries[k] += 1  # activated at once: that activation is one more attempt
+    dg.res_tries[k] = 0
     return changed
+
+
+@inner
+def _grant_tries(dg, k, pass_end):
+    """Reservation attempts at decode worker ``k``'s scheduling point: one for its pass end, one
+    per transfer activated there."""
+    n = 1 if pass_end else 0
+    r = dg.arr_head[k]
+    while r >= 0:
+        n += 1
+        r = dg.arr_next[r]
+    dg.res_tries[k] += n
 
 
 @inner
@@ -291,7 +303,6 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
         _push(dg.rel_head, dg.rel_tail, dg.rel_next, dg.pre_idx[r], r)
         enqueue_waiting_nb(rq_d, rk_d, k, r)
         rq_d.status[r] = HANDED
-        dg.res_left[k] += 1
         r = nxt
     dg.arr_head[k] = -1
     dg.arr_tail[k] = -1
@@ -326,7 +337,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
     if g < dg.n_pre:
         _release_source(pp, pool_p, rq_p, fl_p, dg, pa, g, t)
     else:
-        dg.res_left[g - dg.n_pre] = 1
+        _grant_tries(dg, g - dg.n_pre, True)
         _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
         _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, g - dg.n_pre, t)
 
@@ -448,8 +459,11 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                 if cl.busy[g] or fl_d.gstate[k] == UNUSED:
                     g += 1
                     continue
-                if dg.res_head[k] >= 0 and _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
-                    changed = True
+                if dg.res_head[k] >= 0:
+                    _grant_tries(dg, k, False)
+                    if _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
+                        changed = True
+                dg.res_tries[k] = 0
                 if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, now):
                     changed = True
                 if cl.stalled[g] or rk_d.n_run[k] + rk_d.n_wait[k] == 0:

@@ -179,6 +179,10 @@ class Gaps(NamedTuple):
     otpu_n: np.ndarray
     otpu_hist: np.ndarray
     cache: np.ndarray  # float64[2^k, 4] (scratch): gaps met, by value (see ``_pool_gaps``)
+    # bool[n], or bool[0] for none: rows whose gaps are left out (the requests a time cap leaves
+    # in flight: Dynamo pools a request's gaps only when it completes). Every row must then be
+    # explicit (no steady members), so that each gap is seen with its request.
+    skip: np.ndarray
 
 
 # Histogram indices of a gap and of 1000 / gap take two logarithms and a division. Pass durations
@@ -188,8 +192,9 @@ class Gaps(NamedTuple):
 _GAP_CACHE = 4096
 
 
-def new_gaps(n_groups=1, cache_rows=_GAP_CACHE):
-    """Empty pooled gap statistics of ``n_groups`` groups (``cache_rows``: a power of two)."""
+def new_gaps(n_groups=1, cache_rows=_GAP_CACHE, skip=None):
+    """Empty pooled gap statistics of ``n_groups`` groups (``cache_rows``: a power of two);
+    ``skip``: the rows whose gaps are left out (see ``Gaps``)."""
     def acc():
         return np.tile(np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), (max(n_groups, 1), 1))
 
@@ -198,7 +203,8 @@ def new_gaps(n_groups=1, cache_rows=_GAP_CACHE):
 
     return Gaps(itl=acc(), itl_n=count(), itl_hist=np.zeros(DD_NBINS, dtype=np.int64),
                 otpu=acc(), otpu_n=count(), otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
-                cache=np.full((cache_rows, 4), np.nan))
+                cache=np.full((cache_rows, 4), np.nan),
+                skip=np.zeros(0, dtype=np.bool_) if skip is None else np.asarray(skip, dtype=np.bool_))
 
 
 # ----------------------------------------------------------------------------- heaps
@@ -361,9 +367,15 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
     common = ncommon
     run_gap = 0.0
     run_n = 0
+    skipping = gaps.skip.shape[0] > 0
     for i in range(n):
         r = rows[i]
         m = gen[r]  # already counts this token
+        if skipping and m > 1 and gaps.skip[r]:
+            if m == 2:
+                second[r] = t
+            last[r] = t
+            continue
         if m == 1:
             first[r] = t
             if rt.mode == KV_ROUTER:  # its prefill load leaves the router at this pass's end
@@ -906,6 +918,18 @@ def _loop(tabs, out):
         if cl.max_sim_time >= 0.0 and t > cl.max_sim_time:
             status = SIM_CAP
             if not cl.single_path:
+                # the pass ends a steady run went past are events at or before the cap too
+                cap = np.nextafter(cl.max_sim_time, np.inf)
+                while cl.pdue[cl.ptree[1]] < cap:
+                    pt = cl.pdue[cl.ptree[1]]
+                    ws = _step_ws(cl, fl, ws, now, pt)  # (the phantoms before ``pt``)
+                    now = pt
+                    gph = cl.ptree[1]
+                    mph = cl.ph_n[gph] - 1
+                    hph = (cl.ph_head[gph] + 1) % _PH
+                    cl.ph_n[gph] = mph
+                    cl.ph_head[gph] = hph
+                    tourney_set_nb(cl.ptree, cl.pdue, gph, cl.ph[gph * _PH + hph] if mph > 0 else np.inf)
                 break
             # Dynamo's single-worker runtime still processes the first event beyond the cap.
             now = t

@@ -53,7 +53,7 @@ def _one_row_gap_cache(m):
     import fastsim.kernels.loop as loop
 
     real = loop.new_gaps
-    m.setattr(loop, "new_gaps", lambda *a: real(*a, cache_rows=1))
+    m.setattr(loop, "new_gaps", lambda *a, **kw: real(*a, **dict(kw, cache_rows=1)))
 
 
 def _same_with(patch, monkeypatch, run, *args, **kw):
