@@ -26,7 +26,10 @@ feature fastsim does not model yet) becomes an ``error`` row and the others comp
 Configurations are numbered ``config_id`` 0..N-1 in that order; results are sorted by it and,
 except the wall-clock :data:`TIMING_COLUMNS`, identical whatever the executor or worker count.
 Workers are spawned processes (so a script that runs a sweep needs Python's
-``if __name__ == "__main__":`` guard); each loads the compiled kernels once (numba disk cache).
+``if __name__ == "__main__":`` guard); each loads the compiled kernels once (numba disk cache),
+and reads each trace once: the configurations it runs share the request table, its block keys and
+the timing tables of a profile file (``fastsim/reuse.py``; a Dask worker keeps them too, and so
+does a serial sweep while it runs).
 
 Checkpoint (``checkpoint=PATH``, CLI ``--out``): each finished row is appended and fsynced to
 ``PATH.partial.jsonl``, headed by the SHA-256 of the expanded configurations (paths as written;
@@ -381,10 +384,15 @@ def _warm_worker():
 
 
 def _run_task(task):
-    """Run one configuration ``(config_id, mode, kwargs, keep_requests)``. Never raises an
-    Exception: returns ``(record, per-request DataFrame or None)``."""
-    cid, mode, kwargs, keep, threads = task
-    from fastsim import api
+    """Run one configuration ``(config_id, mode, kwargs, keep_requests, threads, share)``. Never
+    raises an Exception: returns ``(record, per-request DataFrame or None)``. ``share``: the task
+    runs in a worker process, which keeps the inputs it reads for the configurations it runs next
+    (``fastsim/reuse.py``)."""
+    cid, mode, kwargs, keep, threads, share = task
+    from fastsim import api, reuse
+
+    if share:
+        reuse.enable()
 
     t0 = time.perf_counter()
     summary, req, status, err = None, None, "ok", ""
@@ -478,9 +486,12 @@ def _execute(tasks, pool, on_result, window):
     from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, wait
 
     if pool is None:
+        from fastsim import reuse
+
         _warm_worker()  # kernel loading stays out of the first row's run_wall_s
-        for t in tasks:
-            on_result(*_run_task(t))
+        with reuse.during():  # the configurations share their inputs, for this sweep only
+            for t in tasks:
+                on_result(*_run_task(t))
         return
     pending, inflight, crashes = deque(tasks), {}, {}
     while pending or inflight:
@@ -755,7 +766,7 @@ def sweep(spec, executor="local", workers=None, checkpoint=None, progress=True, 
             n = min(int(workers or os.cpu_count() or 1), len(todo))
             # one replay per core: a replay splits itself into threads only when it runs alone
             one = 1 if executor != "serial" and n > 1 else None
-            todo = [t + (one,) for t in todo]
+            todo = [t + (one, executor != "serial") for t in todo]
             pool = None if executor == "serial" else _Pool(executor, n, scheduler_address)
             bar, ok = _Progress(sp.n_configs, len(records), progress), False
 

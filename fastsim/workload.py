@@ -25,7 +25,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from fastsim import rust_rng
+from fastsim import reuse, rust_rng
 from fastsim.errors import InputError, NotSupportedError, TraceWarning
 
 __all__ = [
@@ -762,11 +762,17 @@ def load_trace(
         )
     p = os.fspath(path)
     if fmt in ("azure", "azure_csv", "azure-csv") or (fmt == "mooncake" and p.lower().endswith((".csv", ".csv.gz"))):
-        return load_azure_csv(p, trace_block_size=_check_tbs(trace_block_size),
-                              arrival_speedup_ratio=arrival_speedup_ratio, concurrency_mode=concurrency_mode)
-    if fmt == "mooncake":
-        return load_mooncake(p, trace_block_size=_check_tbs(trace_block_size),
-                             arrival_speedup_ratio=arrival_speedup_ratio, concurrency_mode=concurrency_mode)
+        loader = load_azure_csv
+    elif fmt == "mooncake":
+        loader = load_mooncake
+    else:
+        loader = None
+    if loader is not None:
+        tbs = _check_tbs(trace_block_size)
+        # a sweep's configurations share one reading (fastsim/reuse.py)
+        return reuse.trace(p, (loader.__name__, tbs, arrival_speedup_ratio, bool(concurrency_mode)),
+                           lambda: loader(p, trace_block_size=tbs, arrival_speedup_ratio=arrival_speedup_ratio,
+                                          concurrency_mode=concurrency_mode))
     raise InputError(
         f"trace_format must be one of {', '.join(repr(f) for f in TRACE_FORMATS)}, got {trace_format!r}"
     )
