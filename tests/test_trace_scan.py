@@ -11,7 +11,6 @@ import struct
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from fastsim import workload as wl
