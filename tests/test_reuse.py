@@ -31,6 +31,7 @@ def test_off_by_default_every_call_reads_afresh():
     assert load_trace(TRACE) is not load_trace(TRACE)
 
 
+@pytest.mark.filterwarnings("ignore::fastsim.errors.TraceWarning")
 def test_a_trace_is_read_once_per_file_and_options(tmp_path):
     with reuse.during():
         a = load_trace(TRACE)
@@ -58,6 +59,7 @@ def test_warnings_of_the_reading_come_again_with_every_configuration(tmp_path):
                 load_trace(p, trace_block_size=16)
 
 
+@pytest.mark.filterwarnings("ignore::fastsim.errors.TraceWarning")
 def test_block_keys_are_built_once_per_block_size():
     w = load_trace(TRACE)
     assert sim._block_keys(w, 64)[1] is not sim._block_keys(w, 64)[1]  # not a shared workload
