@@ -117,7 +117,7 @@ def _uuids_for_rows(rows, quoted=False):
     out[:, q + 19:q + 23] = ch[:, :4]
     out[:, q + 23] = ord("-")
     out[:, q + 24:q + 36] = ch[:, 4:]
-    return out.view(f"S{36 + 2 * q}").ravel().astype(f"U{36 + 2 * q}").tolist()
+    return list(map(bytes.decode, out.view(f"S{36 + 2 * q}").ravel().tolist()))
 
 
 # ----------------------------------------------------------------------------- statistics
