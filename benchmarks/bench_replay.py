@@ -1,19 +1,27 @@
-"""fastsim vs ``python -m dynamo.replay`` (Dynamo 1.4.2), side by side, on a grid of workloads.
+"""fastsim vs Dynamo's offline replay (1.4.2, and 1.6.1 when given), side by side, on a grid of workloads.
 
-Every run is a fresh process through each simulator's command line (the same flags for both), so
-its whole-process time and peak RSS are its own. For each workload and repeat the two simulators
-run back to back, and which one goes first alternates from repeat to repeat; ratios are taken
-within each such pair and the table reports their median (the machine is noisy). Before the grid,
-each simulator does small untimed runs (synthetic, and the bundled trace when the grid replays
+Every run is a fresh process through each simulator's command line (the same flags for all), so
+its whole-process time and peak RSS are its own. For each workload and repeat the simulators
+run back to back, and their order alternates from repeat to repeat; ratios are taken within each
+such round and the table reports their median (the machine is noisy). Before the grid, each
+simulator does small untimed runs (synthetic, and the bundled trace when the grid replays
 traces), so fastsim's numba cache is warm (see ``bench_compile.py`` for the cold start).
 
     python benchmarks/bench_replay.py --grid core --repeats 3
-    python benchmarks/bench_replay.py --grid cluster,trace --mooncake /path/conversation_trace.jsonl
+    python benchmarks/bench_replay.py --grid trace --data ../shared/data --repeats 3
     python benchmarks/bench_replay.py --quick --no-dynamo          # smoke run, < 30 s
 
-Dynamo is taken from ``--dynamo-python`` (default ``$DYNAMO_PYTHON``: a Python with ai-dynamo==1.4.2
-when it exists) and skipped, with a note, when it is absent or cannot import ``dynamo.replay``.
+Dynamo 1.4.2 is taken from ``--dynamo-python`` (default ``$DYNAMO_PYTHON``: a Python with
+ai-dynamo==1.4.2), Dynamo 1.6.1 from ``--dynamo161-python`` and ``--dynamo161-runner`` (defaults
+``$DYNAMO161_PYTHON`` and ``$DYNAMO161_RUNNER``: a Python with ai-dynamo==1.6.1 and the script
+that gives it 1.4.2's command line); each is skipped, with a note, when absent or broken.
 The fastsim under test is whatever ``import fastsim`` finds for this Python (its path is printed).
+fastsim replays in its default mode (Dynamo 1.4.2's rules), so its numbers are checked against
+1.4.2's only.
+
+The ``trace`` grid also times fastsim in one process (``--inprocess N`` calls of its command
+line's ``main`` after a warm-up call): the whole call, the report's ``wall_time_ms`` and the
+difference, the time outside the simulation (reading the trace, building and writing the report).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,7 +47,9 @@ REPO = Path(__file__).resolve().parent.parent
 BUNDLED_TRACE = REPO / "examples" / "mooncake_trace_1000.jsonl"
 DEFAULT_DYNAMO_PYTHON = None  # set $DYNAMO_PYTHON or --dynamo-python: a Python with ai-dynamo==1.4.2
 LOAD_PER_WORKER_RPS = 25.0  # synthetic load: one request every 40 ms per worker
-SIMULATORS = ("fastsim", "dynamo")
+SIMULATORS = ("fastsim", "dynamo", "dynamo161")
+DYNAMOS = ("dynamo", "dynamo161")
+LABEL = {"fastsim": "fastsim", "dynamo": "Dynamo 1.4.2", "dynamo161": "Dynamo 1.6.1"}
 EXACT_FIELDS = ("completed_requests", "total_output_tokens")
 CLOSE_FIELDS = ("duration_ms", "mean_ttft_ms", "mean_itl_ms")
 REL_TOL = 1e-9
@@ -67,13 +78,52 @@ def synthetic(requests: int, workers: int, isl: int = 1024, osl: int = 128,
     return Workload(f"synthetic {isl}/{osl} {interval_ms:g} ms", flags, requests, workers)
 
 
-def trace(path: Path, workers: int) -> Workload:
+def trace(path: Path, workers: int, engine: str = '{"block_size":64}', extra=(), name=None) -> Workload:
     """A Mooncake JSONL trace replayed on ``workers`` round-robin workers (block size 64)."""
     path = path.resolve()
     with open(path, "rb") as f:
         requests = sum(1 for line in f if line.strip())
-    flags = (str(path), "--num-workers", str(workers), "--extra-engine-args", '{"block_size":64}')
-    return Workload(f"trace {path.name}", flags, requests, workers)
+    flags = (str(path), "--num-workers", str(workers), "--extra-engine-args", engine) + tuple(extra)
+    return Workload(name or f"trace {path.name}", flags, requests, workers)
+
+
+def azure_to_mooncake(csv_path: Path, out: Path, block: int = 512) -> Path:
+    """The Azure CSV trace as Mooncake JSONL, for simulators that read only Mooncake: arrival = ms
+    since the first row, one fresh hash id per ``block`` prompt tokens (no prompt shares a prefix),
+    rows with no prompt tokens left out (fastsim's Azure reader skips them too)."""
+    from fastsim.workload import load_azure_csv
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the skipped zero-token rows
+        w = load_azure_csv(csv_path)
+    nxt = 0
+    with open(out, "w") as f:
+        for t, isl, osl in zip(w.session_arrival_ms.tolist(), w.isl.tolist(), w.osl.tolist()):
+            nb = -(-isl // block)
+            f.write(json.dumps({"timestamp": t, "input_length": isl, "output_length": osl,
+                                "hash_ids": list(range(nxt, nxt + nb))}) + "\n")
+            nxt += nb
+    return out
+
+
+def real_traces(data: Path, scratch: Path) -> list:
+    """The ``trace`` grid: the Mooncake conversation trace (8 workers, speedup 2), the Mooncake
+    synthetic trace (3 workers of 2 attention-DP ranks) and the Azure 2023 conversation trace
+    converted to Mooncake JSONL (2 workers)."""
+    conv = data / "mooncake" / "conversation_trace.jsonl"
+    synth = data / "mooncake" / "synthetic_trace.jsonl"
+    azure = data / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+    missing = [str(p) for p in (conv, synth, azure) if not p.exists()]
+    if missing:
+        raise SystemExit(f"trace grid: missing {', '.join(missing)} (give --data)")
+    return [
+        trace(conv, 8, extra=("--trace-block-size", "512", "--arrival-speedup-ratio", "2"),
+              name="mooncake conversation, speedup 2"),
+        trace(synth, 3, engine='{"block_size":64,"dp_size":2}', extra=("--trace-block-size", "512"),
+              name="mooncake synthetic, dp_size 2"),
+        trace(azure_to_mooncake(azure, scratch / "azure_conv.jsonl"), 2,
+              extra=("--trace-block-size", "512"), name="azure conversation (as Mooncake)"),
+    ]
 
 
 def kv_router(requests: int, workers: int) -> Workload:
@@ -94,7 +144,7 @@ def disagg(requests: int, prefill: int, decode: int) -> Workload:
     return Workload(f"disagg {prefill}P+{decode}D {interval_ms:g} ms", flags, requests, prefill + decode)
 
 
-def build_grid(name: str, quick: bool, mooncake: Optional[Path]) -> list:
+def build_grid(name: str, quick: bool, data: Path, scratch: Path) -> list:
     """The workloads of one grid; ``quick`` shrinks them to a smoke run."""
     if name == "core":  # single-worker cost per request as the run grows
         return [synthetic(n, 1) for n in ((200, 1000) if quick else (1000, 10_000, 100_000))]
@@ -102,10 +152,7 @@ def build_grid(name: str, quick: bool, mooncake: Optional[Path]) -> list:
         n, workers = (2000, (4, 16)) if quick else (100_000, (4, 16, 64))
         return [synthetic(n, w) for w in workers]
     if name == "trace":
-        grid = [trace(BUNDLED_TRACE, 2)]
-        if mooncake is not None and not quick:
-            grid.append(trace(mooncake, 2))
-        return grid
+        return [trace(BUNDLED_TRACE, 2)] if quick else real_traces(data, scratch)
     if name == "kv":  # KV-aware routing at the cluster sizes of the cluster grid
         n, workers = (2000, (4,)) if quick else (100_000, (4, 16, 64))
         return [kv_router(n, w) for w in workers]
@@ -122,9 +169,13 @@ def build_grid(name: str, quick: bool, mooncake: Optional[Path]) -> list:
     raise SystemExit(f"unknown grid {name!r} (core, cluster, trace, kv, disagg, load, scale)")
 
 
-def command(sim: str, python: str, wl: Workload, report: str) -> list:
-    module = "fastsim" if sim == "fastsim" else "dynamo.replay"
-    cmd = [python, "-m", module] + (["replay"] if sim == "fastsim" else [])
+def command(sim: str, python, wl: Workload, report: str) -> list:
+    """``python`` is the interpreter, or (interpreter, script) for Dynamo 1.6.1's runner."""
+    if sim == "dynamo161":
+        cmd = list(python)
+    else:
+        cmd = [python, "-m", "fastsim" if sim == "fastsim" else "dynamo.replay"]
+        cmd += ["replay"] if sim == "fastsim" else []
     return cmd + list(wl.flags) + ["--report-json", report]
 
 
@@ -182,19 +233,21 @@ def compare(fast: dict, dyn: dict) -> tuple:
     return ("yes" if not bad else "NO: " + ",".join(bad)), worst, worst_field
 
 
-def dynamo_available(python: Optional[str]) -> Optional[str]:
-    """``python`` when it exists and imports dynamo.replay, else None (with a note on stderr)."""
+def dynamo_available(python: Optional[str], runner: Optional[str] = None):
+    """``python`` (with ``runner``: the pair) when it exists and imports dynamo.replay, else None
+    (with a note on stderr)."""
     if not python:
         return None
-    if not os.path.exists(python):
-        print(f"Dynamo skipped: {python} not found", file=sys.stderr)
-        return None
+    for path in (python, runner):
+        if path and not os.path.exists(path):
+            print(f"Dynamo skipped: {path} not found", file=sys.stderr)
+            return None
     probe = subprocess.run([python, "-c", "import dynamo.replay"], capture_output=True, text=True,
                            env=dict(os.environ, DYN_LOG="error"))
     if probe.returncode != 0:
         print(f"Dynamo skipped: {python} cannot import dynamo.replay", file=sys.stderr)
         return None
-    return python
+    return (python, runner) if runner else python
 
 
 def _median(values) -> float:
@@ -210,8 +263,8 @@ def _fmt(x, digits=3) -> str:
     return f"{x:.{digits}g}"
 
 
-def summarize(rows: list, workloads: list, have_dynamo: bool) -> list:
-    """One summary dict per workload: medians per simulator, medians of within-pair ratios."""
+def summarize(rows: list, workloads: list, dynamos: list) -> list:
+    """One summary dict per workload: medians per simulator, medians of within-round ratios."""
     out = []
     for wl in workloads:
         mine = [r for r in rows if r["workload"] == wl.name and r["requests"] == wl.requests
@@ -221,44 +274,61 @@ def summarize(rows: list, workloads: list, have_dynamo: bool) -> list:
             runs = [r for r in mine if r["simulator"] == sim and r["report"] is not None]
             for key in ("wall_time_ms", "process_s", "peak_rss_mb", "sim_requests_per_s"):
                 s[f"{sim}_{key}"] = _median(r.get(key, math.nan) for r in runs)
+                s[f"{sim}_{key}_range"] = _spread(r.get(key, math.nan) for r in runs)
             s[f"{sim}_failed"] = sum(1 for r in mine if r["simulator"] == sim and r["report"] is None)
-        pairs = {}
+        rounds = {}
         for r in (r for r in mine if r["report"] is not None):
-            pairs.setdefault(r["repeat"], {})[r["simulator"]] = r
-        for key in ("wall_time_ms", "process_s", "peak_rss_mb"):
-            s[f"ratio_{key}"] = _median(p["dynamo"].get(key, math.nan) / p["fastsim"][key]
-                                        for p in pairs.values()
-                                        if len(p) == 2 and p["fastsim"].get(key))
+            rounds.setdefault(r["repeat"], {})[r["simulator"]] = r
+        for dyn in DYNAMOS:
+            for key in ("wall_time_ms", "process_s", "peak_rss_mb"):
+                s[f"ratio_{dyn}_{key}"] = _median(p[dyn].get(key, math.nan) / p["fastsim"][key]
+                                                  for p in rounds.values()
+                                                  if dyn in p and "fastsim" in p and p["fastsim"].get(key))
         verdicts = [r["same_metrics"] for r in mine if r["simulator"] == "fastsim"]
-        if not have_dynamo:
+        if "dynamo" not in dynamos:
             s["same_metrics"] = "n/a"
         else:
             s["same_metrics"] = next((v for v in verdicts if v != "yes"), "yes" if verdicts else "n/a")
+        for key in ("inproc_call_ms", "inproc_wall_ms", "inproc_outside_ms"):
+            vals = [v for r in mine if r["simulator"] == "fastsim-inprocess" for v in r.get(key, [])]
+            s[key], s[key + "_range"] = _median(vals), _spread(vals)
         out.append(s)
     return out
 
 
-def markdown(summary: list, have_dynamo: bool) -> str:
-    """The results table (medians over repeats; ratios are Dynamo / fastsim within a pair)."""
-    head = ["workload", "requests", "workers", "fastsim wall_time_ms", "Dynamo wall_time_ms",
-            "wall ratio D/f", "fastsim process s", "Dynamo process s", "process ratio D/f",
-            "fastsim RSS MB", "Dynamo RSS MB", "RSS ratio D/f", "fastsim req/s simulated",
-            "Dynamo req/s simulated", "same_metrics"]
+def _spread(values) -> str:
+    values = [v for v in values if isinstance(v, (int, float)) and not math.isnan(v)]
+    return f"{_fmt(min(values))}-{_fmt(max(values))}" if len(values) > 1 else ""
+
+
+def markdown(summary: list, dynamos: list) -> str:
+    """The results table (medians over repeats, min-max in brackets; ratios are Dynamo / fastsim
+    within a round)."""
+    sims = ["fastsim"] + dynamos
+    head = ["workload", "requests", "workers"]
+    head += [f"{LABEL[x]} wall_time_ms" for x in sims] + [f"wall ratio {LABEL[d]}/f" for d in dynamos]
+    head += [f"{LABEL[x]} process s" for x in sims] + [f"process ratio {LABEL[d]}/f" for d in dynamos]
+    head += [f"{LABEL[x]} RSS MB" for x in sims] + ["same_metrics"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summary:
         def cell(sim, key, digits=3):
-            return "FAIL" if s[f"{sim}_failed"] and math.isnan(s[f"{sim}_{key}"]) \
-                else _fmt(s[f"{sim}_{key}"], digits)
-        cells = [s["workload"], f"{s['requests']:,}", str(s["workers"]),
-                 cell("fastsim", "wall_time_ms"), cell("dynamo", "wall_time_ms"),
-                 _fmt(s["ratio_wall_time_ms"]), cell("fastsim", "process_s"),
-                 cell("dynamo", "process_s"), _fmt(s["ratio_process_s"]),
-                 cell("fastsim", "peak_rss_mb"), cell("dynamo", "peak_rss_mb"),
-                 _fmt(s["ratio_peak_rss_mb"]), cell("fastsim", "sim_requests_per_s"),
-                 cell("dynamo", "sim_requests_per_s"), s["same_metrics"]]
-        if not have_dynamo:
-            cells = [c if i < 4 or i in (6, 9, 12) else "–" for i, c in enumerate(cells)]
+            if s[f"{sim}_failed"] and math.isnan(s[f"{sim}_{key}"]):
+                return "FAIL"
+            rng = s.get(f"{sim}_{key}_range")
+            return _fmt(s[f"{sim}_{key}"], digits) + (f" ({rng})" if rng else "")
+        cells = [s["workload"], f"{s['requests']:,}", str(s["workers"])]
+        cells += [cell(x, "wall_time_ms") for x in sims] + [_fmt(s[f"ratio_{d}_wall_time_ms"]) for d in dynamos]
+        cells += [cell(x, "process_s") for x in sims] + [_fmt(s[f"ratio_{d}_process_s"]) for d in dynamos]
+        cells += [cell(x, "peak_rss_mb") for x in sims] + [s["same_metrics"]]
         lines.append("| " + " | ".join(cells) + " |")
+    if any(not math.isnan(s["inproc_call_ms"]) for s in summary):
+        lines += ["", "fastsim in one process (after a warm-up call; median, min-max):", "",
+                  "| workload | call ms | wall_time_ms | outside the simulation ms |", "|---|---|---|---|"]
+        for s in summary:
+            if not math.isnan(s["inproc_call_ms"]):
+                lines.append("| " + " | ".join([s["workload"]] + [
+                    _fmt(s[k]) + (f" ({s[k + '_range']})" if s[k + "_range"] else "")
+                    for k in ("inproc_call_ms", "inproc_wall_ms", "inproc_outside_ms")]) + " |")
     return "\n".join(lines)
 
 
@@ -266,17 +336,53 @@ CSV_FIELDS = ("workload", "requests", "workers", "simulator", "repeat", "order",
               "wall_time_ms", "process_s", "cpu_s", "peak_rss_mb", "page_faults", "sim_requests_per_s") \
     + EXACT_FIELDS + CLOSE_FIELDS + ("same_metrics", "max_rel_diff", "worst_field")
 
+_INPROC = """
+import json, sys, time, fastsim.cli
+flags, report, n = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+argv = ["replay", *flags, "--report-json", report]
+assert fastsim.cli.main(argv) == 0
+for _ in range(n):
+    t = time.perf_counter()
+    assert fastsim.cli.main(argv) == 0
+    call = (time.perf_counter() - t) * 1000.0
+    with open(report) as f:
+        wall = json.load(f)["wall_time_ms"]
+    print(json.dumps([call, wall]))
+"""
+
+
+def inprocess(wl: Workload, n: int, timeout_s: float) -> dict:
+    """fastsim's command line called ``n`` times in one process (after a warm-up call)."""
+    with tempfile.TemporaryDirectory(prefix="bench-inproc-") as tmp:
+        res = subprocess.run([sys.executable, "-c", _INPROC, json.dumps(list(wl.flags)),
+                              os.path.join(tmp, "r.json"), str(n)], capture_output=True, text=True,
+                             cwd=tmp, timeout=timeout_s)
+    pairs = [json.loads(x) for x in res.stdout.split("\n") if x.startswith("[")]
+    if res.returncode != 0 or not pairs:
+        print(f"  in-process run FAILED: {(res.stderr.strip().splitlines() or ['?'])[-1]}", file=sys.stderr)
+    return {"workload": wl.name, "requests": wl.requests, "workers": wl.workers,
+            "simulator": "fastsim-inprocess", "report": None, "repeat": -1,
+            "inproc_call_ms": [c for c, _ in pairs], "inproc_wall_ms": [w for _, w in pairs],
+            "inproc_outside_ms": [c - w for c, w in pairs]}
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--grid", default="core",
                    help="comma-separated grids: core, cluster, trace, kv, disagg, load, scale (long, opt-in)")
-    p.add_argument("--repeats", type=int, default=3, help="measured pairs per workload (default 3)")
+    p.add_argument("--repeats", type=int, default=3, help="measured rounds per workload (default 3)")
     p.add_argument("--quick", action="store_true", help="smoke run: small sizes, 1 repeat")
-    p.add_argument("--mooncake", type=Path, help="Mooncake conversation trace for the trace grid")
+    p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data",
+                   help="folder of the real traces of the trace grid (mooncake/, azure_llm_2023/)")
+    p.add_argument("--inprocess", type=int, default=5,
+                   help="in-process calls of fastsim per trace-grid workload (0: none)")
     p.add_argument("--dynamo-python", default=os.environ.get("DYNAMO_PYTHON") or DEFAULT_DYNAMO_PYTHON,
-                   help="Python of a Dynamo 1.4.2 venv (default $DYNAMO_PYTHON or %(default)s)")
+                   help="Python of a Dynamo 1.4.2 venv (default $DYNAMO_PYTHON)")
+    p.add_argument("--dynamo161-python", default=os.environ.get("DYNAMO161_PYTHON"),
+                   help="Python of a Dynamo 1.6.1 venv (default $DYNAMO161_PYTHON)")
+    p.add_argument("--dynamo161-runner", default=os.environ.get("DYNAMO161_RUNNER"),
+                   help="the script that runs 1.6.1 with 1.4.2's flags (default $DYNAMO161_RUNNER)")
     p.add_argument("--no-dynamo", action="store_true", help="run fastsim only")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per run before it is killed")
     p.add_argument("--out", type=Path, default=Path("results/bench_replay.csv"), help="per-run CSV")
@@ -287,25 +393,32 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     repeats = 1 if args.quick else max(1, args.repeats)
-    dyn_python = None if args.no_dynamo else dynamo_available(args.dynamo_python)
-    sims = [s for s in SIMULATORS if s == "fastsim" or dyn_python]
-    pythons = {"fastsim": sys.executable, "dynamo": dyn_python}
-    envs = {"fastsim": dict(os.environ), "dynamo": dict(os.environ, DYN_LOG="error")}
+    pythons = {"fastsim": sys.executable}
+    if not args.no_dynamo:
+        pythons["dynamo"] = dynamo_available(args.dynamo_python)
+        if args.dynamo161_python or args.dynamo161_runner:
+            pythons["dynamo161"] = dynamo_available(args.dynamo161_python, args.dynamo161_runner)
+    sims = [s for s in SIMULATORS if pythons.get(s)]
+    dynamos = [s for s in sims if s != "fastsim"]
+    envs = {s: dict(os.environ) if s == "fastsim" else dict(os.environ, DYN_LOG="error") for s in sims}
+    scratch = tempfile.TemporaryDirectory(prefix="bench-traces-")
     workloads = [wl for g in args.grid.split(",") if g.strip()
-                 for wl in build_grid(g.strip(), args.quick, args.mooncake)]
+                 for wl in build_grid(g.strip(), args.quick, args.data, Path(scratch.name))]
 
     import fastsim  # only to say which one is measured
     started = datetime.now()
     header = (f"Measured {started:%Y-%m-%d %H:%M} on {machine_summary()}; fastsim "
-              f"{fastsim.__version__} from {Path(fastsim.__file__).parent}; Dynamo: "
-              f"{dyn_python or 'not run'}; grid {args.grid}, {repeats} repeat(s), medians.")
+              f"{fastsim.__version__} from {Path(fastsim.__file__).parent}; "
+              + "; ".join(f"{LABEL[d]}: {pythons[d] if d == 'dynamo' else ' '.join(pythons[d])}"
+                          for d in dynamos)
+              + f"{'' if dynamos else 'Dynamo not run'}; grid {args.grid}, {repeats} repeat(s), medians.")
     print(header, file=sys.stderr)
 
     # Untimed warm-up: fills fastsim's numba cache (the trace path and the disaggregated loop have
-    # kernels of their own that a synthetic run never compiles) and brings both simulators' files
+    # kernels of their own that a synthetic run never compiles) and brings every simulator's files
     # into the page cache.
     warmups = [synthetic(16, 1)]
-    if any(w.name.startswith("trace") for w in workloads):
+    if any(w.name.startswith(("trace", "mooncake", "azure")) for w in workloads):
         warmups.append(trace(BUNDLED_TRACE, 2))
     if any(w.name.startswith("disagg") for w in workloads):
         warmups.append(disagg(16, 1, 1))
@@ -316,35 +429,44 @@ def main(argv=None) -> int:
     rows = []
     for wl in workloads:
         for rep in range(repeats):
-            order = sims if rep % 2 == 0 else sims[::-1]
-            pair = {}
+            order = sims[rep % len(sims):] + sims[:rep % len(sims)]
+            if rep % 2:
+                order = order[::-1]
+            rnd = {}
             for pos, sim in enumerate(order):
                 row = run_once(sim, pythons[sim], wl, envs[sim], args.timeout)
                 row.update(repeat=rep, order=pos)
-                pair[sim] = row
+                rnd[sim] = row
                 rows.append(row)
-            fast, dyn = pair["fastsim"].get("report"), pair.get("dynamo", {}).get("report")
+            fast, dyn = rnd["fastsim"].get("report"), rnd.get("dynamo", {}).get("report")
             if fast is not None and dyn is not None:
                 verdict, worst, field = compare(fast, dyn) if wl.deterministic else ("n/a", math.nan, "")
             else:
-                verdict, worst, field = ("n/a" if "dynamo" not in pair else "NO: run failed"), math.nan, ""
-            for row in pair.values():
+                verdict, worst, field = ("n/a" if "dynamo" not in rnd else "NO: run failed"), math.nan, ""
+            for row in rnd.values():
                 row.update(same_metrics=verdict, max_rel_diff=worst, worst_field=field)
-            msg = "  ".join(f"{s} {pair[s].get('wall_time_ms', math.nan):.1f} ms sim / "
-                            f"{pair[s]['process_s']:.2f} s proc" for s in sims)
+            msg = "  ".join(f"{s} {rnd[s].get('wall_time_ms', math.nan):.1f} ms sim / "
+                            f"{rnd[s]['process_s']:.2f} s proc" for s in sims)
             print(f"{wl.name} n={wl.requests} w={wl.workers} #{rep}: {msg}  same={verdict}",
                   file=sys.stderr)
+        if args.inprocess and wl.name.startswith(("mooncake", "azure")):  # the trace grid's
+            row = inprocess(wl, args.inprocess, args.timeout)
+            rows.append(row)
+            print(f"{wl.name} in-process: calls {row['inproc_call_ms']} ms, wall {row['inproc_wall_ms']}",
+                  file=sys.stderr)
+    scratch.cleanup()
 
     for path in (args.out, args.md):
         path.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS + ("inproc_call_ms", "inproc_wall_ms"),
+                           extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    table = markdown(summarize(rows, workloads, bool(dyn_python)), bool(dyn_python))
+    table = markdown(summarize(rows, workloads, dynamos), dynamos)
     args.md.write_text(header + "\n\n" + table + "\n")
     print(header + "\n\n" + table)
-    failed = sum(1 for r in rows if r["report"] is None)
+    failed = sum(1 for r in rows if r["report"] is None and r["simulator"] != "fastsim-inprocess")
     return 1 if failed else 0
 
 

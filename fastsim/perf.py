@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fastsim import reuse
 from fastsim.errors import InputError
 from fastsim.kernels.perf import FIXED, INTERPOLATED, POLYNOMIAL, PerfTables
 
@@ -146,15 +147,15 @@ def load_perf_model(planner_profile_data: str | os.PathLike | None, base_dir: st
     if path.suffix == ".npz":
         if not path.is_file():
             raise InputError(f"planner_profile_data {str(path)!r}: no such NPZ file")
-        return _load_npz(path)
+        return reuse.from_file("npz", path, lambda: _load_npz(path))
     if path.is_dir():
         if not is_profile_results_dir(path):
             raise InputError(
                 f"planner_profile_data {str(path)!r} is a directory but not a profiler results directory: "
                 f"expected {_PREFILL_NPZ} (or {_PREFILL_JSON}) and {_DECODE_NPZ} (or {_DECODE_JSON}) in it"
             )
-        arrays = convert_profile_results(path)
-        return _validated(arrays, f"{path} (converted profiler results)")
+        return reuse.from_file("profile", path, lambda: _validated(convert_profile_results(path),
+                                                                 f"{path} (converted profiler results)"))
     if path.exists():
         raise InputError(
             f"planner_profile_data {str(path)!r} is neither a mocker-format .npz file nor a profiler results "

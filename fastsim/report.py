@@ -27,6 +27,7 @@ Q12/X2, cluster doc C1b/C10, collector tests C18-C20; settled against Dynamo 1.4
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from datetime import datetime
@@ -104,17 +105,21 @@ def uuid_for_row(row):
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _uuids_for_rows(rows):
-    """Vectorised ``uuid_for_row`` for rows < 2**64 -> list of str (0.3 s per million)."""
+def _uuids_for_rows(rows, quoted=False):
+    """Vectorised ``uuid_for_row`` for rows < 2**64 -> list of str (``quoted``: in double quotes,
+    as JSON strings)."""
     rows = np.asarray(rows, dtype=np.uint64)
     n = rows.shape[0]
     ch = _HEX2[rows.astype(">u8").view(np.uint8).reshape(n, 8)].view(np.uint8).reshape(n, 16)
-    out = np.empty((n, 36), dtype=np.uint8)
-    out[:, :19] = np.frombuffer(b"00000000-0000-0000-", dtype=np.uint8)
-    out[:, 19:23] = ch[:, :4]
-    out[:, 23] = ord("-")
-    out[:, 24:] = ch[:, 4:]
-    return [b.decode() for b in out.view("S36").ravel().tolist()]
+    q = 1 if quoted else 0
+    out = np.empty((n, 36 + 2 * q), dtype=np.uint8)
+    if q:
+        out[:, 0] = out[:, -1] = ord('"')
+    out[:, q:q + 19] = np.frombuffer(b"00000000-0000-0000-", dtype=np.uint8)
+    out[:, q + 19:q + 23] = ch[:, :4]
+    out[:, q + 23] = ord("-")
+    out[:, q + 24:q + 36] = ch[:, 4:]
+    return list(map(bytes.decode, out.view(f"S{36 + 2 * q}").ravel().tolist()))
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -339,13 +344,27 @@ def _float_tokens(v):
     null = np.isnan(v)
     if null.all():
         return None
-    out = list(map(repr, v.tolist()))
+    out = np.array(list(map(repr, v.tolist())), dtype=object)
     a = np.abs(v)
     # Python's repr switches to exponent form outside [1e-4, 1e16); serde_json spells it differently.
-    odd = ~null & (a != 0) & ((a < 1e-4) | (a >= 1e16))  # where repr uses an exponent
-    for j in np.nonzero(null | odd)[0].tolist():
-        out[j] = "null" if null[j] else _fmt_float(float(v[j]))
-    return out
+    with np.errstate(invalid="ignore"):
+        odd = ~null & (a != 0) & ((a < 1e-4) | (a >= 1e16))  # where repr uses an exponent
+    if odd.any():
+        out[odd] = list(map(_fmt_float, v[odd].tolist()))
+    out[null] = "null"
+    return out.tolist()
+
+
+def _int_tokens(v, nullable):
+    """JSON texts of an int column, -1 as null when ``nullable`` (None if every value is null)."""
+    null = v < 0 if nullable else None
+    if null is not None and null.all():
+        return None
+    if null is None or not null.any():
+        return list(map(str, v.tolist()))
+    out = np.array(list(map(str, v.tolist())), dtype=object)
+    out[null] = "null"
+    return out.tolist()
 
 
 def _format_value(value):
@@ -513,63 +532,60 @@ class Report:
 
     def jsonl_lines(self, chunk=100_000):
         """Yield Dynamo-style JSONL lines (no newline): terminal requests sorted by (arrival, row)."""
-        for lines in self._jsonl_chunks(chunk):
-            yield from lines
+        for text in self._jsonl_texts(chunk):
+            yield from text.split("\n")[:-1]
 
-    def _jsonl_chunks(self, chunk):
-        """Lists of JSONL lines, ``chunk`` records at a time (see ``jsonl_lines``).
+    def _jsonl_texts(self, chunk):
+        """The JSONL text (each line with its newline), ``chunk`` records at a time (see
+        ``jsonl_lines``).
 
-        Built column-wise per chunk: a column that is null throughout the chunk is folded into
-        the line template, the others are formatted with one C-level ``map`` each.
+        Built column-wise, with no Python-level step per request: each field's values are
+        formatted by one C-level ``map`` over the chunk (a field that is null throughout the chunk
+        joins the constant text between values), and the lines are assembled by one ``str.join``
+        over the columns interleaved with that constant text.
         """
         cols = self._columns()
         status = np.asarray(self._req["status"]).astype(np.int64)
         rows = np.nonzero(status >= COMPLETED)[0]
         rows = rows[np.lexsort((rows, cols["arrival_time_ms"][rows]))]
+        names = np.array([f'"{x}"' for x in STATUS_NAMES], dtype=object)
         for start in range(0, rows.shape[0], chunk):
             idx = rows[start:start + chunk]
-            pieces, values = [], []
-            for name, kind in JSONL_FIELDS:
-                key = f'"{name}":'
+            heads, values, const = [], [], "{"  # heads[i] precedes values[i] on every line
+            for i, (name, kind) in enumerate(JSONL_FIELDS):
+                const += ("," if i else "") + f'"{name}":'
                 if kind == "z" or (kind == "S" and cols[name] is None):
-                    pieces.append(key + "null")
-                    continue
-                if kind == "S":
+                    vals = None
+                elif kind == "S":  # session labels: strings or null
                     vals = ["null" if x is None else json.dumps(x) for x in cols[name][idx].tolist()]
                 elif kind == "u":
-                    vals = ['"' + u + '"' for u in _uuids_for_rows(idx)]
+                    vals = _uuids_for_rows(idx, quoted=True)
                 elif kind == "s":
-                    names = np.array([f'"{x}"' for x in STATUS_NAMES], dtype=object)
                     vals = names[status[idx]].tolist()
                 elif kind == "f":
                     vals = _float_tokens(cols[name][idx])
                 else:
-                    v = cols[name][idx]
-                    null = v < 0 if kind == "n" else None
-                    if null is not None and null.all():
-                        vals = None
-                    else:
-                        vals = list(map(str, v.tolist()))
-                        if null is not None and null.any():
-                            for j in np.nonzero(null)[0].tolist():
-                                vals[j] = "null"
+                    vals = _int_tokens(cols[name][idx], kind == "n")
                 if vals is None:
-                    pieces.append(key + "null")
+                    const += "null"
                 else:
-                    pieces.append(key + "%s")
+                    heads.append(const)
                     values.append(vals)
-            template = "{" + ",".join(pieces) + "}"  # field names hold no '%'
-
-            yield [template % t for t in zip(*values)]
+                    const = ""
+            m = idx.shape[0]
+            columns = []
+            for head, vals in zip(heads, values):
+                columns += [itertools.repeat(head, m), vals]
+            columns.append(itertools.repeat(const + "}\n", m))
+            yield "".join(itertools.chain.from_iterable(zip(*columns)))
 
     def to_jsonl(self, path):
         """Write the per-request JSONL (Dynamo's field order and nulls); returns the Path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
-            for lines in self._jsonl_chunks(100_000):
-                f.write("\n".join(lines))
-                f.write("\n")
+            for text in self._jsonl_texts(100_000):
+                f.write(text)
         return path
 
     def to_json(self, path=None):

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim import arena, progress
+from fastsim import arena, progress, reuse
 from fastsim.dead_end import dead_end_error
 from fastsim.errors import InputError
 from fastsim.pages import with_small_pages
@@ -51,16 +51,21 @@ def _block_keys(workload, block_size, caching=True):
     if workload.hash_ptr is None or not caching:
         # unique prompts, or prefix caching off: Dynamo gives every block a random id (never shared)
         return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint64)
-    ptr = np.empty(n + 1, dtype=np.int64)
-    keys = content_block_keys_nb(
-        np.asarray(workload.isl, dtype=np.int64),
-        workload.hash_ptr.astype(np.int64),
-        workload.hash_ids.astype(np.int64),
-        int(workload.trace_block_size),
-        int(block_size),
-        ptr,
-    )
-    return ptr, keys
+
+    def make():
+        ptr = np.empty(n + 1, dtype=np.int64)
+        keys = content_block_keys_nb(
+            np.asarray(workload.isl, dtype=np.int64),
+            workload.hash_ptr.astype(np.int64),
+            workload.hash_ids.astype(np.int64),
+            int(workload.trace_block_size),
+            int(block_size),
+            ptr,
+        )
+        return ptr, keys
+
+    # the loop only reads them: a sweep's configurations of one trace share them (fastsim/reuse.py)
+    return reuse.derived(workload, ("block_keys", int(block_size)), make)
 
 
 def _initial_table_size(rq, block_size, n_ranks):

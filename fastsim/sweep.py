@@ -31,7 +31,9 @@ Workers are spawned processes; each loads the compiled kernels once (numba disk 
 process re-imports the main script: a sweep called from a script's top level without Python's
 ``if __name__ == "__main__":`` guard would start again in every worker, so there the ``local``
 executor runs the configurations in the calling process instead and says so (a
-:class:`SweepWarning`); under the guard, from a module, the CLI or a notebook it uses processes.
+:class:`SweepWarning`); under the guard, from a module, the CLI or a notebook it uses processes. Each worker reads each trace once: the
+configurations it runs share the request table, its block keys and the timing tables of a
+profile file (``fastsim/reuse.py``; a Dask worker keeps them too, and so does a serial sweep).
 
 Checkpoint (``checkpoint=PATH``, CLI ``--out``): each finished row is appended and fsynced to
 ``PATH.partial.jsonl``, headed by the SHA-256 of the expanded configurations (paths as written;
@@ -401,10 +403,15 @@ def _warm_worker():
 
 
 def _run_task(task):
-    """Run one configuration ``(config_id, mode, kwargs, keep_requests)``. Never raises an
-    Exception: returns ``(record, per-request DataFrame or None)``."""
-    cid, mode, kwargs, keep, threads = task
-    from fastsim import api
+    """Run one configuration ``(config_id, mode, kwargs, keep_requests, threads, share)``. Never
+    raises an Exception: returns ``(record, per-request DataFrame or None)``. ``share``: the task
+    runs in a worker process, which keeps the inputs it reads for the configurations it runs next
+    (``fastsim/reuse.py``)."""
+    cid, mode, kwargs, keep, threads, share = task
+    from fastsim import api, reuse
+
+    if share:
+        reuse.enable()
 
     t0 = time.perf_counter()
     summary, req, status, err = None, None, "ok", ""
@@ -545,9 +552,12 @@ def _execute(tasks, pool, on_result, window):
     from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, wait
 
     if pool is None:
+        from fastsim import reuse
+
         _warm_worker()  # kernel loading stays out of the first row's run_wall_s
-        for t in tasks:
-            on_result(*_run_task(t))
+        with reuse.during():  # the configurations share their inputs, for this sweep only
+            for t in tasks:
+                on_result(*_run_task(t))
         return
     pending, inflight, crashes = deque(tasks), {}, {}
     while pending or inflight:
@@ -839,7 +849,7 @@ def sweep(spec, executor="local", workers=None, checkpoint=None, progress=True, 
             n = min(int(workers or os.cpu_count() or 1), len(todo))
             # one replay per core: a replay splits itself into threads only when it runs alone
             one = 1 if executor != "serial" and n > 1 else None
-            todo = [t + (one,) for t in todo]
+            todo = [t + (one, True) for t in todo]
             pool = None
             if executor == "local" and n > 1 and (where := _unguarded_main_call()) is not None:
                 warnings.warn(
@@ -858,7 +868,7 @@ def sweep(spec, executor="local", workers=None, checkpoint=None, progress=True, 
                         SweepWarning, stacklevel=_caller_level())
                     executor = "serial"
             if pool is None:  # in this process, one at a time: a replay may use every core again
-                todo = [t[:-1] + (None,) for t in todo]
+                todo = [t[:-2] + (None, False) for t in todo]
             bar, ok = _Progress(sp.n_configs, len(records), progress), False
 
             def on_result(rec, req):

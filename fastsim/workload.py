@@ -21,13 +21,13 @@ import numbers
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
-from fastsim import rust_rng
+from fastsim import reuse, rust_rng
 from fastsim.errors import InputError, NotSupportedError, TraceWarning
-from fastsim.trace_checks import (DuplicateKeyError, azure_counts, azure_timestamps_ns, check_output_length,
+from fastsim.trace_checks import (MAX_RAW_TIME_MS, MAX_TOKENS, DuplicateKeyError, azure_counts, azure_timestamps_ns, check_output_length,
                                   check_request_tokens, check_synthetic_size, check_time_value, check_workload,
                                   no_duplicate_keys)
 
@@ -191,26 +191,34 @@ def _jtype(v) -> str:
     return {list: "array", dict: "object"}.get(type(v), type(v).__name__)
 
 
-def _open_text(path: str) -> str:
-    """Read a text trace (``.gz`` transparently); InputError if it cannot be read or decoded."""
+def _read_bytes(path: str) -> bytes:
+    """The bytes of a trace file (``.gz`` transparently); InputError if it cannot be read."""
     try:
         if path.endswith(".gz"):
             with gzip.open(path, "rb") as fh:
-                data = fh.read()
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read()
+                return fh.read()
+        with open(path, "rb") as fh:
+            return fh.read()
     except FileNotFoundError:
         raise InputError(f"trace file {path} does not exist") from None
     except IsADirectoryError:
         raise InputError(f"trace file {path} is a directory") from None
     except (OSError, EOFError) as exc:
         raise InputError(f"cannot read trace file {path}: {exc}") from None
+
+
+def _decode_text(data: bytes, path: str) -> str:
+    """A trace's bytes as text (a UTF-8 byte order mark dropped); InputError if not UTF-8."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: not valid UTF-8 text ({exc.reason})") from None
+
+
+def _open_text(path: str) -> str:
+    """Read a text trace (``.gz`` transparently); InputError if it cannot be read or decoded."""
+    return _decode_text(_read_bytes(path), path)
 
 
 def _serde_float(text: str) -> float:
@@ -284,7 +292,219 @@ def load_mooncake(
     ratio = _check_ratio(arrival_speedup_ratio)
     clamp_is_error = check_dynamo_version(dynamo_version) != "1.4.2"
     path = os.fspath(path)
-    text = _open_text(path)
+    data = _read_bytes(path)
+    rows = _mooncake_scanned(data, concurrency_mode)
+    if rows is None:  # the scanner left the file to the line reader (which names any error)
+        rows = _mooncake_by_line(_decode_text(data, path), path, concurrency_mode)
+    workload, clamped, clamp_first = _mooncake_workload(rows, path, tbs, ratio, clamp_is_error)
+    if clamped:
+        warnings.warn(
+            f"{path}: input_length exceeds len(hash_ids) * trace_block_size ({tbs}) on {clamped} of "
+            f"{workload.n_requests} rows (first: line {clamp_first}); clamped to that cap, as Dynamo 1.4.2 does",
+            TraceWarning,
+            stacklevel=2,
+        )
+    return check_workload(workload)
+
+
+class _Rows(NamedTuple):
+    """A Mooncake trace's requests as read, before the input lengths are capped (either reader's
+    result): ``isl`` is -1 where the row gives no input length, ``delay_ms`` is not yet divided by
+    the speedup ratio, ``first_ts`` is each session's first-turn timestamp (NaN if it has none)."""
+
+    isl: np.ndarray
+    osl: np.ndarray
+    session: np.ndarray
+    turn: np.ndarray
+    delay_ms: np.ndarray
+    first_ts: np.ndarray
+    hash_ptr: np.ndarray
+    hash_ids: np.ndarray
+    line: np.ndarray
+    session_ids: dict  # {session: its explicit session_id}, unless it reads request_<first line>
+
+
+def _mooncake_workload(rows: _Rows, path: str, tbs: int, ratio: float, clamp_is_error: bool = False):
+    """``(workload, clamped rows, first clamped line)`` from either reader's rows: input lengths
+    capped at ``len(hash_ids) * trace_block_size`` (absent ones set to it), arrivals normalised."""
+    n_ids = np.diff(rows.hash_ptr)
+    if int(n_ids.max()) > _I64_MAX // tbs:
+        raise InputError(f"trace_block_size {tbs} is too large: a prompt of {int(n_ids.max())} hash ids "
+                         f"would hold more than 2**63 tokens")
+    cap = n_ids * tbs
+    given = rows.isl >= 0
+    over = given & (rows.isl > cap)
+    if clamp_is_error and over.any():
+        r = int(np.argmax(over))
+        ln = int(rows.line[r])
+        raise InputError(
+            f"{path}:{ln}: trace line {ln} input_length {int(rows.isl[r])} exceeds hash_ids capacity "
+            f"{int(cap[r])} (len(hash_ids) {int(n_ids[r])} x trace_block_size {tbs}); Dynamo 1.6.1 rejects "
+            "such a row, 1.4.2 clamped it (--dynamo-version 1.4.2)"
+        )
+    isl = np.where(given & ~over, rows.isl, cap)
+    clamped = int(np.count_nonzero(over))
+    clamp_first = int(rows.line[np.argmax(over)]) if clamped else 0
+
+    first_ts = rows.first_ts
+    present = first_ts[~np.isnan(first_ts)]
+    # the first of the smallest timestamps, as Python's min() picks it (0.0 or -0.0 decides the
+    # sign of a zero arrival)
+    t0 = float(present[np.argmax(present == present.min())]) if present.shape[0] else 0.0
+    with np.errstate(over="ignore"):  # a tiny ratio: check_workload names the row out of range
+        arrivals = (first_ts - t0) / ratio
+    session = rows.session
+    counts = np.bincount(session, minlength=first_ts.shape[0])
+    session_ptr = np.zeros(first_ts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=session_ptr[1:])
+    workload = Workload(
+        isl=isl.astype(np.int64, copy=False),
+        osl=rows.osl,
+        session=session,
+        turn=rows.turn,
+        delay_ms=rows.delay_ms / ratio,
+        session_arrival_ms=arrivals,
+        session_ptr=session_ptr,
+        session_rows=np.argsort(session, kind="stable").astype(np.int64),
+        hash_ptr=rows.hash_ptr,
+        hash_ids=rows.hash_ids,
+        trace_block_size=tbs,
+        line=rows.line,
+        source=path,
+        session_ids=rows.session_ids,
+    )
+    return workload, clamped, clamp_first
+
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _nested_duplicate_keys(data: bytes) -> bool:
+    """True if a line holding a nested object repeats a key anywhere (the scanner skips the
+    values of unknown fields, so such lines are parsed here; real traces have few or none)."""
+    decode = json.JSONDecoder(object_pairs_hook=no_duplicate_keys).decode
+    for raw in data.split(b"\n"):
+        if raw.count(b"{") > 1:
+            try:
+                decode(raw.decode("utf-8"))
+            except DuplicateKeyError:
+                return True
+            except ValueError:
+                return True  # malformed after all: the line reader names it
+    return False
+
+
+def _mooncake_scanned(data: bytes, concurrency_mode: bool) -> Optional[_Rows]:
+    """The rows of a trace read by the compiled scanner (``kernels/tracescan.py``), or None when it
+    gives up on a line or finds anything the line reader would report (an error or a lossy case):
+    the caller then reads the file line by line."""
+    from fastsim.kernels import tracescan as sc
+
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    start = 3 if data.startswith(_UTF8_BOM) else 0
+    b = np.frombuffer(data, dtype=np.uint8)
+    cap_rows = data.count(b"\n") + 1
+    isl = np.empty(cap_rows, dtype=np.int64)
+    osl = np.empty(cap_rows, dtype=np.int64)
+    nids = np.empty(cap_rows, dtype=np.int64)
+    ts = np.empty(cap_rows, dtype=np.float64)
+    delay = np.empty(cap_rows, dtype=np.float64)
+    flags = np.empty(cap_rows, dtype=np.int8)
+    sid = np.empty((cap_rows, 2), dtype=np.int64)
+    line = np.empty(cap_rows, dtype=np.int64)
+    # every hash id takes a digit and a separator; untouched room costs no memory
+    ids = np.empty(len(data) // 2 + 1, dtype=np.uint64)
+    n, n_ids, bad = sc.scan_mooncake_nb(b, start, isl, osl, nids, ts, delay, flags, sid, line, ids,
+                                        np.zeros(64, dtype=np.uint8))
+    if bad or n == 0:
+        return None
+    if data.count(b"{") != n and _nested_duplicate_keys(data):
+        return None  # the line reader names the line with the repeated key
+    isl, osl, ts, delay, flags, line = isl[:n], osl[:n], ts[:n], delay[:n], flags[:n], line[:n]
+    if np.any(osl > MAX_TOKENS) or np.any(np.abs(ts[(flags & sc.HAS_TS) != 0]) >= MAX_RAW_TIME_MS) or \
+            np.any(np.abs(delay[(flags & sc.HAS_DELAY) != 0]) >= MAX_RAW_TIME_MS):
+        return None  # out of range: the line reader's per-row checks name the line and field
+    has_ts = (flags & sc.HAS_TS) != 0
+    has_delay = (flags & sc.HAS_DELAY) != 0
+    if np.any(has_ts & (ts == 0.0) & np.signbit(ts)):
+        return None  # a -0.0 timestamp: the line reader settles which zero comes first
+    if np.any((flags & sc.HAS_IN) != 0) and not np.all(isl[(flags & sc.HAS_IN) != 0] > 0):
+        return None  # an input_length of 0: the line reader's error
+    isl = np.where((flags & sc.HAS_IN) != 0, isl, -1)
+    ts = np.where(has_ts, ts, np.nan)
+    hash_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(nids[:n], out=hash_ptr[1:])
+    hash_ids = ids[:n_ids].view(np.int64)
+    if not np.any((flags & sc.HAS_SID) != 0):
+        # every row is a session of its own (request_<line>): no delays, first turn only
+        if np.any(has_delay & (delay != 0.0)):
+            return None  # a delay on a first turn: the line reader's error
+        if not concurrency_mode and not has_ts.all():
+            return None  # a missing first-turn timestamp: the line reader's error
+        idx = np.arange(n, dtype=np.int64)
+        return _Rows(isl, osl, idx, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.float64), ts,
+                     hash_ptr, hash_ids, line, {})
+    return _scanned_sessions(data, sid[:n], flags, isl, osl, ts, has_ts, delay, has_delay, hash_ptr,
+                             hash_ids, line, concurrency_mode)
+
+
+def _scanned_sessions(data, sid, flags, isl, osl, ts, has_ts, delay, has_delay, hash_ptr, hash_ids,
+                      line, concurrency_mode) -> Optional[_Rows]:
+    """The session structure of scanned rows of which some have a ``session_id`` (None when the
+    line reader would report something)."""
+    from fastsim.kernels.tracescan import HAS_SID
+
+    n = line.shape[0]
+    named = ((flags & HAS_SID) != 0).tolist()
+    starts, ends, lines = sid[:, 0].tolist(), sid[:, 1].tolist(), line.tolist()
+    keys = [data[s0:s1].decode("utf-8") if has else f"request_{ln}"
+            for has, s0, s1, ln in zip(named, starts, ends, lines)]
+    index: dict = {}
+    session = np.fromiter((index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=n)
+    order = np.argsort(session, kind="stable")  # rows session by session, turns in file order
+    s_sorted = session[order]
+    pos = np.arange(n, dtype=np.int64)
+    first = np.ones(n, dtype=bool)
+    first[1:] = s_sorted[1:] != s_sorted[:-1]
+    group_start = np.maximum.accumulate(np.where(first, pos, 0))
+    turn = np.empty(n, dtype=np.int64)
+    turn[order] = pos - group_start
+    if np.any(has_delay[order][first] & (delay[order][first] != 0.0)):
+        return None  # a delay on a first turn
+    # each later turn's previous timestamp: the latest one given by an earlier turn of its session
+    ts_sorted, has_sorted = ts[order], has_ts[order]
+    last = np.maximum.accumulate(np.where(has_sorted, pos, -1))
+    prev = np.full(n, -1, dtype=np.int64)
+    prev[1:] = last[:-1]
+    prev = np.where(prev >= group_start, prev, -1)
+    later = ~first
+    from_ts = later & ~has_delay[order] & has_sorted
+    if np.any(from_ts & (prev < 0)):
+        return None  # a delay that cannot be inferred
+    with np.errstate(invalid="ignore"):
+        d_sorted = np.where(has_delay[order], delay[order],
+                            np.where(from_ts, ts_sorted - ts_sorted[np.maximum(prev, 0)], 0.0))
+    d_sorted = np.where(later, d_sorted, 0.0)
+    if np.any(~(d_sorted >= 0.0) | ~np.isfinite(d_sorted)):
+        return None  # a negative or infinite delay
+    delay_ms = np.empty(n, dtype=np.float64)
+    delay_ms[order] = d_sorted
+    first_ts = ts_sorted[first]  # sessions are numbered by first appearance: in that order
+    if not concurrency_mode and np.isnan(first_ts).any():
+        return None  # a session without a first-turn timestamp
+    first_line = line[order][first].tolist()
+    names = {si: k for k, si in index.items() if k != f"request_{first_line[si]}"}
+    return _Rows(isl, osl, session, turn, delay_ms, first_ts, hash_ptr, hash_ids, line, names)
+
+
+def _mooncake_by_line(text: str, path: str, concurrency_mode: bool) -> _Rows:
+    """The rows of a trace read line by line with Python's JSON decoder, checking every field:
+    the reader of any file the scanner does not take, and the one that names a bad line's file,
+    line and field (InputError)."""
     raw_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_serde_float,
                                   object_pairs_hook=no_duplicate_keys).raw_decode
 
@@ -295,7 +515,6 @@ def load_mooncake(
     first_line: list = []
     last_ts: list = []
     n_turns: list = []
-    clamped, clamp_first = 0, 0
     big_ids = False
     total_ids = 0
     _int, _float = int, float
@@ -344,22 +563,12 @@ def load_mooncake(
             raise InputError(f"{where}: field 'hash_ids' must hold integers in [0, 2**64), found {bad}")
         if hi > _I64_MAX:
             big_ids = True
-        cap = len(hids) * tbs
         if inp is None:
-            inp = cap
-        elif inp > cap:
-            if clamp_is_error:
-                raise InputError(
-                    f"{where}: trace line {lineno} input_length {inp} exceeds hash_ids capacity {cap} "
-                    f"(len(hash_ids) {len(hids)} x trace_block_size {tbs}); Dynamo 1.6.1 rejects such a row, "
-                    "1.4.2 clamped it (--dynamo-version 1.4.2)"
-                )
-            clamped += 1
-            clamp_first = clamp_first or lineno
-            inp = cap
-        if inp == 0:
+            inp = -1  # the cap (set with the others' in _mooncake_workload)
+        elif inp == 0:
             raise InputError(f"{where}: field 'input_length' is 0; every request needs a positive input_length")
-        check_request_tokens(inp, out, where)
+        elif inp > _I64_MAX:
+            inp = _I64_MAX  # beyond any cap: clamped or refused with the others (check_workload bounds it)
 
         # timing
         ts = (_pick(row, "timestamp", "created_time", where) if "created_time" in row else row.get("timestamp"))
@@ -434,23 +643,7 @@ def load_mooncake(
             f"{sess_name[si]}; trace mode needs a first-turn timestamp for every session "
             "(closed-loop replay with replay_concurrency does not)"
         )
-    t0 = min(present) if present else 0.0
-    arrivals = np.array([np.nan if t is None else t for t in first_ts], dtype=np.float64)
-    with np.errstate(over="ignore"):  # a tiny ratio: check_workload names the row out of range
-        arrivals = (arrivals - t0) / ratio
-
-    if clamped:
-        warnings.warn(
-            f"{path}: input_length exceeds len(hash_ids) * trace_block_size ({tbs}) on {clamped} of "
-            f"{n} rows (first: line {clamp_first}); clamped to that cap, as Dynamo 1.4.2 does",
-            TraceWarning,
-            stacklevel=2,
-        )
-
     session = np.array(sess_l, dtype=np.int64)
-    counts = np.bincount(session, minlength=S)
-    session_ptr = np.zeros(S + 1, dtype=np.int64)
-    np.cumsum(counts, out=session_ptr[1:])
     hash_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, hlists), dtype=np.int64, count=n), out=hash_ptr[1:])
     flat = itertools.chain.from_iterable(hlists)
@@ -458,22 +651,18 @@ def load_mooncake(
         hash_ids = np.fromiter(flat, dtype=np.uint64, count=total_ids).view(np.int64)
     else:
         hash_ids = np.fromiter(flat, dtype=np.int64, count=total_ids)
-    return check_workload(Workload(
+    return _Rows(
         isl=np.array(isl_l, dtype=np.int64),
         osl=np.array(osl_l, dtype=np.int64),
         session=session,
         turn=np.array(turn_l, dtype=np.int64),
-        delay_ms=np.array(delay_l, dtype=np.float64) / ratio,
-        session_arrival_ms=arrivals,
-        session_ptr=session_ptr,
-        session_rows=np.argsort(session, kind="stable").astype(np.int64),
+        delay_ms=np.array(delay_l, dtype=np.float64),
+        first_ts=np.array([np.nan if t is None else t for t in first_ts], dtype=np.float64),
         hash_ptr=hash_ptr,
         hash_ids=hash_ids,
-        trace_block_size=tbs,
         line=np.array(line_l, dtype=np.int64),
-        source=path,
         session_ids={si: k for k, si in sess_index.items() if k != f"request_{first_line[si]}"},
-    ))
+    )
 
 
 def session_labels(workload, concurrency_mode, single_path):
@@ -625,12 +814,17 @@ def load_trace(
         )
     p = os.fspath(path)
     if fmt in ("azure", "azure_csv", "azure-csv") or (fmt == "mooncake" and p.lower().endswith((".csv", ".csv.gz"))):
-        return load_azure_csv(p, trace_block_size=_check_tbs(trace_block_size),
-                              arrival_speedup_ratio=arrival_speedup_ratio, concurrency_mode=concurrency_mode)
-    if fmt == "mooncake":
-        return load_mooncake(p, trace_block_size=_check_tbs(trace_block_size),
-                             arrival_speedup_ratio=arrival_speedup_ratio, concurrency_mode=concurrency_mode,
-                             dynamo_version=dynamo_version)
+        loader, extra = load_azure_csv, {}
+    elif fmt == "mooncake":
+        loader, extra = load_mooncake, {"dynamo_version": dynamo_version}
+    else:
+        loader = None
+    if loader is not None:
+        tbs = _check_tbs(trace_block_size)
+        # a sweep's configurations share one reading (fastsim/reuse.py)
+        return reuse.trace(p, (loader.__name__, tbs, arrival_speedup_ratio, bool(concurrency_mode), dynamo_version),
+                           lambda: loader(p, trace_block_size=tbs, arrival_speedup_ratio=arrival_speedup_ratio,
+                                          concurrency_mode=concurrency_mode, **extra))
     raise InputError(
         f"trace_format must be one of {', '.join(repr(f) for f in TRACE_FORMATS)}, got {trace_format!r}"
     )

@@ -112,7 +112,7 @@ def test_row_longer_than_its_hash_ids_is_an_error_in_1_6_1(tmp_path):
 
 
 def test_dynamo_version_is_checked(tmp_path):
-    with pytest.raises(InputError, match=r"dynamo_version must be one of '1.6.1', '1.4.2', got '1.5'"):
+    with pytest.raises(InputError, match=r"dynamo_version is '1.5'; allowed: '1.6.1', '1.4.2'"):
         mc(tmp_path, [R()], dynamo_version="1.5")
 
 
