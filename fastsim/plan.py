@@ -144,6 +144,7 @@ class Group:
     params: dict
     split: tuple | None  # (prefill, decode) ratio, None for aggregated
     workers: list
+    ignored: set = field(default_factory=set)  # axes this group's configurations do not use (blank)
     label: str = ""
 
 
@@ -158,6 +159,7 @@ class Point:
     kwargs: dict
     pools: list  # [{role, workers, gpu, gpus_per_worker, usd_per_gpu_hour}]
     key: str = ""
+    label: str = ""
 
     @property
     def gpus(self) -> int:
@@ -580,12 +582,12 @@ def _expand(sp, workload, engine, pool_extra, goodput, cost, root, src):
     for combo in itertools.product(*[vals for _, vals in sp.axes]):
         params = dict(zip(cols, combo))
         split = _parse_split(params.get("split", "agg"), "split")
-        # drop the settings this configuration ignores, so that equal configurations merge
+        # blank the settings this configuration ignores, so that equal configurations merge
         if split is None:
-            params = {k: (None if k.split(".")[0] in _POOLS or k in ("prefill_gpu", "decode_gpu") else v)
-                      for k, v in params.items()}
-        elif all(has_pool_gpu.values()) and "gpu" in params:
-            params["gpu"] = None
+            ignored = {k for k in params if k.split(".")[0] in _POOLS or k in ("prefill_gpu", "decode_gpu")}
+        else:
+            ignored = {"gpu"} & set(params) if all(has_pool_gpu.values()) else set()
+        params = {k: (None if k in ignored else v) for k, v in params.items()}
         ident = json.dumps(params, sort_keys=True)
         if ident in seen:
             continue
@@ -593,8 +595,8 @@ def _expand(sp, workload, engine, pool_extra, goodput, cost, root, src):
         if not counts:
             raise SpecError(f"{_where(src, 'search', 'num_workers')}: split {_split_label(split)} needs at least 2 "
                             f"workers (one per pool); none of {sp.worker_counts} has: empty search space")
-        g = Group(len(sp.groups), params, split, counts)
-        g.label = ", ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "all"
+        g = Group(len(sp.groups), params, split, counts, ignored)
+        g.label = ", ".join(f"{k}={v}" for k, v in params.items() if k not in ignored) or "all"
         seen[ident] = g
         sp.groups.append(g)
         for w in counts:
@@ -606,9 +608,9 @@ def _pool_engine(role, engine, pool_extra, gpu, params, cost, where):
     if role != "aggregated":
         args.update(pool_extra[role])
     args.update(cost.engine.get(gpu, {}))
-    args.update({k: v for k, v in params.items() if k in ENGINE_ARG_FIELDS and v is not None})
+    args.update({k: v for k, v in params.items() if k in ENGINE_ARG_FIELDS})
     if role != "aggregated":
-        args.update({k.split(".", 1)[1]: v for k, v in params.items() if k.startswith(role + ".") and v is not None})
+        args.update({k.split(".", 1)[1]: v for k, v in params.items() if k.startswith(role + ".")})
         args["worker_type"] = role
     try:
         ea = EngineArgs.coerce(args, source=where)
@@ -622,7 +624,7 @@ def _pool_engine(role, engine, pool_extra, gpu, params, cost, where):
 def _point(cid, g, w, sp, workload, engine, pool_extra, goodput, cost, root, src):
     kw = copy.deepcopy(workload)
     for k, v in g.params.items():
-        if v is None or k == "split" or k in _GPU_AXES or k in ENGINE_ARG_FIELDS or k.split(".")[0] in _POOLS:
+        if k in g.ignored or k == "split" or k in _GPU_AXES or k in ENGINE_ARG_FIELDS or k.split(".")[0] in _POOLS:
             continue
         _set(kw, k, copy.deepcopy(v))
     if goodput:
@@ -630,13 +632,14 @@ def _point(cid, g, w, sp, workload, engine, pool_extra, goodput, cost, root, src
     roles = [("aggregated", w)] if g.split is None else list(zip(_POOLS, split_workers(w, g.split)))
     pools = []
     for role, n in roles:
-        gpu = cost.gpu_of(role, g.params)
+        gpu = cost.gpu_of(role, {k: v for k, v in g.params.items() if k not in g.ignored})
         if gpu is None:
             raise SpecError(f"{_where(src, 'cost')}: which GPU type runs the {role} workers? Set cost.gpu "
                             f"(or cost.{role}_gpu, or vary search.gpu); priced: {', '.join(cost.prices)}")
         cost.check_type(gpu, f"the {role} workers of group {g.label}")
         where = f"{src}: engine of the {role} workers ({g.label})"
-        args, ea = _pool_engine(role, engine, pool_extra, gpu, g.params, cost, where)
+        used = {k: v for k, v in g.params.items() if k not in g.ignored}
+        args, ea = _pool_engine(role, engine, pool_extra, gpu, used, cost, where)
         kw["extra_engine_args" if role == "aggregated" else f"{role}_engine_args"] = args
         tp = cost.tp[role]
         pools.append({"role": role, "workers": n, "gpu": gpu, "tensor_parallel_size": tp,
@@ -657,7 +660,10 @@ def _point(cid, g, w, sp, workload, engine, pool_extra, goodput, cost, root, src
     if g.split is not None or any(c == "split" for c, _ in sp.axes):
         params["num_prefill_workers"] = pools[0]["workers"] if g.split is not None else None
         params["num_decode_workers"] = pools[1]["workers"] if g.split is not None else None
-    return Point(cid, g.gid, w, params, kw, pools, _cache_key(sp.mode, kw))
+    shown = [f"{k}={v}" for k, v in g.params.items() if k not in g.ignored] + [f"num_workers={w}"]
+    if g.split is not None:
+        shown.append(f"({pools[0]['workers']}P+{pools[1]['workers']}D)")
+    return Point(cid, g.gid, w, params, kw, pools, _cache_key(sp.mode, kw), ", ".join(shown))
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -884,12 +890,21 @@ class PlanResult:
 
 
 def _clean(v):
+    """A table cell as plain JSON-able Python (NaN, NA -> None)."""
+    if v is None or v is _NA():
+        return None
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if hasattr(v, "item") and not isinstance(v, (list, dict, str)):
         v = v.item()
         return None if isinstance(v, float) and not math.isfinite(v) else v
     return v
+
+
+def _NA():
+    import pandas as pd
+
+    return pd.NA
 
 
 def _records(df):
@@ -907,7 +922,7 @@ def _point_dict(sp, p, rec, row_round):
     out_tps = s.get("output_throughput_tok_s") or 0.0
     per_m = p.cost_per_hour / (out_tps * 3600.0) * 1e6 if out_tps > 0 else math.nan
     return {
-        "config_id": p.config_id, "label": _label(p),
+        "config_id": p.config_id, "label": p.label,
         "params": {k: v for k, v in p.params.items() if v is not None},
         "pools": p.pools, "gpus": p.gpus, "cost_per_hour_usd": p.cost_per_hour,
         "cost_per_million_output_tokens_usd": _clean(per_m),
@@ -919,14 +934,6 @@ def _point_dict(sp, p, rec, row_round):
                 for slo in sp.slos for n, (v, m, met) in [(slo.name, checks.get(slo.name, (math.nan,) * 2 + (False,)))]],
         "meets_slo": ok, "failures": failures, "round": row_round,
     }
-
-
-def _label(p):
-    parts = [f"{k}={v}" for k, v in p.params.items() if v is not None and k not in ("num_prefill_workers",
-                                                                                       "num_decode_workers")]
-    if p.params.get("num_prefill_workers") is not None:
-        parts.append(f"({p.params['num_prefill_workers']}P+{p.params['num_decode_workers']}D)")
-    return ", ".join(parts)
 
 
 def _pareto_mask(obj):
@@ -1045,18 +1052,23 @@ def _infeasible(sp, df, ev):
                           f"the first: {first}"}
     parts = []
     for slo in sp.slos:
-        col = df[f"margin_{slo.name}"]
-        n_met = int((col >= 0).sum())
-        vals = ok[slo.column if slo.column != "goodput_fraction" else "goodput_fraction"]
+        n_met = int((df[f"margin_{slo.name}"] >= 0).sum())
+        vals = ok[slo.column].dropna()
+        if not len(vals):
+            parts.append(f"{slo.describe()} met by none (no value in any replay)")
+            continue
         bi = vals.idxmin() if slo.sense == "max" else vals.idxmax()
         parts.append(f"{slo.describe()} met by {n_met} of {len(df)}; best value {vals[bi]:.6g} "
-                     f"({_label(sp.points[int(df.loc[bi, 'config_id'])])})")
+                     f"({sp.points[int(df.loc[bi, 'config_id'])].label})")
+    unfinished = int((ok["completed_requests"] < ok["num_requests"]).sum())
+    if unfinished:
+        parts.append(f"{unfinished} replays left requests unfinished")
     # the closest: the largest worst relative margin
-    rel = []
-    for i, row in ok.iterrows():
+    def worst(row):
         m = [row[f"margin_{s.name}"] / s.bound for s in sp.slos]
-        rel.append((min(m), int(row["config_id"])))
-    worst, cid = max(rel)
+        return min(m) if all(math.isfinite(x) for x in m) else -math.inf
+
+    cid = max(((worst(row), int(row["config_id"])) for _, row in ok.iterrows()), key=lambda t: (t[0], -t[1]))[1]
     closest = _point_dict(sp, sp.points[cid], ev.records[cid], ev.round_of.get(cid, 0))
     return {"reason": "no evaluated configuration meets every SLO: " + "; ".join(parts), "closest": closest}
 

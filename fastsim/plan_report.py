@@ -259,7 +259,7 @@ def write_outputs(result, out_dir: Path):
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {}
     plan_json = out_dir / "plan.json"
-    plan_json.write_text(json.dumps(result.to_dict(), indent=2, allow_nan=False, default=_json_default) + "\n",
+    plan_json.write_text(json.dumps(_jsonable(result.to_dict()), indent=2, allow_nan=False) + "\n",
                          encoding="utf-8")
     files["plan.json"] = plan_json
     parquet = out_dir / "results.parquet"
@@ -283,11 +283,22 @@ def write_outputs(result, out_dir: Path):
     return files
 
 
-def _json_default(v):
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.floating):
-        return None if not math.isfinite(v) else float(v)
-    if isinstance(v, np.bool_):
+def _jsonable(v):
+    """Plain JSON values: numpy scalars as Python ones, NaN/inf/NA as null (plan.json is strict JSON)."""
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (bool, np.bool_)):
         return bool(v)
-    raise TypeError(f"{type(v).__name__} is not JSON serialisable")
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
+    if v is None or isinstance(v, str):
+        return v
+    import pandas as pd
+
+    if v is pd.NA:
+        return None
+    raise TypeError(f"{type(v).__name__} in plan.json")
