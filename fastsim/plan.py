@@ -221,9 +221,9 @@ def _read_plan_file(path: Path):
         if suffix == ".json":
             return json.loads(text), text
         if suffix == ".toml":
-            toml = _optional("tomllib" if sys.version_info >= (3, 11) else "tomli", "reading a TOML spec", "sweep")
+            toml = _optional("tomllib" if sys.version_info >= (3, 11) else "tomli", "reading a TOML spec", "plan")
             return toml.loads(text), text
-        return _optional("yaml", "reading a YAML plan spec", "sweep").safe_load(text), text
+        return _optional("yaml", "reading a YAML plan spec", "plan").safe_load(text), text
     except SweepError:
         raise
     except Exception as exc:  # the parsers' own error types
@@ -547,20 +547,23 @@ def _canonical_axis(key, mode, src):
     raise SpecError(f"{where}: unknown key '{key}'{_hint(key, valid)}")
 
 
-def _file_digest(path, cache={}):
-    """SHA-256 of a file's content (memoised by path, size and modification time)."""
+_DIGESTS = {}  # (path, size, mtime) -> SHA-256: a trace is read once per process, not once per configuration
+
+
+def _file_digest(path):
+    """SHA-256 of a trace file's content; a missing file is a spec error (before anything runs)."""
     try:
         st = os.stat(path)
-    except OSError:
-        return f"missing:{path}"
+    except OSError as exc:
+        raise SpecError(f"workload.trace_files: cannot read {path}: {exc.strerror or exc}") from None
     memo = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
-    if memo not in cache:
+    if memo not in _DIGESTS:
         h = hashlib.sha256()
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
-        cache[memo] = h.hexdigest()
-    return cache[memo]
+        _DIGESTS[memo] = h.hexdigest()
+    return _DIGESTS[memo]
 
 
 def _cache_key(mode, kwargs):
@@ -630,15 +633,15 @@ def _point(cid, g, w, sp, workload, engine, pool_extra, goodput, cost, root, src
     if goodput:
         kw.update(goodput)
     roles = [("aggregated", w)] if g.split is None else list(zip(_POOLS, split_workers(w, g.split)))
+    used = {k: v for k, v in g.params.items() if k not in g.ignored}
     pools = []
     for role, n in roles:
-        gpu = cost.gpu_of(role, {k: v for k, v in g.params.items() if k not in g.ignored})
+        gpu = cost.gpu_of(role, used)
         if gpu is None:
             raise SpecError(f"{_where(src, 'cost')}: which GPU type runs the {role} workers? Set cost.gpu "
                             f"(or cost.{role}_gpu, or vary search.gpu); priced: {', '.join(cost.prices)}")
         cost.check_type(gpu, f"the {role} workers of group {g.label}")
         where = f"{src}: engine of the {role} workers ({g.label})"
-        used = {k: v for k, v in g.params.items() if k not in g.ignored}
         args, ea = _pool_engine(role, engine, pool_extra, gpu, used, cost, where)
         kw["extra_engine_args" if role == "aggregated" else f"{role}_engine_args"] = args
         tp = cost.tp[role]
@@ -656,11 +659,11 @@ def _point(cid, g, w, sp, workload, engine, pool_extra, goodput, cost, root, src
         eng = kw.get(a)
         if root is not None and isinstance(eng, dict) and eng.get("planner_profile_data"):
             eng["planner_profile_data"] = _resolve(eng["planner_profile_data"], root)
-    params = {**{k: v for k, v in g.params.items()}, "num_workers": w}
+    params = {**g.params, "num_workers": w}
     if g.split is not None or any(c == "split" for c, _ in sp.axes):
         params["num_prefill_workers"] = pools[0]["workers"] if g.split is not None else None
         params["num_decode_workers"] = pools[1]["workers"] if g.split is not None else None
-    shown = [f"{k}={v}" for k, v in g.params.items() if k not in g.ignored] + [f"num_workers={w}"]
+    shown = [f"{k}={v}" for k, v in used.items()] + [f"num_workers={w}"]
     if g.split is not None:
         shown.append(f"({pools[0]['workers']}P+{pools[1]['workers']}D)")
     return Point(cid, g.gid, w, params, kw, pools, _cache_key(sp.mode, kw), ", ".join(shown))
@@ -815,7 +818,7 @@ def _verdict(sp, rec):
     return not failures, "; ".join(failures), checks
 
 
-def _bisect(sp, ev, round_no_start=1):
+def _bisect(sp, ev):
     """Per group, the fewest workers meeting the SLOs, by halving its worker-count interval. All
     groups' probes of a round run side by side; returns the number of rounds."""
     state = {}
@@ -823,11 +826,11 @@ def _bisect(sp, ev, round_no_start=1):
         pts = sp.points_of(g.gid)
         state[g.gid] = {"pts": pts, "lo": -1, "hi": len(pts) - 1, "probe": len(pts) - 1, "first": True}
         ev.expect(1 + math.ceil(math.log2(len(pts))) if len(pts) > 1 else 1)
-    rnd = round_no_start
+    rnd = 1
     while True:
         active = [s for s in state.values() if s["probe"] is not None]
         if not active:
-            return rnd - round_no_start
+            return rnd - 1
         recs = ev.evaluate([s["pts"][s["probe"]] for s in active], rnd)
         for s in active:
             i = s["probe"]
@@ -882,8 +885,9 @@ class PlanResult:
         if self.best is None:
             return f"infeasible: {self.infeasible['reason']}"
         b = self.best
+        per_m = b["cost_per_million_output_tokens_usd"]
         return (f"best: {b['label']} - {b['gpus']} GPUs, ${b['cost_per_hour_usd']:.2f}/h, "
-                f"${b['cost_per_million_output_tokens_usd']:.3f} per million output tokens")
+                + (f"${per_m:.3f} per million output tokens" if per_m is not None else "no output tokens"))
 
     def write(self, out_dir):
         """Write plan.json, results.parquet, the PNG plots and report.html into ``out_dir``."""
@@ -895,7 +899,9 @@ class PlanResult:
 
 def _clean(v):
     """A table cell as plain JSON-able Python (NaN, NA -> None)."""
-    if v is None or v is _NA():
+    import pandas as pd
+
+    if v is None or v is pd.NA:
         return None
     if isinstance(v, float) and not math.isfinite(v):
         return None
@@ -903,12 +909,6 @@ def _clean(v):
         v = v.item()
         return None if isinstance(v, float) and not math.isfinite(v) else v
     return v
-
-
-def _NA():
-    import pandas as pd
-
-    return pd.NA
 
 
 def _records(df):
@@ -933,11 +933,14 @@ def _point_dict(sp, p, rec, row_round):
         "output_throughput_tok_s": out_tps, "goodput_fraction": _clean(_goodput_fraction(s)),
         "latencies_ms": {k.replace("median", "p50").replace("e2e_latency", "e2e"): _clean(s.get(k))
                          for k in _LATENCY_KEYS},
-        "slo": [{"name": n, "value": _clean(v), "bound": slo.bound, "margin": _clean(m),
-                 "margin_fraction": _clean(m / slo.bound if slo.bound else math.nan), "met": met}
-                for slo in sp.slos for n, (v, m, met) in [(slo.name, checks.get(slo.name, (math.nan,) * 2 + (False,)))]],
+        "slo": [_slo_dict(slo, *checks.get(slo.name, (math.nan, math.nan, False))) for slo in sp.slos],
         "meets_slo": ok, "failures": failures, "round": row_round,
     }
+
+
+def _slo_dict(slo, value, margin, met):
+    return {"name": slo.name, "value": _clean(value), "bound": slo.bound, "margin": _clean(margin),
+            "margin_fraction": _clean(margin / slo.bound), "met": met}
 
 
 def _pareto_mask(obj):
@@ -990,7 +993,7 @@ def _assemble(sp, ev, t_search, rounds, method, executor):
     pos = list(df.columns).index("status")
     for i, (k, v) in enumerate(plan_cols.items()):
         df.insert(pos + i, k, v)
-    metric_cols = [("goodput_fraction" if s.column == "goodput_fraction" else s.column, s.sense) for s in sp.slos]
+    metric_cols = [(s.column, s.sense) for s in sp.slos]
     ok = (df["status"] == "ok").to_numpy()
     obj = np.column_stack([cost_h] + [df[c].to_numpy(dtype=np.float64, na_value=np.nan) * (1 if sense == "max" else -1)
                                       for c, sense in metric_cols]) if len(df) else np.zeros((0, 1))
@@ -1013,7 +1016,7 @@ def _assemble(sp, ev, t_search, rounds, method, executor):
     for g in sp.groups:
         gdf = df[df["group"] == g.gid]
         met = gdf[gdf["meets_slo"]].sort_values("num_workers")
-        row = {"group": g.gid, **{k: v for k, v in g.params.items()}, "label": g.label,
+        row = {"group": g.gid, **g.params, "label": g.label,
                "evaluated": int(len(gdf)), "max_workers_tried": int(gdf["num_workers"].max()) if len(gdf) else None}
         if len(met):
             r = met.iloc[0]
@@ -1032,7 +1035,7 @@ def _assemble(sp, ev, t_search, rounds, method, executor):
         fewest = fewest.sort_values(["cost_per_hour_usd", "group"], na_position="last", kind="mergesort")
         fewest = fewest.reset_index(drop=True)
 
-    mono = _monotonicity(sp, df, verdicts, pts)
+    mono = _monotonicity(sp, verdicts, pts)
     pareto_cols = ["config_id", *varied, "gpus", "cost_per_hour_usd", "cost_per_million_output_tokens_usd",
                    *[c for c, _ in metric_cols if c not in varied], "meets_slo"]
     pareto = df[df["pareto"]].sort_values(["cost_per_hour_usd", "config_id"])[
@@ -1077,7 +1080,7 @@ def _infeasible(sp, df, ev):
     return {"reason": "no evaluated configuration meets every SLO: " + "; ".join(parts), "closest": closest}
 
 
-def _monotonicity(sp, df, verdicts, pts):
+def _monotonicity(sp, verdicts, pts):
     """Pairs of evaluated worker counts, within a group, where the larger misses an SLO the smaller meets."""
     import pandas as pd
 
@@ -1125,8 +1128,9 @@ def plan(spec, out=None, *, method=None, executor="local", workers=None, schedul
         raise InputError(f"workers must be a positive integer, got {workers!r}")
     if scheduler_address is not None and executor != "dask":
         raise InputError("scheduler_address only applies to executor='dask'")
-    if out is not None:
-        _optional("pyarrow", "writing results.parquet", "parquet")
+    if out is not None:  # the outputs' dependencies, checked before the search rather than after it
+        _optional("pyarrow", "writing results.parquet", "plan")
+        _optional("matplotlib", "the plan's plots", "plan")
         out = Path(out)
         if out.exists() and not out.is_dir():
             raise FastsimError(f"--out {out}: exists and is not a directory")
