@@ -389,6 +389,7 @@ BAD = [
      "unknown key 'trace_blok_size'; did you mean 'trace_block_size'?"),
     ({"workload": {"trace_files": TRACE, "num_workers": 4}}, "'num_workers' is set by the plan"),
     ({"workload": {"trace_files": TRACE, "request_rate": 4}}, "applies to synthetic replay only"),
+    ({"workload": {"trace_files": "no/such/trace.jsonl"}}, "workload.trace_files: cannot read no/such/trace.jsonl"),
     ({"engine": {"max_num_seq": 8}}, "unknown engine argument 'max_num_seq'; did you mean 'max_num_seqs'?"),
     ({"engine": {"max_num_seqs": 0}}, "max_num_seqs"),
     ({"search": {"num_workers": [2], "max_num_seqz": [1]}}, "unknown key 'max_num_seqz'; did you mean 'max_num_seqs'?"),
