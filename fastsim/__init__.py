@@ -74,6 +74,10 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module("fastsim.sweep")  # the module is callable: fastsim.sweep(spec, ...)
+    if name == "plan":
+        import importlib
+
+        return importlib.import_module("fastsim.plan")  # the module is callable: fastsim.plan(spec, ...)
     if name in ("Report",):
         from fastsim import report
 

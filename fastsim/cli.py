@@ -10,7 +10,7 @@ than 2 s (:mod:`fastsim.progress`). Flags for features
 fastsim does not model yet are rejected with an error naming the flag (exit status 2), never
 ignored. Any :class:`~fastsim.errors.FastsimError` prints its message on stderr, without a
 traceback, and exits with status 2. Subcommands are argparse subparsers: ``replay``, ``predict``
-(:mod:`fastsim.predict`), ``sweep`` (:mod:`fastsim.sweep`) and ``plot`` (:mod:`fastsim.plots`).
+(:mod:`fastsim.predict`), ``sweep`` (:mod:`fastsim.sweep`), ``plot`` (:mod:`fastsim.plots`) and ``plan`` (:mod:`fastsim.plan`).
 
 Dynamo 1.6 options (the flags of its 1.4.2-style runner): ``--dynamo-version`` picks the release
 reproduced (default 1.6.1); ``--coverage-json`` and ``--quiet`` are honoured; ``--execution-model``
@@ -272,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_predict_parser(sub)
     _add_sweep_parser(sub)
     _add_plot_parser(sub)
+    _add_plan_parser(sub)
     return parser
 
 
@@ -730,6 +731,65 @@ def _cmd_plot(args) -> int:
     for path in plot_files(args.files, args.out, x=args.x, y=args.y, per_gpu=not args.total):
         sys.stdout.write(f"Saved plot: {path}\n")
     return 0
+
+
+def _add_plan_parser(sub) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="find the cheapest fleet that meets latency SLOs (capacity planning)",
+        description="Search a plan spec's configurations (workload, engine, slo, search, cost; see "
+                    "fastsim.plan) for the cheapest one that meets every SLO, and write plan.json, "
+                    "results.parquet, plots and report.html into OUT. Finished replays are kept in "
+                    "OUT/evaluations.jsonl: rerunning the same command resumes.",
+    )
+    p.add_argument("spec", help="plan spec file (.yaml/.yml, .toml or .json)")
+    p.add_argument("--out", help="output directory (required unless --dry-run)")
+    p.add_argument("--method", choices=("exhaustive", "bisect"), default=None,
+                   help="exhaustive: every worker count (default: the spec's search.method, else exhaustive); "
+                        "bisect: halve the worker counts per setting of the other axes")
+    p.add_argument("--executor", choices=("local", "dask", "serial"), default="local",
+                   help="local: process pool (default); dask: dask.distributed; serial: in this process")
+    p.add_argument("--scheduler-address", help="dask scheduler address (default: start a LocalCluster)")
+    p.add_argument("--workers", type=int, help="worker processes (default: the number of CPUs)")
+    p.add_argument("--force", action="store_true", help="discard the replays kept in OUT and recompute")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dry-run", action="store_true", help="list the groups and worker counts and exit")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _cmd_plan(args) -> int:
+    from fastsim.plan import load_plan_spec, plan
+
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if args.scheduler_address is not None and args.executor != "dask":
+        raise UsageError("--scheduler-address only applies to --executor dask")
+    spec = load_plan_spec(args.spec)
+    if args.dry_run:
+        for g in spec.groups:
+            sys.stdout.write(f"{g.label}: workers {', '.join(str(w) for w in g.workers)}\n")
+        sys.stdout.write(f"{spec.n_configs} configurations in {len(spec.groups)} groups ({spec.mode} replay, "
+                         f"{args.method or spec.method} search)\n")
+        return 0
+    if args.out is None:
+        raise UsageError("--out is required: the output directory")
+    try:
+        result = plan(spec, args.out, method=args.method, executor=args.executor, workers=args.workers,
+                      scheduler_address=args.scheduler_address, progress=not args.no_progress, force=args.force)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"fastsim plan: finished replays are kept in {args.out}/evaluations.jsonl; "
+                         "rerun the same command to resume\n")
+        raise
+    s = result.search
+    sys.stdout.write(f"{result.summary_line()}\n")
+    sys.stdout.write(f"{s['evaluated']} of {s['configurations_in_grid']} configurations evaluated "
+                     f"({s['method']}; {s['replays_run']} replays run, {s['reused_from_cache']} reused, "
+                     f"{s['errors']} errors) in {s['search_seconds']:.1f} s\n")
+    if len(result.monotonicity):
+        sys.stderr.write(f"fastsim plan: warning: {len(result.monotonicity)} monotonicity violation(s): a larger "
+                         "worker count missed an SLO a smaller one met (see plan.json)\n")
+    sys.stdout.write(f"Saved plan to: {args.out} ({', '.join(result.files)})\n")
+    return 0 if result.feasible else 1
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):

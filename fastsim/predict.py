@@ -76,7 +76,7 @@ def load_config(path, overrides=()) -> dict:
     try:
         import yaml
     except ImportError:
-        raise FastsimError("fastsim predict needs PyYAML: pip install 'fastsim[sweep]'") from None
+        raise FastsimError("fastsim predict needs PyYAML: pip install pyyaml") from None
     source = Path(path)
     try:
         data = yaml.safe_load(source.read_text(encoding="utf-8"))

@@ -59,7 +59,7 @@ def _not_run(cmd):
 def scratch(tmp_path_factory):
     d = tmp_path_factory.mktemp("readme")
     (d / "examples").mkdir()
-    for f in ("mooncake_trace_1000.jsonl", "sweep.yaml"):
+    for f in ("mooncake_trace_1000.jsonl", "sweep.yaml", "plan.yaml"):
         shutil.copy(ROOT / "examples" / f, d / "examples" / f)
     return d
 
