@@ -130,7 +130,7 @@ def _common(
     )
 
 
-def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None):
+def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, dynamo_version="1.6.1"):
     from fastsim.sim_disagg import simulate_disagg  # lazy: numba loads only when a simulation runs
 
     d = opts["disagg"]
@@ -139,7 +139,7 @@ def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None):
         num_decode_workers=d["num_decode_workers"], router_mode=opts["router_mode"],
         router_config=opts["router_config"], replay_concurrency=opts["replay_concurrency"],
         max_sim_time_ms=opts["max_sim_time_ms"], sla=opts["sla"], seed=seed,
-        scaling_schedule=scaling_schedule,
+        scaling_schedule=scaling_schedule, dynamo_version=dynamo_version,
     )
     if report_jsonl_path is not None:
         report.to_jsonl(os.fspath(report_jsonl_path))
@@ -158,12 +158,14 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
                       max_sim_time_ms: Optional[float] = None, sla=(None, None, None),
                       report_jsonl_path=None, router_config=None, seed: int = 0,
                       scaling_schedule=None, planner=None, planner_interval_ms=None,
-                      max_workers=None, telemetry_interval_ms=None, threads=None):
+                      max_workers=None, telemetry_interval_ms=None, threads=None,
+                      dynamo_version: str = "1.6.1"):
     """Simulate an already-loaded :class:`Workload` (for sweeps that reuse one workload).
 
     ``engine_args`` is anything :meth:`EngineArgs.coerce` accepts. Writes ``report_jsonl_path`` if
     given and returns the :class:`fastsim.report.Report`. ``threads``: see
-    :func:`fastsim.sim.simulate` (the same results with any number).
+    :func:`fastsim.sim.simulate` (the same results with any number). ``dynamo_version``: the
+    release reproduced, ``"1.6.1"`` or ``"1.4.2"``.
     """
     from fastsim.sim import simulate  # lazy: numba loads only when a simulation runs
 
@@ -179,6 +181,7 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
         router_config=RouterConfig.coerce(router_config), seed=seed,
         scaling_schedule=scaling_schedule, planner=planner, planner_interval_ms=planner_interval_ms,
         max_workers=max_workers, telemetry_interval_ms=telemetry_interval_ms, threads=threads,
+        dynamo_version=dynamo_version,
     )
     if report_jsonl_path is not None:
         report.to_jsonl(os.fspath(report_jsonl_path))
@@ -219,6 +222,7 @@ def run_trace_replay(
     max_workers: Optional[int] = None,
     telemetry_interval_ms: Optional[float] = None,
     threads: Optional[int] = None,
+    dynamo_version: str = "1.6.1",
     **unsupported: Any,
 ):
     """Replay a trace file offline (Dynamo's ``run_trace_replay``); returns a ``Report``.
@@ -242,7 +246,8 @@ def run_trace_replay(
     ``telemetry_interval_ms`` (per-worker samples in ``Report.workers``). ``threads``: how many
     threads a round-robin replay may run its workers' shards in (``fastsim.sim.simulate``; the
     same results with any number; default ``FASTSIM_THREADS`` or the usable cores, 1 for a sweep
-    that runs one replay per core).
+    that runs one replay per core). ``dynamo_version``: the Dynamo release reproduced, ``"1.6.1"``
+    (default) or ``"1.4.2"``.
 
     Not supported yet (NotSupportedError): ``replay_mode="online"``, disaggregated engine args, ``aic_perf_config``, ``planner_config``,
     ``model_name``, the agentic/delta/dynamo trace formats and their ``trace_*_prefix_*`` options.
@@ -284,14 +289,14 @@ def run_trace_replay(
         concurrency_mode=opts["replay_concurrency"] is not None,
     )
     if opts["disagg"] is not None:
-        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule)
+        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
         router_config=opts["router_config"], seed=seed, **_cluster_kw(
             scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms,
-            threads),
+            threads), dynamo_version=dynamo_version,
     )
 
 
@@ -334,6 +339,7 @@ def run_synthetic_trace_replay(
     max_workers: Optional[int] = None,
     telemetry_interval_ms: Optional[float] = None,
     threads: Optional[int] = None,
+    dynamo_version: str = "1.6.1",
     **unsupported: Any,
 ):
     """Replay a synthetic workload offline (Dynamo's ``run_synthetic_trace_replay``); returns a ``Report``.
@@ -368,12 +374,12 @@ def run_synthetic_trace_replay(
         block_size=opts["engine"].block_size,
     )
     if opts["disagg"] is not None:
-        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule)
+        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
         sla=opts["sla"], report_jsonl_path=report_jsonl_path,
         router_config=opts["router_config"], seed=seed, **_cluster_kw(
             scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms,
-            threads),
+            threads), dynamo_version=dynamo_version,
     )

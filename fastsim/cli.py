@@ -126,6 +126,8 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sla-ttft-ms", type=float, default=None, help="goodput SLA: max time to first token (ms)")
     p.add_argument("--sla-itl-ms", type=float, default=None, help="goodput SLA: max average inter-token latency (ms)")
     p.add_argument("--sla-e2e-ms", type=float, default=None, help="goodput SLA: max end-to-end latency (ms)")
+    p.add_argument("--dynamo-version", choices=("1.6.1", "1.4.2"), default="1.6.1",
+                   help="the Dynamo release whose replay is reproduced (default 1.6.1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,7 +182,8 @@ def _check_dynamo_rules(args) -> bool:
     if args.report_jsonl is not None:
         if args.planner_config is not None:
             raise UsageError("--report-jsonl is not supported with --planner-config")
-        if not using_trace_file:
+        if not using_trace_file and args.dynamo_version == "1.4.2":
+            # (Dynamo 1.6.1 writes per-request records for synthetic replays too)
             raise UsageError("--report-jsonl currently only supports trace-file replay")
     if args.max_sim_time_seconds is not None:
         if args.planner_config is not None:
@@ -253,6 +256,7 @@ def _cmd_replay(args) -> int:
         sla_ttft_ms=args.sla_ttft_ms,
         sla_itl_ms=args.sla_itl_ms,
         sla_e2e_ms=args.sla_e2e_ms,
+        dynamo_version=args.dynamo_version,
     )
     if using_trace_file:
         report = run_trace_replay(
@@ -275,6 +279,7 @@ def _cmd_replay(args) -> int:
             shared_prefix_ratio=args.shared_prefix_ratio,
             num_prefix_groups=args.num_prefix_groups,
             inter_turn_delay_ms=args.inter_turn_delay_ms,
+            report_jsonl_path=args.report_jsonl,
             **common,
         )
     path = resolve_report_path(args.report_json)

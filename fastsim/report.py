@@ -77,6 +77,15 @@ JSONL_FIELDS = (
     ("prefill_route_overlap_tokens", "n"), ("decode_route_overlap_tokens", "n"),
     ("terminal_status", "s"),
 )
+# Dynamo 1.6.1's fields: 1.4.2's with the dispatch time after the arrival and, before the terminal
+# status, the routing and admission histories ("h": JSON text built per record, see
+# fastsim/history.py) and their counts.
+JSONL_FIELDS_161 = (
+    JSONL_FIELDS[:4] + (("dispatched_at_ms", "z"),) + JSONL_FIELDS[4:-1]
+    + (("routing_history", "h"), ("admission_history", "h"), ("admission_count", "h"),
+       ("readmission_count", "h"), ("pressure_record_ordinals", "h"))
+    + JSONL_FIELDS[-1:]
+)
 # Optional (disaggregated-mode) per-request inputs copied straight into the JSONL.
 _OPTIONAL_FIELDS = ("prefill_worker_idx", "prefill_admit_ms", "source_held_ms",
                     "destination_reserved_ms", "destination_activated_ms", "decode_admit_ms",
@@ -222,7 +231,9 @@ def build_report(req, gaps, meta):
     missing keys / count 0 -> all-zero statistics.
     ``meta``: ``num_workers, single_path, decode_worker_seconds, prefill_worker_seconds,
     prefill_gpus_per_worker, decode_gpus_per_worker, wall_time_ms, sla_ttft_ms, sla_itl_ms,
-    sla_e2e_ms``.
+    sla_e2e_ms``, and optionally ``dynamo_version`` (default ``"1.4.2"``; 1.6.1's per-request
+    records need the history inputs of ``fastsim/history.py`` in ``req``), ``dp`` (ranks per
+    worker) and ``disaggregated``.
     """
     status = np.asarray(req["status"]).astype(np.int8, copy=False)
     comp = status == COMPLETED
@@ -287,7 +298,8 @@ def build_report(req, gaps, meta):
     v = der["e2e"][comp]
     s.update(zip(_dist_keys("e2e_latency", "_ms"), _exact_dist(v[~np.isnan(v)])))
     s.update(zip(_dist_keys("output_token_throughput_per_user", ""), _sketch_dist(gaps, "otpu")))
-    return Report(s, req, der)
+    return Report(s, req, der, dynamo_version=meta.get("dynamo_version", "1.4.2"),
+                  dp=int(meta.get("dp") or 1), disaggregated=bool(meta.get("disaggregated", False)))
 
 
 # ----------------------------------------------------------------------------- output
@@ -381,10 +393,14 @@ class Report:
     """Result of one simulation: ``summary`` (Dynamo's report dict), ``requests`` (DataFrame),
     ``to_json``, ``to_jsonl`` and ``format_table``."""
 
-    def __init__(self, summary, req, derived):
+    def __init__(self, summary, req, derived, dynamo_version="1.4.2", dp=1, disaggregated=False):
         self.summary = summary
+        self.dynamo_version = dynamo_version
         self._req = req
         self._der = derived
+        self._dp = dp
+        self._disagg = disaggregated
+        self._history = None
         self._df = None
         self._frames = {"fleet": None, "workers": None}
 
@@ -497,15 +513,25 @@ class Report:
         status = np.asarray(self._req["status"]).astype(np.int64)
         rows = np.nonzero(status >= COMPLETED)[0]
         rows = rows[np.lexsort((rows, cols["arrival_time_ms"][rows]))]
+        fields = JSONL_FIELDS
+        if self.dynamo_version == "1.6.1":
+            from fastsim.history import History
+
+            fields = JSONL_FIELDS_161
+            if self._history is None:
+                self._history = History(self._req, self._dp, self._disagg)
         for start in range(0, rows.shape[0], chunk):
             idx = rows[start:start + chunk]
             pieces, values = [], []
-            for name, kind in JSONL_FIELDS:
+            texts = self._history.texts(idx) if fields is JSONL_FIELDS_161 else None
+            for name, kind in fields:
                 key = f'"{name}":'
                 if kind == "z":
                     pieces.append(key + "null")
                     continue
-                if kind == "u":
+                if kind == "h":
+                    vals = texts[name]
+                elif kind == "u":
                     vals = ['"' + u + '"' for u in _uuids_for_rows(idx)]
                 elif kind == "s":
                     names = np.array([f'"{x}"' for x in STATUS_NAMES], dtype=object)

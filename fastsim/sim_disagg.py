@@ -63,13 +63,16 @@ def simulate_disagg(
     scaling_schedule=None,
     steady_decode: bool = True,
     light_ticks: bool = True,
+    dynamo_version: str = "1.6.1",
+    _readmission_log: int | None = None,
 ):
     """Simulate ``workload`` on separate prefill and decode pools (see ``kernels/disagg.py``).
 
     ``scaling_schedule``: ``{"prefill": [[t_ms, workers], ...], "decode": [...]}`` (either key may
     be left out); each pool's new workers take its engine's ``startup_time`` seconds to start.
     ``steady_decode`` and ``light_ticks`` as in :func:`fastsim.sim.simulate` (False: the same results,
-    more slowly; light ticks apply to decode workers).
+    more slowly; light ticks apply to decode workers). ``dynamo_version`` as in
+    :func:`fastsim.sim.simulate`.
     """
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.heap import new_tourney
@@ -96,6 +99,11 @@ def simulate_disagg(
     if bw is not None and not bw > 0:
         raise InputError(f"prefill_engine_args: kv_transfer_bandwidth is {bw!r}; it must be > 0 (GB/s)")
 
+    from fastsim.sim import _history_kept, _readmission_log_size, readmission_columns
+
+    history = _history_kept(dynamo_version)
+    if _readmission_log is None:
+        _readmission_log = _readmission_log_size(workload) if history else 0
     schedules = _pool_schedules(scaling_schedule)
     _load_disagg_kernels()
     t0 = time.perf_counter()
@@ -138,13 +146,13 @@ def simulate_disagg(
     cfg_p, cfg_d = stage_router_configs(cfg)
     if cfg.router_queue_threshold is not None:
         raise NotSupportedError("router_queue_threshold in disaggregated replay is not supported yet by fastsim")
-    rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed)
+    rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history)
     rt_d = _router_state(router_mode, cfg_d, pd, n, D, G, 1024, seed + 1)
     rt_none = _router_state("round_robin", None, pd, 0, 1, G, 1, 0)
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     emit_cap = max(pp.max_seqs, pd.max_seqs) if n else 1
     emit_cap = int(min(emit_cap, max(n, 1))) + 1
-    pa = make_pass_acc(max_blocks, emit_cap, emit_cap)
+    pa = make_pass_acc(max_blocks, emit_cap, emit_cap, _readmission_log)
     kvb = prefill_engine.kv_bytes_per_token
     # the handoff columns in two blocks (fastsim/arena.py): those the report keeps, and scratch
     handoff, reserved, activated, released, route_overlap = arena.columns(
@@ -176,6 +184,15 @@ def simulate_disagg(
                            load_perf_model(decode_engine.planner_profile_data),
                            make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, ranks(P, pp.cap, pp.budget), ranks(D, pd.cap, pd.budget),
                            ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
+    if history and int(pa.alog_n[0]) > _readmission_log:
+        # more readmissions than the log holds: run again with room for every one of them
+        return simulate_disagg(
+            workload, prefill_engine, decode_engine, num_prefill_workers=num_prefill_workers,
+            num_decode_workers=num_decode_workers, router_mode=router_mode,
+            router_config=router_config, replay_concurrency=replay_concurrency,
+            max_sim_time_ms=max_sim_time_ms, sla=sla, seed=seed, scaling_schedule=scaling_schedule,
+            steady_decode=steady_decode, light_ticks=light_ticks, dynamo_version=dynamo_version,
+            _readmission_log=int(pa.alog_n[0]))
     settle_unarrived(rq_p, int(cl.state[NARRIVED]))
     settle_unarrived(rq_d, int(cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
@@ -217,6 +234,17 @@ def simulate_disagg(
     }
     # a request that failed at the handoff has no decode worker
     req["worker_idx"] = np.where(status_col == 4, -1, req["worker_idx"])
+    if history:
+        # Dynamo 1.6.1 writes a routed pool's overlap as 0 under round robin (1.4.2: null), and
+        # the requested output length of the request, not of its prefill copy
+        routed_p, routed_d = dg.pre_idx >= 0, dg.dec_idx >= 0
+        req["prefill_route_overlap_tokens"] = np.where(routed_p, np.maximum(dg.route_overlap, 0), -1)
+        req["decode_route_overlap_tokens"] = np.where(routed_d, 0, -1).astype(np.int64)
+        req["requested_output_length"] = np.asarray(workload.osl, dtype=np.int64)
+        req.update(readmission_columns(pa))
+        if rt_p.best.shape[0]:
+            req["route_selected_blocks"] = np.where(dg.route_overlap >= 0, dg.route_overlap // bs, -1)
+            req["route_best_blocks"] = rt_p.best.astype(np.int64)
     report = build_report(req, _gap_columns(gaps), {
         "num_workers": P0 + D0,
         "single_path": False,
@@ -226,6 +254,7 @@ def simulate_disagg(
         "decode_gpus_per_worker": 1,
         "wall_time_ms": wall_ms,
         "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
+        "dynamo_version": dynamo_version, "disaggregated": True,
     })
     def fleet():
         import pandas as pd

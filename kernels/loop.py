@@ -51,6 +51,8 @@ from fastsim.kernels.router import (
     all_busy_nb,
     choose_target_nb,
     commit_route_nb,
+    note_queued_nb,
+    note_route_nb,
     queue_pop_nb,
     queue_push_nb,
     release_blocks_nb,
@@ -431,7 +433,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
     if rt.mode == KV_ROUTER:
         n_targets = rk.n_run.shape[0]
         while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
-            _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
+            _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), t)
 
 
 @inner
@@ -444,8 +446,8 @@ def _release_kv(p, rq, rt, pa, r):
 
 
 @inner
-def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
-    """Route request ``r`` to the cheapest target now and submit it there."""
+def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
+    """Route request ``r`` to the cheapest target at ``now`` and submit it there."""
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
     nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
@@ -453,6 +455,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
+    note_route_nb(rt, r, n_targets, now)
     enqueue_waiting_nb(rq, rk, k, r)
     cl.stalled[k // cl.dp] = False
     _mark(cl, k // cl.dp)
@@ -546,8 +549,9 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
                     best = rt.overlap[k]
             key = float(max(rq.isl[r] - best * bs, 1))
         queue_push_nb(rt, r, key)
+        note_queued_nb(rt, r)
         return
-    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r)
+    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now)
 
 
 @inline
@@ -579,7 +583,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             if rt.mode == KV_ROUTER:
                 n_targets = rk.n_run.shape[0]
                 while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
-                    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
+                    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now)
         # 3. arrivals
         _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now)
         # 4. ready groups, lowest id first (only groups marked since the last drive can be)
