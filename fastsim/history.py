@@ -16,6 +16,10 @@
 * ``admission_count``, ``readmission_count`` and ``pressure_record_ordinals`` (always empty here:
   1.6.1 fills it only with memory-pressure telemetry records, which fastsim does not produce).
 
+1.6.1 also names the session and turn of each request (null in 1.4.2) when it replays sessions: a
+trace in closed loop or with a session of several turns (the trace's ``session_id``, else
+``request_<line>``), a synthetic workload of several turns per session (``session_<k>``).
+
 The inputs are per-request columns of the report's request table (``Report._req``): the rank
 (``worker_idx``), first admission time and reuse, the readmission log of the loop
 (``readmit_row``, ``readmit_reused``, ``readmit_stage``, ``readmit_ms``: ``kernels/scheduler.py``)
@@ -23,6 +27,8 @@ and the kv_router's figures (``route_*``: ``kernels/router.py``).
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -37,7 +43,7 @@ _ROUTE = ('{"pool":"%s","outcome":"%s","queue_entered_at_ms":%s,"released_at_ms"
 _ADMIT = ('{"admission_ordinal":%d,"pool_admission_ordinal":%d,"pool":"%s","at_ms":%s,'
           '"reused_input_tokens":%d,"is_readmission":%s}')
 
-NAMES = ("routing_history", "admission_history", "admission_count", "readmission_count",
+NAMES = ("session_id", "turn_index", "routing_history", "admission_history", "admission_count", "readmission_count",
          "pressure_record_ordinals")
 
 
@@ -49,6 +55,21 @@ def _num(x):
     if x != x:
         return "null"
     return _fmt_float(x)
+
+
+def session_columns(workload, closed_loop):
+    """The request-table inputs of 1.6.1's session names for ``workload`` ({}: written null)."""
+    multi = bool(workload.turn.any())
+    if not (multi if workload.source == "synthetic" else multi or closed_loop):
+        return {}
+    first_rows = workload.session_rows[workload.session_ptr[:-1]]
+    if workload.source == "synthetic":
+        names = None
+    elif workload.session_names is not None:
+        names = workload.session_names
+    else:
+        names = workload.line[first_rows]  # request_<line of the first turn>
+    return {"session_index": workload.session, "turn_index": workload.turn, "session_names": names}
 
 
 def _col(req, name, dtype, fill, n):
@@ -81,6 +102,9 @@ class History:
             self.decode_reused = np.maximum(_col(req, "decode_reused_input_tokens", np.int64, 0, n), 0)
             self.reported = np.maximum(_col(req, "prefill_route_overlap_tokens", np.int64, 0, n), 0)
             self.decode_reported = np.maximum(_col(req, "decode_route_overlap_tokens", np.int64, 0, n), 0)
+        self.session = req.get("session_index")
+        self.turn = req.get("turn_index")
+        self.names = req.get("session_names")
         if "readmit_row" in req:
             rows = np.asarray(req["readmit_row"], dtype=np.int64)
             order = np.argsort(rows, kind="stable")  # by row, in time order within a row
@@ -105,7 +129,7 @@ class History:
             figures = (rep, str(sel), str(best), str(best - sel))
         else:
             figures = (0, "null", "null", "null")
-        rel = self.released[r] if pool != "decode" else np.nan
+        rel = self.released[r] if pool != "decode" and r >= 0 else np.nan
         if rel == rel:  # waited in the router queue
             arr = self.arrival[r]
             q = ("queued", _num(arr), _num(rel), _num(rel - arr))
@@ -146,21 +170,69 @@ class History:
         out += [a for a in again if a[0] == "decode"]
         return out
 
+    def _session_name(self, r):
+        s = int(self.session[r])
+        if self.names is None:
+            return f'"session_{s}"'
+        name = self.names[s]
+        if isinstance(name, str):
+            return json.dumps(name, ensure_ascii=False)
+        return f'"request_{int(name)}"'
+
+    def _slow(self, r):
+        """(routing, admissions, admission count, readmission count) texts of row ``r``."""
+        adm = self._admissions(r)
+        per_pool = {}
+        items = []
+        for i, (pool, t, reused, again) in enumerate(adm):
+            j = per_pool.get(pool, 0)
+            per_pool[pool] = j + 1
+            items.append(_ADMIT % (i, j, pool, _num(t), reused, "true" if again else "false"))
+        return ("[" + ",".join(self._routes(r)) + "]", "[" + ",".join(items) + "]", str(len(adm)),
+                str(sum(1 for a in adm if a[3])))
+
     def texts(self, rows):
-        """{field name: [JSON text of that field for each row of ``rows``]}."""
-        out = {k: [] for k in NAMES}
-        route_l, adm_l, cnt_l, re_l, pr_l = (out[k] for k in NAMES)
-        for r in np.asarray(rows).tolist():
-            route_l.append("[" + ",".join(self._routes(r)) + "]")
-            adm = self._admissions(r)
-            per_pool = {}
-            items = []
-            for i, (pool, t, reused, again) in enumerate(adm):
-                j = per_pool.get(pool, 0)
-                per_pool[pool] = j + 1
-                items.append(_ADMIT % (i, j, pool, _num(t), reused, "true" if again else "false"))
-            adm_l.append("[" + ",".join(items) + "]")
-            cnt_l.append(str(len(adm)))
-            re_l.append(str(sum(1 for a in adm if a[3])))
-            pr_l.append("[]")
+        """{field name: JSON text of that field for each row of ``rows`` (a list), or one text
+        for all of them (a str)}.
+
+        Aggregated rows admitted once and routed at once (nearly all) are formatted column-wise;
+        the others one by one."""
+        from fastsim.report import _float_tokens
+
+        rows = np.asarray(rows, dtype=np.int64)
+        m = rows.shape[0]
+        out = {"pressure_record_ordinals": "[]"}
+        if self.session is None:
+            out["session_id"] = out["turn_index"] = "null"
+        else:
+            out["session_id"] = [self._session_name(r) for r in rows.tolist()]
+            out["turn_index"] = list(map(str, self.turn[rows].tolist()))
+        first = self.first_admit[rows]
+        if self.disagg:
+            fast = np.zeros(m, dtype=bool)
+        else:
+            fast = ((self.r_ptr[rows + 1] == self.r_ptr[rows]) & ~np.isnan(first)
+                    & np.isnan(self.released[rows]) & (self.rank[rows] >= 0))
+        route, adm = [None] * m, [None] * m
+        count, again = ["1"] * m, ["0"] * m
+        idx = np.flatnonzero(fast)
+        if idx.shape[0]:
+            fr = rows[idx]
+            ranks = self.rank[fr].tolist()
+            if self.kv:
+                sel, best = self.selected[fr].tolist(), self.best[fr].tolist()
+                rep = self.reported[fr].tolist()
+                texts = [self._route("agg", k, -1, (t, a, b)) for k, t, a, b in zip(ranks, rep, sel, best)]
+            else:
+                memo = {}
+                texts = [memo.get(k) or memo.setdefault(k, self._route("agg", k, -1, None)) for k in ranks]
+            at = _float_tokens(first[idx])
+            reused = self.first_reused[fr].tolist()
+            for j, i in enumerate(idx.tolist()):
+                route[i] = "[" + texts[j] + "]"
+                adm[i] = "[" + _ADMIT % (0, 0, "agg", at[j], reused[j], "false") + "]"
+        for i in np.flatnonzero(~fast).tolist():
+            route[i], adm[i], count[i], again[i] = self._slow(int(rows[i]))
+        out.update(routing_history=route, admission_history=adm, admission_count=count,
+                   readmission_count=again)
         return out

@@ -78,10 +78,11 @@ JSONL_FIELDS = (
     ("terminal_status", "s"),
 )
 # Dynamo 1.6.1's fields: 1.4.2's with the dispatch time after the arrival and, before the terminal
-# status, the routing and admission histories ("h": JSON text built per record, see
-# fastsim/history.py) and their counts.
+# status, the routing and admission histories and their counts ("h": JSON text built per record,
+# see fastsim/history.py, as are the session names 1.6.1 writes for session replays).
 JSONL_FIELDS_161 = (
-    JSONL_FIELDS[:4] + (("dispatched_at_ms", "z"),) + JSONL_FIELDS[4:-1]
+    (("session_id", "h"), ("turn_index", "h")) + JSONL_FIELDS[2:4] + (("dispatched_at_ms", "z"),)
+    + JSONL_FIELDS[4:-1]
     + (("routing_history", "h"), ("admission_history", "h"), ("admission_count", "h"),
        ("readmission_count", "h"), ("pressure_record_ordinals", "h"))
     + JSONL_FIELDS[-1:]
@@ -531,6 +532,9 @@ class Report:
                     continue
                 if kind == "h":
                     vals = texts[name]
+                    if isinstance(vals, str):  # the same text on every record of the chunk
+                        pieces.append(key + vals)
+                        continue
                 elif kind == "u":
                     vals = ['"' + u + '"' for u in _uuids_for_rows(idx)]
                 elif kind == "s":

@@ -394,7 +394,10 @@ def simulate(
     # before the report's own arrays are made (peak memory)
     cols = _request_columns(st.rq, single_path and not history)
     if history:
+        from fastsim.history import session_columns
+
         cols.update(_history_columns(st, rt))
+        cols.update(session_columns(workload, bool(replay_concurrency)))
     gaps, fl = st.gaps, st.fl
     del st, rt
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_path,

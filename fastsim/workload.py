@@ -63,7 +63,8 @@ class Workload:
     concurrency mode has no timestamp), ``session_ptr``/``session_rows`` (CSR of each session's
     rows in turn order), ``hash_ptr``/``hash_ids`` (CSR of the hash ids, int64 bit patterns of
     Dynamo's u64 ids; None for unique prompts), ``trace_block_size`` (tokens per hash id),
-    ``line`` (int64[n], 1-based source line, 0 for synthetic) and ``source``.
+    ``line`` (int64[n], 1-based source line, 0 for synthetic), ``source`` and
+    ``session_names`` (list of S str, or None: see the field).
     """
 
     isl: np.ndarray
@@ -79,6 +80,9 @@ class Workload:
     trace_block_size: int
     line: np.ndarray
     source: str
+    # the trace's session names (its ``session_id``, else ``request_<line>``), kept only when a
+    # row names its session: the others are ``request_<line of the first turn>``
+    session_names: Optional[list] = None
 
     @property
     def n_requests(self) -> int:
@@ -278,6 +282,7 @@ def load_mooncake(
     clamped, clamp_first = 0, 0
     big_ids = False
     total_ids = 0
+    named = False
     _int, _float = int, float
 
     for lineno, raw in enumerate(text.split("\n"), 1):
@@ -346,6 +351,7 @@ def load_mooncake(
         if sid is not None and type(sid) is not str:
             raise InputError(f"{where}: field 'session_id' must be a string, got {_jtype(sid)}")
         key = sid if sid is not None else f"request_{lineno}"
+        named = named or sid is not None
 
         si = sess_index.get(key)
         if si is None:
@@ -441,6 +447,7 @@ def load_mooncake(
         trace_block_size=tbs,
         line=np.array(line_l, dtype=np.int64),
         source=path,
+        session_names=sess_name if named else None,
     )
 
 
