@@ -18,7 +18,8 @@
 
 1.6.1 also names the session and turn of each request (null in 1.4.2) when it replays sessions: a
 trace in closed loop or with a session of several turns (the trace's ``session_id``, else
-``request_<line>``), a synthetic workload of several turns per session (``session_<k>``).
+``request_<line>``), a synthetic workload of several turns per session (``session_<k>``); and it
+numbers the requests of a synthetic workload of single turns from 1 (their ``uuid``).
 
 The inputs are per-request columns of the report's request table (``Report._req``): the rank
 (``worker_idx``), first admission time and reuse, the readmission log of the loop
@@ -57,10 +58,14 @@ def _num(x):
     return _fmt_float(x)
 
 
-def session_columns(workload, closed_loop):
-    """The request-table inputs of 1.6.1's session names for ``workload`` ({}: written null)."""
+def identity_columns(workload, closed_loop):
+    """The request-table inputs of 1.6.1's request identities for ``workload``: its session names
+    (none: written null), and ``uuid_base`` 1 for a synthetic workload of single turns (1.6.1
+    numbers those requests from 1 in arrival order; its other uuids are random)."""
     multi = bool(workload.turn.any())
-    if not (multi if workload.source == "synthetic" else multi or closed_loop):
+    if workload.source == "synthetic" and not multi:
+        return {"uuid_base": 1}
+    if not (multi or closed_loop):
         return {}
     first_rows = workload.session_rows[workload.session_ptr[:-1]]
     if workload.source == "synthetic":

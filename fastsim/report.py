@@ -22,7 +22,8 @@ Q12/X2, cluster doc C1b/C10, collector tests C18-C20; settled against Dynamo 1.4
   completion has no TTFT/ITL, so it is good only under an e2e-only SLA, with
   e2e = terminal - arrival (checked on 1.4.2: itl-only and ttft SLAs reject it).
 * JSONL: requests with a terminal status only (in-flight ones are left out), sorted by
-  (arrival, uuid); uuid = ``uuid_for_row(row)``, so that order is (arrival, row).
+  (arrival, uuid); uuid = ``uuid_for_row(row)`` (``row + 1`` for the synthetic single-turn
+  workloads of 1.6.1 mode, as 1.6.1 numbers them), so that order is (arrival, row).
 """
 
 from __future__ import annotations
@@ -485,7 +486,8 @@ class Report:
                 if kind == "z":
                     data[name] = pd.Series([None] * n, dtype=object)
                 elif kind == "u":
-                    data[name] = pd.Series(_uuids_for_rows(np.arange(n)), dtype=object)
+                    base = int(self._req.get("uuid_base", 0))
+                    data[name] = pd.Series(_uuids_for_rows(np.arange(n) + base), dtype=object)
                 elif kind in ("f", "i"):
                     data[name] = cols[name]
                 elif kind == "n":
@@ -536,7 +538,7 @@ class Report:
                         pieces.append(key + vals)
                         continue
                 elif kind == "u":
-                    vals = ['"' + u + '"' for u in _uuids_for_rows(idx)]
+                    vals = ['"' + u + '"' for u in _uuids_for_rows(idx + int(self._req.get("uuid_base", 0)))]
                 elif kind == "s":
                     names = np.array([f'"{x}"' for x in STATUS_NAMES], dtype=object)
                     vals = names[status[idx]].tolist()

@@ -298,7 +298,7 @@ def simulate(
       loop then keeps (a readmission log, and the kv_router's figures).
     """
     from fastsim import shards
-    from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, TABLE_FULL,
+    from fastsim.kernels.loop import (DEAD_END, LOG_FULL, NARRIVED, NDONE, PLANNER_TICK, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)
 
     if router_mode not in ("round_robin", "kv_router"):
@@ -362,6 +362,9 @@ def simulate(
                                  rt, st.fl, st.pa, out)
             if status == TELEMETRY_FULL:
                 st = st._replace(fl=_grow_telemetry(st.fl))
+            elif status == LOG_FULL:
+                st = st._replace(pa=_grow_log(st.pa))
+                log_cap = st.pa.alog.shape[0]
             elif status == PLANNER_TICK:
                 target = planner(PlannerState.of(st, float(out[1])))
                 if target is not None:
@@ -394,10 +397,10 @@ def simulate(
     # before the report's own arrays are made (peak memory)
     cols = _request_columns(st.rq, single_path and not history)
     if history:
-        from fastsim.history import session_columns
+        from fastsim.history import identity_columns
 
         cols.update(_history_columns(st, rt))
-        cols.update(session_columns(workload, bool(replay_concurrency)))
+        cols.update(identity_columns(workload, bool(replay_concurrency)))
     gaps, fl = st.gaps, st.fl
     del st, rt
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_path,
@@ -521,7 +524,10 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
     del states
     cols = _request_columns(results, False)
     if history:
+        from fastsim.history import identity_columns
+
         cols.update(_no_readmissions())
+        cols.update(identity_columns(workload, False))
     return _report(cols, gaps, fl, num_workers=num_workers,
                    single_path=False, worker_seconds=ws, dp=dp, wall_ms=wall_ms, sla=sla,
                    telemetry=False, dynamo_version=dynamo_version)
@@ -610,6 +616,17 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     emit_cap = dp * min(params.max_seqs, max(n, 1)) + 1
     pa = make_pass_acc(max_blocks, emit_cap, min(params.max_seqs, max(n, 1)) + 1, readmission_log)
     return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)
+
+
+def _grow_log(pa):
+    """The pass scratch with room for twice the readmissions (and every preempted request)."""
+    n, pending = int(pa.alog_n[0]), int(pa.alog_n[1])
+    cap = max(2 * pa.alog.shape[0], n + pending + 64)
+    alog, alog_t = np.zeros((cap, 3), dtype=np.int64), np.zeros(cap)
+    m = min(n, pa.alog.shape[0])
+    alog[:m] = pa.alog[:m]
+    alog_t[:m] = pa.alog_t[:m]
+    return pa._replace(alog=alog, alog_t=alog_t)
 
 
 def _grow_telemetry(fl):
@@ -770,8 +787,9 @@ def _history_kept(dynamo_version):
 
 
 def _readmission_log_size(workload):
-    """First size of the readmission log (a run with more readmissions runs again, sized)."""
-    return int(workload.isl.shape[0]) // 8 + 64
+    """First size of the readmission log: the aggregated loop grows it as preemptions come (a
+    disaggregated run with more readmissions runs again, sized)."""
+    return int(workload.isl.shape[0]) // 64 + 64
 
 
 def _no_readmissions():

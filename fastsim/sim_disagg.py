@@ -99,7 +99,7 @@ def simulate_disagg(
     if bw is not None and not bw > 0:
         raise InputError(f"prefill_engine_args: kv_transfer_bandwidth is {bw!r}; it must be > 0 (GB/s)")
 
-    from fastsim.history import session_columns
+    from fastsim.history import identity_columns
     from fastsim.sim import _history_kept, _readmission_log_size, readmission_columns
 
     history = _history_kept(dynamo_version)
@@ -243,7 +243,7 @@ def simulate_disagg(
         req["decode_route_overlap_tokens"] = np.where(routed_d, 0, -1).astype(np.int64)
         req["requested_output_length"] = np.asarray(workload.osl, dtype=np.int64)
         req.update(readmission_columns(pa))
-        req.update(session_columns(workload, bool(replay_concurrency)))
+        req.update(identity_columns(workload, bool(replay_concurrency)))
         if rt_p.best.shape[0]:
             req["route_selected_blocks"] = np.where(dg.route_overlap >= 0, dg.route_overlap // bs, -1)
             req["route_best_blocks"] = rt_p.best.astype(np.int64)

@@ -80,7 +80,7 @@ from fastsim.kernels.scheduler import (
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
 from fastsim.kernels.stats import DD_NBINS, dd_index_nb
 
-OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL = 0, 1, 2, 3, 4, 5, 6
+OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL = range(8)
 
 
 class Sessions(NamedTuple):
@@ -841,7 +841,8 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
 
     Returns OK, DEAD_END (no future event while requests are unfinished), SIM_CAP, TABLE_FULL (the
     router's block table was too small: re-run with a larger one), or a pause the caller resumes by
-    calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers), PLANNER_TICK
+    calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers), LOG_FULL (grow
+    the readmission log ``pa.alog``), PLANNER_TICK
     (a planner may set ``fl.fs[TARGET]``) or TICKS_FULL (empty the tick log ``cl.tlog``: a shard
     of a split run, ``fastsim/shards.py``). It releases the GIL while it runs.
 
@@ -887,6 +888,10 @@ def _loop(tabs, out):
             break
         if _tick_room(cl) < 0:
             status = TICKS_FULL  # the caller empties the log and calls again
+            break
+        if pa.alog.shape[0] > 0 and pa.alog_n[1] > pa.alog.shape[0] - pa.alog_n[0]:
+            # the preempted requests could overflow the readmission log: the caller grows it
+            status = LOG_FULL
             break
         t = np.inf
         if fl.fs[NSTARTING] > 0 or fl.fs[SCHEDPOS] < fl.sched_t.shape[0] or fl.planner_ms > 0.0:

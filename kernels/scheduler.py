@@ -184,11 +184,13 @@ class PassAcc(NamedTuple):
     # this rank pass's schedules, for a preemption's refund: [row, tokens, prompt tokens, prefix]
     slog: np.ndarray  # int64[max running per rank + 1, 4]
     # readmissions after a preemption, for the per-request admission histories (Dynamo 1.6.1):
-    # [row, reused tokens, stage] and the time of each, while they fit; alog_n counts them all (a
-    # count above the capacity asks the caller for a run with a larger log)
+    # [row, reused tokens, stage] and the time of each, while they fit; alog_n = [readmissions
+    # (all of them: a count above the capacity asks the caller for a run with a larger log),
+    # preempted requests not yet readmitted (the loop pauses for a larger log before they could
+    # overflow it: kernels/loop.py)]
     alog: np.ndarray  # int64[capacity, 3]
     alog_t: np.ndarray  # float64[capacity]
-    alog_n: np.ndarray  # int64[1]
+    alog_n: np.ndarray  # int64[2]
 
 
 BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG = range(9)
@@ -209,7 +211,7 @@ def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0):
         slog=np.zeros((rank_cap, 4), dtype=np.int64),
         alog=np.zeros((readmission_log, 3), dtype=np.int64),
         alog_t=np.zeros(readmission_log),
-        alog_n=np.zeros(1, dtype=np.int64),
+        alog_n=np.zeros(2, dtype=np.int64),
     )
 
 
@@ -432,6 +434,7 @@ def _log_readmission(p, pa, r, cached, now):
         pa.alog[i, 2] = p.stage
         pa.alog_t[i] = now
     pa.alog_n[0] = i + 1
+    pa.alog_n[1] -= 1
 
 
 @inner
@@ -444,6 +447,7 @@ def _preempt(p, pool, rq, rk, k, victim, pa):
     rq.status[victim] = PREEMPTED
     rq.computed[victim] = 0
     rq.npreempt[victim] += 1
+    pa.alog_n[1] += 1
     slog = pa.slog
     for i in range(acc[NLOG] - 1, -1, -1):  # (lifo: the victim is usually the last scheduled)
         if slog[i, 0] == victim:

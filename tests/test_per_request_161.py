@@ -225,3 +225,10 @@ def test_split_run_with_readmissions_runs_whole():
 def test_unknown_version_is_refused():
     with pytest.raises(fastsim.errors.InputError, match="dynamo_version"):
         fastsim.run_synthetic_trace_replay(16, 2, 1, arrival_interval_ms=1.0, dynamo_version="1.5")
+
+
+def test_synthetic_single_turn_uuids_are_dynamos(tmp_path, capsys):
+    # 1.6.1 numbers a synthetic workload's single-turn requests from 1 in arrival order
+    for case in ("one_worker", "dp_ranks", "preemption", "disagg_synthetic"):
+        mine = {(r["uuid"], r["arrival_time_ms"]) for r in map(json.loads, _replay(case, tmp_path, capsys))}
+        assert mine == {(r["uuid"], r["arrival_time_ms"]) for r in map(json.loads, _dynamo(case))}
