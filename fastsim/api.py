@@ -181,7 +181,8 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
 
     ``engine_args`` is anything :meth:`EngineArgs.coerce` accepts. Writes ``report_jsonl_path`` if
     given and returns the :class:`fastsim.report.Report`. ``threads``: see
-    :func:`fastsim.sim.simulate` (the same results with any number).
+    :func:`fastsim.sim.simulate` (the same results with any number). ``dynamo_version``: the
+    release reproduced, ``"1.6.1"`` or ``"1.4.2"``.
     """
     from fastsim.sim import simulate  # lazy: numba loads only when a simulation runs
 

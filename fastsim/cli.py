@@ -430,6 +430,7 @@ def _check_dynamo_rules(args) -> bool:
         if args.planner_config is not None:
             raise UsageError("--report-jsonl is not supported with --planner-config")
         if not using_trace_file and args.dynamo_version == "1.4.2":
+            # (Dynamo 1.6.1 writes per-request records for synthetic replays too)
             raise UsageError("--report-jsonl currently only supports trace-file replay")
     if args.max_sim_time_seconds is not None:
         if args.planner_config is not None:

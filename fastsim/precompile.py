@@ -45,7 +45,7 @@ CALLEES = (
     ("loop", "_release_kv", ("p", "rq", "rt", "pa", "int32")),
     ("loop", "_on_terminal", ("ss", "cl", "int32", "float64")),
     ("router", "queue_pop_nb", ("rt",)),
-    ("loop", "_dispatch_kv", ("p", "pool", "rq", "rk", "cl", "rt", "fl", "pa", "int64")),
+    ("loop", "_dispatch_kv", ("p", "pool", "rq", "rk", "cl", "rt", "fl", "pa", "int64", "float64")),
     ("fleet", "mark_ready_nb", ("fl", "float64")),
     ("loop", "pop_arrival_nb", ("ss", "cl", "float64")),
     ("scheduler", "rank_pass_nb", ("p", "perf", "pool", "rq", "rk", "int64", "float64", "pa",

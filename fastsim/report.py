@@ -22,7 +22,8 @@ Q12/X2, cluster doc C1b/C10, collector tests C18-C20; settled against Dynamo 1.4
   completion has no TTFT/ITL, so it is good only under an e2e-only SLA, with
   e2e = terminal - arrival (checked on 1.4.2: itl-only and ttft SLAs reject it).
 * JSONL: requests with a terminal status only (in-flight ones are left out), sorted by
-  (arrival, uuid); uuid = ``uuid_for_row(row)``, so that order is (arrival, row).
+  (arrival, uuid); uuid = ``uuid_for_row(row)`` (``row + 1`` for the synthetic single-turn
+  workloads of 1.6.1 mode, as 1.6.1 numbers them), so that order is (arrival, row).
 """
 
 from __future__ import annotations
@@ -78,6 +79,16 @@ JSONL_FIELDS = (
     ("source_released_ms", "f"), ("decode_reused_input_tokens", "n"),
     ("prefill_route_overlap_tokens", "n"), ("decode_route_overlap_tokens", "n"),
     ("terminal_status", "s"),
+)
+# Dynamo 1.6.1's fields: 1.4.2's with the dispatch time after the arrival and, before the terminal
+# status, the routing and admission histories and their counts ("h": JSON text built per record,
+# see fastsim/history.py, as are the session names 1.6.1 writes for session replays).
+JSONL_FIELDS_161 = (
+    (("session_id", "h"), ("turn_index", "h")) + JSONL_FIELDS[2:4] + (("dispatched_at_ms", "z"),)
+    + JSONL_FIELDS[4:-1]
+    + (("routing_history", "h"), ("admission_history", "h"), ("admission_count", "h"),
+       ("readmission_count", "h"), ("pressure_record_ordinals", "h"))
+    + JSONL_FIELDS[-1:]
 )
 # Optional per-request inputs copied straight into the JSONL (session labels, disaggregated mode).
 _OPTIONAL_FIELDS = ("session_id", "turn_index", "prefill_worker_idx", "prefill_admit_ms",
@@ -229,7 +240,9 @@ def build_report(req, gaps, meta):
     missing keys / count 0 -> all-zero statistics.
     ``meta``: ``num_workers, single_path, decode_worker_seconds, prefill_worker_seconds,
     prefill_gpus_per_worker, decode_gpus_per_worker, wall_time_ms, sla_ttft_ms, sla_itl_ms,
-    sla_e2e_ms``.
+    sla_e2e_ms``, and optionally ``dynamo_version`` (default ``"1.4.2"``; 1.6.1's per-request
+    records need the history inputs of ``fastsim/history.py`` in ``req``), ``dp`` (ranks per
+    worker) and ``disaggregated``.
     """
     status = np.asarray(req["status"]).astype(np.int8, copy=False)
     comp = status == COMPLETED
@@ -299,9 +312,8 @@ def build_report(req, gaps, meta):
         s.update(_fields_161(meta, der, comp))
     if version is not None:
         s["dynamo_version"] = version
-    report = Report(s, req, der)
-    report.dynamo_version = version
-    return report
+    return Report(s, req, der, dynamo_version=version, dp=int(meta.get("dp") or 1),
+                  disaggregated=bool(meta.get("disaggregated", False)))
 
 
 def _fields_161(meta, der, comp):
@@ -424,11 +436,15 @@ class Report:
     """Result of one simulation: ``summary`` (Dynamo's report dict), ``requests`` (DataFrame),
     ``to_json``, ``to_jsonl`` and ``format_table``."""
 
-    def __init__(self, summary, req, derived):
+    def __init__(self, summary, req, derived, dynamo_version=None, dp=1, disaggregated=False):
         self.summary = summary
-        self.dynamo_version = summary.get("dynamo_version")  # the release reproduced
+        # the release reproduced (its per-request record format too)
+        self.dynamo_version = dynamo_version if dynamo_version is not None else summary.get("dynamo_version")
         self._req = req
         self._der = derived
+        self._dp = dp
+        self._disagg = disaggregated
+        self._history = None
         self._df = None
         self._frames = {"fleet": None, "workers": None}
 
@@ -516,7 +532,8 @@ class Report:
                 elif kind == "S":
                     data[name] = pd.Series(cols[name], dtype=object)
                 elif kind == "u":
-                    data[name] = pd.Series(_uuids_for_rows(np.arange(n)), dtype=object)
+                    base = int(self._req.get("uuid_base", 0))
+                    data[name] = pd.Series(_uuids_for_rows(np.arange(n) + base), dtype=object)
                 elif kind in ("f", "i"):
                     data[name] = cols[name]
                 elif kind == "n":
@@ -548,18 +565,33 @@ class Report:
         status = np.asarray(self._req["status"]).astype(np.int64)
         rows = np.nonzero(status >= COMPLETED)[0]
         rows = rows[np.lexsort((rows, cols["arrival_time_ms"][rows]))]
+        fields, texts = JSONL_FIELDS, None
+        if self.dynamo_version == "1.6.1":
+            from fastsim.history import History
+
+            fields = JSONL_FIELDS_161
+            if self._history is None:
+                self._history = History(self._req, self._dp, self._disagg)
+        uuid_base = int(self._req.get("uuid_base", 0))
         names = np.array([f'"{x}"' for x in STATUS_NAMES], dtype=object)
         for start in range(0, rows.shape[0], chunk):
             idx = rows[start:start + chunk]
+            if fields is JSONL_FIELDS_161:
+                texts = self._history.texts(idx)
             heads, values, const = [], [], "{"  # heads[i] precedes values[i] on every line
-            for i, (name, kind) in enumerate(JSONL_FIELDS):
+            for i, (name, kind) in enumerate(fields):
                 const += ("," if i else "") + f'"{name}":'
                 if kind == "z" or (kind == "S" and cols[name] is None):
                     vals = None
+                elif kind == "h":  # 1.6.1's histories and names (fastsim/history.py)
+                    vals = texts[name]
+                    if isinstance(vals, str):  # the same text on every record of the chunk
+                        const += vals
+                        continue
                 elif kind == "S":  # session labels: strings or null
                     vals = ["null" if x is None else json.dumps(x) for x in cols[name][idx].tolist()]
                 elif kind == "u":
-                    vals = _uuids_for_rows(idx, quoted=True)
+                    vals = _uuids_for_rows(idx + uuid_base, quoted=True)
                 elif kind == "s":
                     vals = names[status[idx]].tolist()
                 elif kind == "f":

@@ -81,7 +81,10 @@ def _initial_table_size(rq, block_size, n_ranks):
     return size
 
 
-def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed):
+def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed,
+                  record=False):
+    """The router's configuration and state; ``record``: keep each kv_router request's routing
+    figures (best overlap, router-queue release) for the per-request routing history."""
     from fastsim.kernels.router import FCFS, KV_ROUTER, LCFS, ROUND_ROBIN, WSPT, Router
     from fastsim.router_config import RouterConfig
 
@@ -116,6 +119,8 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
         overlap=np.zeros(n_ranks, dtype=np.int64),
         rng=np.array([(int(seed) * 0x9E3779B97F4A7C15 + 12345) % (1 << 64)], dtype=np.uint64),
         state=np.zeros(4, dtype=np.int64),
+        best=np.full(m if kv and record else 0, -1, dtype=np.int32),
+        released=np.full(m if kv and record else 0, np.nan),
     )
 
 
@@ -307,11 +312,14 @@ def simulate(
     requests only, as Dynamo 1.4.2 does (it pools a request's gaps when it completes): the
     requests left in flight are known only at the end, so the run is made again, every request
     explicit, with their gaps left out (docs/decisions/0026).
+    * ``dynamo_version``: the Dynamo release whose report is reproduced (``"1.6.1"`` or
+      ``"1.4.2"``); 1.6.1's per-request records carry routing and admission histories, which the
+      loop then keeps (a readmission log, and the kv_router's figures).
     """
     args = dict(locals())
     from fastsim import shards
     from fastsim.dynamo_version import check_version, timing_rules
-    from fastsim.kernels.loop import (DEAD_END, NARRIVED, NDONE, PLANNER_TICK, SIM_CAP, TABLE_FULL,
+    from fastsim.kernels.loop import (DEAD_END, LOG_FULL, NARRIVED, NDONE, PLANNER_TICK, SIM_CAP, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)
 
     version = check_version(dynamo_version)
@@ -336,6 +344,7 @@ def simulate(
     check_memory(workload, engine, _worker_rows(num_workers, schedule, planner, max_workers),
                  telemetry=bool(telemetry_interval_ms), kv_router=router_mode == "kv_router",
                  num_workers=num_workers, schedule=schedule, planner=planner)
+    history = _history_kept(dynamo_version)
     n_shards = shards.plan(workload, threads=threads, num_workers=num_workers, router_mode=router_mode,
                            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                            schedule=schedule, planner=planner,
@@ -344,9 +353,13 @@ def simulate(
     t0 = time.perf_counter()
     dp = max(int(engine.dp_size or 1), 1)
     if n_shards > 1:
-        return _simulate_split(workload, engine, n_shards, t0, num_workers=num_workers, dp=dp,
-                               sla=sla, seed=seed, debug=debug, steady_decode=steady_decode,
-                               light_ticks=light_ticks, version=version)
+        report = _simulate_split(workload, engine, n_shards, t0, num_workers=num_workers, dp=dp,
+                                 sla=sla, seed=seed, debug=debug, steady_decode=steady_decode,
+                                 light_ticks=light_ticks, version=version, history=history)
+        if report is not None:
+            return report
+        # the shards readmitted preempted requests, whose admissions they do not log: run whole
+        t0 = time.perf_counter()
     if planner is not None:
         g_cap = int(max_workers or 4 * num_workers)
         if g_cap < num_workers:
@@ -363,19 +376,24 @@ def simulate(
         raise InputError(
             "offline replay only supports router_mode=kv_router with more than one worker/DP-rank target"
         )
+    log_cap = _readmission_log_size(workload) if history else 0
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                       single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
-                      light_ticks, timing_rules=rules, gap_skip=gap_skip)
+                      light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap)
     progress.track(st.rq.isl.shape[0], lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
-        rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed)
+        rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed,
+                           record=history)
         out = np.zeros(4)
         while True:
             status = run_loop_nb(st.params, st.perf, st.pool, st.rq, st.rk, st.ss, st.cl, st.gaps,
                                  rt, st.fl, st.pa, out)
             if status == TELEMETRY_FULL:
                 st = st._replace(fl=_grow_telemetry(st.fl, tel_cap, telemetry_interval_ms))
+            elif status == LOG_FULL:
+                st = st._replace(pa=_grow_log(st.pa))
+                log_cap = st.pa.alog.shape[0]
             elif status == PLANNER_TICK:
                 target = planner(PlannerState.of(st, float(out[1])))
                 if target is not None:
@@ -384,13 +402,17 @@ def simulate(
                     st.fl.fs[7] = min(int(target), g_cap)
             else:
                 break
-        if status != TABLE_FULL:
+        if status == TABLE_FULL:
+            # The router's table of active prompt blocks filled up: start again with a larger one.
+            table *= 4
+        elif int(st.pa.alog_n[0]) > log_cap:
+            # More readmissions than the log holds: start again with room for every one of them.
+            log_cap = int(st.pa.alog_n[0])
+        else:
             break
-        # The router's table of active prompt blocks filled up: start again with a larger one.
-        table *= 4
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                           single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
-                          light_ticks, timing_rules=rules, gap_skip=gap_skip)
+                          light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap)
     progress.untrack()
     settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
@@ -412,12 +434,19 @@ def simulate(
         check(st, engine)
     # only the per-request results and the gap statistics go on: the rest of the state is freed
     # before the report's own arrays are made (peak memory)
-    cols, gaps, fl = _request_columns(st.rq, single_path), st.gaps, st.fl
+    cols = _request_columns(st.rq, single_path and not history)
     committed = int(st.rk.seqc[5])
-    labels = session_labels(workload, bool(replay_concurrency), single_path)
-    if labels is not None:
-        cols["session_id"], cols["turn_index"] = labels
-    del st
+    if history:  # 1.6.1's records: routing and admission histories, session names
+        from fastsim.history import identity_columns
+
+        cols.update(_history_columns(st, rt))
+        cols.update(identity_columns(workload, bool(replay_concurrency)))
+    else:
+        labels = session_labels(workload, bool(replay_concurrency), single_path)
+        if labels is not None:
+            cols["session_id"], cols["turn_index"] = labels
+    gaps, fl = st.gaps, st.fl
+    del st, rt
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_path,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
                    telemetry=bool(telemetry_interval_ms), version=version, committed=committed)
@@ -504,6 +533,7 @@ def _report(cols, gaps, fl, *, num_workers, single_path, worker_seconds, dp, wal
             "sla_e2e_ms": sla[2],
             "dynamo_version": version,
             "committed_prefill_tokens": committed,
+            "dp": dp,
         },
     )
     report.workers = (lambda: _telemetry_frame(fl)) if telemetry else None
@@ -558,8 +588,10 @@ class _State(NamedTuple):
 
 
 def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, seed, debug,
-                    steady_decode, light_ticks, version):
-    """``simulate`` of a cluster split into shards (``fastsim/shards.py``), timed from ``t0``."""
+                    steady_decode, light_ticks, version, history=False):
+    """``simulate`` of a cluster split into shards (``fastsim/shards.py``), timed from ``t0``;
+    None when ``history`` is asked for and a shard readmitted a preempted request (the shards
+    keep no readmission log: the caller runs the cluster whole)."""
     from fastsim import shards
     from fastsim.kernels.loop import DEAD_END
 
@@ -575,15 +607,24 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
         for st in states:
             check(st, engine)
     committed = sum(int(st.rk.seqc[5]) for st in states)
+    if history and any(int(st.pa.alog_n[0]) > 0 for st in states):
+        return None
     del states
-    return _report(_request_columns(results, False), gaps, fl, num_workers=num_workers,
+    cols = _request_columns(results, False)
+    if history:
+        from fastsim.history import identity_columns
+
+        cols.update(_no_readmissions())
+        cols.update(identity_columns(workload, False))
+    return _report(cols, gaps, fl, num_workers=num_workers,
                    single_path=False, worker_seconds=ws, dp=dp, wall_ms=wall_ms, sla=sla,
                    telemetry=False, version=version, committed=committed)
 
 
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                  single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True,
-                 light_ticks=True, tick_log=0, huge_pages=True, timing_rules=0, gap_skip=None):
+                 light_ticks=True, tick_log=0, huge_pages=True, timing_rules=0, gap_skip=None,
+                 readmission_log=0):
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each);
     ``tick_log``: entries of the loop's tick log (a shard of a split run), 0 for none;
     ``huge_pages=False``: the request state in small pages its loop maps (a shard in a thread)."""
@@ -662,8 +703,19 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     )
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     emit_cap = dp * min(params.max_seqs, max(n, 1)) + 1
-    pa = make_pass_acc(max_blocks, emit_cap, min(params.max_seqs, max(n, 1)) + 1)
+    pa = make_pass_acc(max_blocks, emit_cap, min(params.max_seqs, max(n, 1)) + 1, readmission_log)
     return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)
+
+
+def _grow_log(pa):
+    """The pass scratch with room for twice the readmissions (and every preempted request)."""
+    n, pending = int(pa.alog_n[0]), int(pa.alog_n[1])
+    cap = max(2 * pa.alog.shape[0], n + pending + 64)
+    alog, alog_t = np.zeros((cap, 3), dtype=np.int64), np.zeros(cap)
+    m = min(n, pa.alog.shape[0])
+    alog[:m] = pa.alog[:m]
+    alog_t[:m] = pa.alog_t[:m]
+    return pa._replace(alog=alog, alog_t=alog_t)
 
 
 def _check_telemetry(workload, num_workers, interval_ms):
@@ -863,3 +915,46 @@ def _gap_columns(gaps):
                     f"{name}_min": vmin, f"{name}_max": vmax, f"{name}_shift": shift,
                     f"{name}_hist": hist})
     return out
+
+
+
+
+def _history_kept(dynamo_version):
+    """Whether the loop keeps what 1.6.1's per-request routing and admission histories need."""
+    from fastsim.dynamo_version import check_version
+
+    return check_version(dynamo_version) == "1.6.1"
+
+
+def _readmission_log_size(workload):
+    """First size of the readmission log: the aggregated loop grows it as preemptions come (a
+    disaggregated run with more readmissions runs again, sized)."""
+    return int(workload.isl.shape[0]) // 64 + 64
+
+
+def _no_readmissions():
+    return {"readmit_row": np.zeros(0, dtype=np.int64), "readmit_reused": np.zeros(0, dtype=np.int64),
+            "readmit_stage": np.zeros(0, dtype=np.int64), "readmit_ms": np.zeros(0)}
+
+
+def readmission_columns(pa):
+    """The readmission log of a run's pass scratch ``pa`` (rows, reused tokens, stage, time), in
+    the order the readmissions happened."""
+    m = int(pa.alog_n[0])
+    if m > pa.alog.shape[0]:
+        raise RuntimeError(f"readmission log overflow ({m} readmissions, room for {pa.alog.shape[0]})")
+    return {"readmit_row": pa.alog[:m, 0].copy(), "readmit_reused": pa.alog[:m, 1].copy(),
+            "readmit_stage": pa.alog[:m, 2].copy(), "readmit_ms": pa.alog_t[:m].copy()}
+
+
+def _history_columns(st, rt):
+    """Per-request inputs of 1.6.1's routing and admission histories (aggregated run)."""
+    cols = readmission_columns(st.pa)
+    if rt.best.shape[0]:
+        # the overlap of the chosen target, from the prefill load the route added (isl - overlap * bs)
+        sel = np.where(rt.best >= 0, (st.rq.isl - rt.route_pf) // st.params.block_size, -1)
+        cols["route_selected_blocks"] = sel.astype(np.int64)
+        cols["route_reported_tokens"] = np.maximum(sel, 0).astype(np.int64) * st.params.block_size
+        cols["route_best_blocks"] = rt.best.astype(np.int64)
+        cols["route_released_ms"] = rt.released.copy()
+    return cols

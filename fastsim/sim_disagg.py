@@ -70,6 +70,7 @@ def simulate_disagg(
     light_ticks: bool = True,
     dynamo_version: str | None = None,
     gap_skip=None,
+    _readmission_log: int | None = None,
 ):
     """Simulate ``workload`` on separate prefill and decode pools (see ``kernels/disagg.py``).
 
@@ -107,6 +108,12 @@ def simulate_disagg(
     if bw is not None and not bw > 0:
         raise InputError(f"prefill_engine_args: kv_transfer_bandwidth is {bw!r}; it must be > 0 (GB/s)")
 
+    from fastsim.history import identity_columns
+    from fastsim.sim import _history_kept, _readmission_log_size, readmission_columns
+
+    history = _history_kept(dynamo_version)
+    if _readmission_log is None:
+        _readmission_log = _readmission_log_size(workload) if history else 0
     schedules = _pool_schedules(scaling_schedule)
     P0, D0 = int(num_prefill_workers), int(num_decode_workers)
     P, D = _capacity(P0, schedules["prefill"]), _capacity(D0, schedules["decode"])
@@ -156,13 +163,13 @@ def simulate_disagg(
     cfg_p, cfg_d = stage_router_configs(cfg)
     if cfg.router_queue_threshold is not None:
         raise NotSupportedError("router_queue_threshold in disaggregated replay is not supported yet by fastsim")
-    rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed)
+    rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history)
     rt_d = _router_state(router_mode, cfg_d, pd, n, D, G, 1024, seed + 1)
     rt_none = _router_state("round_robin", None, pd, 0, 1, G, 1, 0)
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     emit_cap = max(pp.max_seqs, pd.max_seqs) if n else 1
     emit_cap = int(min(emit_cap, max(n, 1))) + 1
-    pa = make_pass_acc(max_blocks, emit_cap, emit_cap)
+    pa = make_pass_acc(max_blocks, emit_cap, emit_cap, _readmission_log)
     kvb = prefill_engine.kv_bytes_per_token
     # the handoff columns in two blocks (fastsim/arena.py): those the report keeps, and scratch
     handoff, reserved, activated, released, route_overlap = arena.columns(
@@ -196,6 +203,9 @@ def simulate_disagg(
                            engine_perf_model(decode_engine),
                            make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,
                            ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
+    if history and int(pa.alog_n[0]) > _readmission_log:
+        # more readmissions than the log holds: run again with room for every one of them
+        return simulate_disagg(**dict(args, _readmission_log=int(pa.alog_n[0])))
     settle_unarrived(rq_p, int(cl.state[NARRIVED]))
     settle_unarrived(rq_d, int(cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
@@ -246,6 +256,18 @@ def simulate_disagg(
         req["session_id"], req["turn_index"] = labels
     # a request that failed at the handoff has no decode worker
     req["worker_idx"] = np.where(status_col == 4, -1, req["worker_idx"])
+    if history:
+        # Dynamo 1.6.1 writes a routed pool's overlap as 0 under round robin (1.4.2: null), and
+        # the requested output length of the request, not of its prefill copy
+        routed_p, routed_d = dg.pre_idx >= 0, dg.dec_idx >= 0
+        req["prefill_route_overlap_tokens"] = np.where(routed_p, np.maximum(dg.route_overlap, 0), -1)
+        req["decode_route_overlap_tokens"] = np.where(routed_d, 0, -1).astype(np.int64)
+        req["requested_output_length"] = np.asarray(workload.osl, dtype=np.int64)
+        req.update(readmission_columns(pa))
+        req.update(identity_columns(workload, bool(replay_concurrency)))
+        if rt_p.best.shape[0]:
+            req["route_selected_blocks"] = np.where(dg.route_overlap >= 0, dg.route_overlap // bs, -1)
+            req["route_best_blocks"] = rt_p.best.astype(np.int64)
     report = build_report(req, _gap_columns(gaps), {
         "num_workers": P0 + D0,
         "single_path": False,
@@ -257,6 +279,7 @@ def simulate_disagg(
         "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version,
         "committed_prefill_tokens": int(rk_p.seqc[5] + rk_d.seqc[5]),
+        "disaggregated": True,
     })
     def fleet():
         import pandas as pd

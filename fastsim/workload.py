@@ -72,7 +72,8 @@ class Workload:
     concurrency mode has no timestamp), ``session_ptr``/``session_rows`` (CSR of each session's
     rows in turn order), ``hash_ptr``/``hash_ids`` (CSR of the hash ids, int64 bit patterns of
     Dynamo's u64 ids; None for unique prompts), ``trace_block_size`` (tokens per hash id),
-    ``line`` (int64[n], 1-based source line, 0 for synthetic) and ``source``.
+    ``line`` (int64[n], 1-based source line, 0 for synthetic), ``source`` and
+    ``session_ids`` (dict of explicit session names, or None: see the field).
     """
 
     isl: np.ndarray
@@ -517,6 +518,7 @@ def _mooncake_by_line(text: str, path: str, concurrency_mode: bool) -> _Rows:
     n_turns: list = []
     big_ids = False
     total_ids = 0
+    named = False
     _int, _float = int, float
 
     for lineno, raw in enumerate(text.split("\n"), 1):
@@ -585,6 +587,7 @@ def _mooncake_by_line(text: str, path: str, concurrency_mode: bool) -> _Rows:
         if sid is not None and type(sid) is not str:
             raise InputError(f"{where}: field 'session_id' must be a string, got {_jtype(sid)}")
         key = sid if sid is not None else f"request_{lineno}"
+        named = named or sid is not None
 
         si = sess_index.get(key)
         if si is None:

@@ -61,6 +61,7 @@ from fastsim.kernels.router import (
     KV_ROUTER,
     choose_target_nb,
     commit_route_nb,
+    note_route_nb,
     release_blocks_nb,
     release_prefill_nb,
     score_targets_nb,
@@ -159,6 +160,7 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
         commit_route_nb(rt_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
                         rq_p.isl[r], bs, r, k)
         dg.route_overlap[r] = rt_p.overlap[k] * bs
+        note_route_nb(rt_p, r, dg.n_pre, 0.0)
     else:  # round robin over the active prefill workers, in arrival order
         idx = dg.st[RRPRE] % fl_p.fs[NACT]
         dg.st[RRPRE] = idx + 1

@@ -51,6 +51,8 @@ from fastsim.kernels.router import (
     all_busy_nb,
     choose_target_nb,
     commit_route_nb,
+    note_queued_nb,
+    note_route_nb,
     queue_pop_nb,
     queue_push_nb,
     release_blocks_nb,
@@ -78,7 +80,7 @@ from fastsim.kernels.scheduler import (
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
 from fastsim.kernels.stats import DD_NBINS, dd_index_nb
 
-OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL = 0, 1, 2, 3, 4, 5, 6
+OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL = range(8)
 
 
 class Sessions(NamedTuple):
@@ -443,7 +445,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
     if rt.mode == KV_ROUTER:
         n_targets = rk.n_run.shape[0]
         while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
-            _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
+            _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), t)
 
 
 @inner
@@ -456,8 +458,8 @@ def _release_kv(p, rq, rt, pa, r):
 
 
 @inner
-def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
-    """Route request ``r`` to the cheapest target now and submit it there."""
+def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
+    """Route request ``r`` to the cheapest target at ``now`` and submit it there."""
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
     nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
@@ -465,6 +467,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r):
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
+    note_route_nb(rt, r, n_targets, now)
     enqueue_waiting_nb(rq, rk, k, r)
     cl.stalled[k // cl.dp] = False
     _mark(cl, k // cl.dp)
@@ -558,8 +561,9 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
                     best = rt.overlap[k]
             key = float(max(rq.isl[r] - best * bs, 1))
         queue_push_nb(rt, r, key)
+        note_queued_nb(rt, r)
         return
-    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r)
+    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now)
 
 
 @inline
@@ -591,7 +595,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             if rt.mode == KV_ROUTER:
                 n_targets = rk.n_run.shape[0]
                 while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
-                    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt))
+                    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now)
         # 3. arrivals
         _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now)
         # 4. ready groups, lowest id first (only groups marked since the last drive can be)
@@ -849,7 +853,8 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
 
     Returns OK, DEAD_END (no future event while requests are unfinished), SIM_CAP, TABLE_FULL (the
     router's block table was too small: re-run with a larger one), or a pause the caller resumes by
-    calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers), PLANNER_TICK
+    calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers), LOG_FULL (grow
+    the readmission log ``pa.alog``), PLANNER_TICK
     (a planner may set ``fl.fs[TARGET]``) or TICKS_FULL (empty the tick log ``cl.tlog``: a shard
     of a split run, ``fastsim/shards.py``). It releases the GIL while it runs.
 
@@ -895,6 +900,10 @@ def _loop(tabs, out):
             break
         if _tick_room(cl) < 0:
             status = TICKS_FULL  # the caller empties the log and calls again
+            break
+        if pa.alog.shape[0] > 0 and pa.alog_n[1] > pa.alog.shape[0] - pa.alog_n[0]:
+            # the preempted requests could overflow the readmission log: the caller grows it
+            status = LOG_FULL
             break
         t = np.inf
         if fl.fs[NSTARTING] > 0 or fl.fs[SCHEDPOS] < fl.sched_t.shape[0] or fl.planner_ms > 0.0:

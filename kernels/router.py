@@ -64,6 +64,11 @@ class Router(NamedTuple):
     overlap: np.ndarray  # int64[R] scratch
     rng: np.ndarray  # uint64[1]
     state: np.ndarray  # int64[4]
+    # per-request routing records (Dynamo 1.6.1's routing history), empty when not kept: the
+    # best overlap (blocks) any target offered, and when a request queued by the router left
+    # the queue (NaN: routed at once; -1 while queued)
+    best: np.ndarray  # int32[n] or empty
+    released: np.ndarray  # float64[n] or empty
 
 
 # ----------------------------------------------------------------------------- rng
@@ -238,6 +243,28 @@ def commit_route_nb(rt, keys, nfull, nshare, isl, bs, r, k):
             rt.active[k] += nfull - nshare
         else:
             rt.active[k] += nfull
+
+
+@inner
+def note_route_nb(rt, r, n_targets, now):
+    """Keep request ``r``'s routing figures, if they are kept: the best overlap among the scored
+    targets, and ``now`` as its release time if it waited in the router queue."""
+    if rt.best.shape[0] == 0:
+        return
+    best = 0
+    for k in range(n_targets):
+        if rt.overlap[k] > best:
+            best = rt.overlap[k]
+    rt.best[r] = best
+    if rt.released[r] < 0.0:
+        rt.released[r] = now
+
+
+@inner
+def note_queued_nb(rt, r):
+    """Mark request ``r`` as waiting in the router queue (if routing figures are kept)."""
+    if rt.released.shape[0] > 0:
+        rt.released[r] = -1.0
 
 
 @inner

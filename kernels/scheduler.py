@@ -188,14 +188,23 @@ class PassAcc(NamedTuple):
     ncommon: np.ndarray  # int64[1]: steady members that emitted in this group pass, not in ``emit``
     # this rank pass's schedules, for a preemption's refund: [row, tokens, prompt tokens, prefix]
     slog: np.ndarray  # int64[max running per rank + 1, 4]
+    # readmissions after a preemption, for the per-request admission histories (Dynamo 1.6.1):
+    # [row, reused tokens, stage] and the time of each, while they fit; alog_n = [readmissions
+    # (all of them: a count above the capacity asks the caller for a run with a larger log),
+    # preempted requests not yet readmitted (the loop pauses for a larger log before they could
+    # overflow it: kernels/loop.py)]
+    alog: np.ndarray  # int64[capacity, 3]
+    alog_t: np.ndarray  # float64[capacity]
+    alog_n: np.ndarray  # int64[2]
 
 
 BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG = range(9)
 
 
-def make_pass_acc(max_blocks, emit_cap, rank_cap):
+def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0):
     """Pass scratch for requests of up to ``max_blocks`` blocks, ``emit_cap`` emitters per group
-    pass and ``rank_cap`` running requests per rank (both counting one spare)."""
+    pass and ``rank_cap`` running requests per rank (both counting one spare), with room for
+    ``readmission_log`` readmissions in the log (0: counted, not kept)."""
     return PassAcc(
         kbuf=np.zeros(max_blocks, dtype=np.uint64),
         hslot=np.full(max_blocks, -1, dtype=np.int64),
@@ -205,6 +214,9 @@ def make_pass_acc(max_blocks, emit_cap, rank_cap):
         wake=np.zeros(rank_cap, dtype=np.int32),
         ncommon=np.zeros(1, dtype=np.int64),
         slog=np.zeros((rank_cap, 4), dtype=np.int64),
+        alog=np.zeros((readmission_log, 3), dtype=np.int64),
+        alog_t=np.zeros(readmission_log),
+        alog_n=np.zeros(2, dtype=np.int64),
     )
 
 
@@ -418,6 +430,19 @@ def _generation_complete(p, rq, r):
 
 # ----------------------------------------------------------------------------- preemption
 @inner
+def _log_readmission(p, pa, r, cached, now):
+    """Note the readmission of preempted request ``r`` at ``now`` with ``cached`` reused tokens."""
+    i = pa.alog_n[0]
+    if i < pa.alog.shape[0]:
+        pa.alog[i, 0] = r
+        pa.alog[i, 1] = cached
+        pa.alog[i, 2] = p.stage
+        pa.alog_t[i] = now
+    pa.alog_n[0] = i + 1
+    pa.alog_n[1] -= 1
+
+
+@inner
 def _preempt(p, pool, rq, rk, k, victim, pa):
     """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front."""
     acc = pa.acc
@@ -427,6 +452,7 @@ def _preempt(p, pool, rq, rk, k, victim, pa):
     rq.status[victim] = PREEMPTED
     rq.computed[victim] = 0
     rq.npreempt[victim] += 1
+    pa.alog_n[1] += 1
     slog = pa.slog
     for i in range(acc[NLOG] - 1, -1, -1):  # (lifo: the victim is usually the last scheduled)
         if slog[i, 0] == victim:
@@ -831,6 +857,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
                 rq.first_reused[u] = cached
         if cached > 0 and cached > rq.reused[u]:
             rq.reused[u] = cached
+        if rq.npreempt[u] > 0:
+            _log_readmission(p, pa, u, cached, now)
         acc[PROGRESS] = 1
         if before - acc[BUDGET] == 0 and acc[BUDGET] == 0:
             break

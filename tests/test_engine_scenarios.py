@@ -34,6 +34,7 @@ def run(tmp_path, rows, engine=None, tbs=16, **kw):
     kw.setdefault("dynamo_version", "1.4.2")
     trace, out = tmp_path / "trace.jsonl", tmp_path / "out.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kw.setdefault("dynamo_version", "1.4.2")  # these scenarios were settled on Dynamo 1.4.2
     rep = fastsim.run_trace_replay(str(trace), extra_engine_args=dict(dict(block_size=16), **(engine or {})),
                                    trace_block_size=tbs, report_jsonl_path=str(out),
                                    **dict(dict(dynamo_version="1.4.2"), **kw))
