@@ -120,16 +120,17 @@ def test_mistyped_x_gets_suggestions(kept_sweep, tmp_path):
 
 
 def test_the_capacity_example_writes_only_into_its_out_folder(tmp_path):
-    """plan.py (with a small spec in place of the 28-configuration one) writes into --out alone."""
+    """`fastsim plan` run in the example's folder (a small spec in place of plan.yaml) writes into --out alone."""
     example = ROOT / "examples" / "capacity_planning"
     before = sorted(p.name for p in example.iterdir())
     spec = tmp_path / "spec.yaml"
-    spec.write_text(f"base: {{trace_files: {TRACE}, extra_engine_args: {{block_size: 16}}, sla_ttft_ms: 3000}}\n"
-                    "grid: {extra_engine_args.max_num_seqs: [4, 64], num_workers: [1, 2]}\n")
-    r = subprocess.run([sys.executable, "plan.py", "--spec", str(spec), "--out", str(tmp_path / "out"),
-                        "--workers", "1"], cwd=example, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["capacity.png", "frontier.png", "results.parquet"]
+    spec.write_text(f"workload: {{trace_files: {TRACE}}}\nengine: {{block_size: 16}}\nslo: {{p99_ttft_ms: 3000}}\n"
+                    "search: {num_workers: [1, 2], max_num_seqs: [4, 64]}\ncost: {gpu_hour_usd: {H100: 2.5}}\n")
+    r = subprocess.run([sys.executable, "-m", "fastsim", "plan", str(spec), "--out", str(tmp_path / "out"),
+                        "--executor", "serial", "--no-progress"], cwd=example, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode in (0, 1), r.stderr
+    assert "results.parquet" in [p.name for p in (tmp_path / "out").iterdir()]
     assert sorted(p.name for p in example.iterdir()) == before
     if shutil.which("git") and (ROOT / ".git").exists():
         status = subprocess.run(["git", "status", "--porcelain", "--", "examples"], cwd=ROOT,
