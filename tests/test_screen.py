@@ -136,7 +136,7 @@ def test_sweep_into_a_log_file_writes_no_carriage_returns(tmp_path):
 def test_long_replay_reports_progress_and_ctrl_c_still_interrupts(tmp_path):
     """A run of several seconds prints a progress line on stderr (a pipe: plain text); Ctrl-C
     then ends it with status 130 and no traceback, as before."""
-    argv = ["replay", "--input-tokens", "512", "--output-tokens", "1600", "--request-count", "1000000",
+    argv = ["replay", "--input-tokens", "512", "--output-tokens", "16000", "--request-count", "1000000",
             "--request-rate", "1500", "--num-workers", "16", "--router-mode", "kv_router"]
     p = subprocess.Popen([sys.executable, "-m", "fastsim", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
