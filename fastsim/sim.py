@@ -319,6 +319,7 @@ def simulate(
     args = dict(locals())
     from fastsim import shards
     from fastsim.dynamo_version import check_version, timing_rules
+    from fastsim.kernels.scheduler import TIMING_161
     from fastsim.kernels.loop import (DEAD_END, LOG_FULL, NARRIVED, NDONE, PLANNER_TICK, SIM_CAP, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)
 
@@ -436,6 +437,8 @@ def simulate(
     # before the report's own arrays are made (peak memory)
     cols = _request_columns(st.rq, single_path and not history)
     committed = int(st.rk.seqc[5])
+    if status == SIM_CAP:  # a pass in flight at the cap has not committed its prompt tokens yet
+        committed -= int(st.cl.pass_commit[st.cl.last_stamp > out[1]].sum())
     if history:  # 1.6.1's records: routing and admission histories, session names
         from fastsim.history import identity_columns
 
@@ -447,7 +450,9 @@ def simulate(
             cols["session_id"], cols["turn_index"] = labels
     gaps, fl = st.gaps, st.fl
     del st, rt
-    return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_path,
+    # 1.6.1's single worker stops at its time cap like a cluster, with the worker-seconds so far
+    single_ws = single_path and not (status == SIM_CAP and rules == TIMING_161)
+    return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_ws,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
                    telemetry=bool(telemetry_interval_ms), version=version, committed=committed)
 
@@ -664,6 +669,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
         dlist=np.zeros(g_cap + 1, dtype=np.int64),
         dwork=np.zeros(g_cap, dtype=np.int64),
         last_stamp=np.full(g_cap, np.nan),
+        pass_commit=np.zeros(g_cap, dtype=np.int64),
         state=np.zeros(7, dtype=np.int64),
         light=np.zeros(g_cap, dtype=np.int64),
         ph=np.zeros(g_cap * _PH),

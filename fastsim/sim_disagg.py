@@ -153,6 +153,7 @@ def simulate_disagg(
         pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
         wctr=np.zeros(G, np.int64), ctree=ctree, cdue=cdue, dirty=np.zeros(G, np.bool_),
         dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),
+        pass_commit=np.zeros(G, np.int64),
         state=np.zeros(7, np.int64), light=np.zeros(G, np.int64),
         # (no phantom events: the disaggregated loop runs no worker ahead of it, see kernels/loop.py)
         ph=np.zeros(0), ph_head=np.zeros(G, np.int64), ph_n=np.zeros(G, np.int64),
@@ -268,6 +269,9 @@ def simulate_disagg(
         if rt_p.best.shape[0]:
             req["route_selected_blocks"] = np.where(dg.route_overlap >= 0, dg.route_overlap // bs, -1)
             req["route_best_blocks"] = rt_p.best.astype(np.int64)
+    committed = int(rk_p.seqc[5] + rk_d.seqc[5])
+    if status == SIM_CAP:  # a pass in flight at the cap has not committed its prompt tokens yet
+        committed -= int(cl.pass_commit[cl.last_stamp > out[2]].sum())
     report = build_report(req, _gap_columns(gaps), {
         "num_workers": P0 + D0,
         "single_path": False,
@@ -278,7 +282,7 @@ def simulate_disagg(
         "wall_time_ms": wall_ms,
         "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version,
-        "committed_prefill_tokens": int(rk_p.seqc[5] + rk_d.seqc[5]),
+        "committed_prefill_tokens": committed,
         "disaggregated": True,
     })
     def fleet():

@@ -359,11 +359,15 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     pa.ncommon[0] = 0
     prev_end = cl.last_stamp[g]
     if pre:
+        committed = rk_p.seqc[5]
         end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end)
+        cl.pass_commit[g] = rk_p.seqc[5] - committed
     else:
+        committed = rk_d.seqc[5]
         end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end)
+        cl.pass_commit[g] = rk_d.seqc[5] - committed
     if end < now:
         end = now
     progress = pa.acc[PROGRESS] != 0
@@ -527,6 +531,7 @@ def _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p, fl_
     _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, np.int64(0), end, np.int64(ns), prev_end, k,
                   k + 1)
     cl.last_stamp[g] = end
+    cl.pass_commit[g] = 0
     tourney_set_nb(cl.ctree, cl.cdue, g, end)
     return True
 

@@ -64,6 +64,7 @@ from fastsim.kernels.scheduler import (
     PROGRESS,
     REJECTED,
     TERM_COMPLETED,
+    TIMING_161,
     _fill_keys,
     enqueue_waiting_nb,
     key_span,
@@ -149,6 +150,9 @@ class Cluster(NamedTuple):
     dlist: np.ndarray  # int64[G + 1]: dirty group ids; dlist[G] holds their count
     dwork: np.ndarray  # int64[G]: scratch copy of the dirty list being driven
     last_stamp: np.ndarray  # float64[G]: end of the group's last pass (NaN: none yet)
+    # prompt tokens the group's last pass commits (``committed_prefill_tokens``): Dynamo 1.6.1
+    # counts them when the pass ends, so a run stopped at its time cap leaves out a pass in flight
+    pass_commit: np.ndarray  # int64[G]
     state: np.ndarray  # int64[7]: [rr, n_heap, static_pos, next_session, n_arrived, n_done, n_ticks]
     light: np.ndarray  # int64[G]: the group's pass ends in a row that were not light ticks (run_loop_nb)
     # phantom events (``_steady_run``): a ring of pass ends per group, and a tournament of the
@@ -492,6 +496,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     prev_end = cl.last_stamp[g]
     end = now
     progress = False
+    committed = rk.seqc[5]
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] == 0:
             continue
@@ -502,6 +507,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
             end = e
         if pa.acc[PROGRESS] != 0:
             progress = True
+    cl.pass_commit[g] = rk.seqc[5] - committed
     _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
                   k0 + dp)
     cl.last_stamp[g] = end
@@ -689,6 +695,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
                   k0 + dp)
     cl.last_stamp[g] = end
+    cl.pass_commit[g] = 0
     tourney_set_nb(cl.ctree, cl.cdue, g, end)
     return True
 
@@ -814,6 +821,7 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
         rk.seqc[3] += n
         fl.passes[g] += n
         cl.last_stamp[g] = E
+        cl.pass_commit[g] = 0
     tourney_set_nb(cl.ctree, cl.cdue, g, E)
     return now, ws
 
@@ -926,7 +934,7 @@ def _loop(tabs, out):
             break
         if cl.max_sim_time >= 0.0 and t > cl.max_sim_time:
             status = SIM_CAP
-            if not cl.single_path:
+            if not cl.single_path or p.timing_rules == TIMING_161:
                 # the pass ends a steady run went past are events at or before the cap too
                 cap = np.nextafter(cl.max_sim_time, np.inf)
                 while cl.pdue[cl.ptree[1]] < cap:
@@ -940,7 +948,8 @@ def _loop(tabs, out):
                     cl.ph_head[gph] = hph
                     tourney_set_nb(cl.ptree, cl.pdue, gph, cl.ph[gph * _PH + hph] if mph > 0 else np.inf)
                 break
-            # Dynamo's single-worker runtime still processes the first event beyond the cap.
+            # Dynamo 1.4.2's single-worker runtime still processes the first event beyond the
+            # cap (1.6.1's stops at the cap, as a cluster does).
             now = t
             drain_now = True
             last = True
