@@ -337,7 +337,7 @@ mooncake("lenient-decode-speedup-0", "leniency", [OK], ["decode_speedup_ratio 0"
          "--extra-engine-args", '{"decode_speedup_ratio": 0}', code=0)
 mooncake("lenient-clamped-input", "leniency", [OK, row(input_length=10_000)], ["t.jsonl", "line 2", "clamped"],
          "--dynamo-version", "1.4.2", code=0)
-mooncake("capacity-exceeded-161", "strict mooncake", [OK, row(input_length=10_000)],
+mooncake("capacity-exceeded-161", "strict parsing", [OK, row(input_length=10_000)],
          ["t.jsonl:2", "exceeds hash_ids capacity"])
 
 
