@@ -112,4 +112,7 @@ def format_summary(summary, *, sla=(None, None, None), workers=None, width=None)
     if wall is not None:
         speed = f" ({sim_s * 1000.0 / wall:,.0f}x real time)" if wall > 0 and sim_s > 0 else ""
         out.append(_wrap("Wall time", f"{_num(wall)} ms{speed}", width))
+    version = summary.get("dynamo_version")
+    if version:
+        out.append(_wrap("Reproduces", f"Dynamo {version} (--dynamo-version)", width))
     return "\n".join(out)

@@ -37,6 +37,7 @@ def test_first_command_fits_100_columns_with_fastsims_title_and_writes_nothing(t
     assert max(map(len, lines)) <= MAX_WIDTH
     for label in ("TTFT (ms)", "Request latency (ms)", "Throughput", "GPU-hours", "Prefix cache", "Wall time"):
         assert any(line.startswith(label) for line in lines), label
+    assert lines[-1] == "Reproduces      Dynamo 1.6.1 (--dynamo-version)"  # the default release
     assert "Goodput" not in r.stdout and "Saved" not in r.stdout
     assert r.stderr == ""  # a short run shows no progress
     assert list(tmp_path.iterdir()) == []  # no timestamped report file in the working directory
