@@ -82,9 +82,11 @@ def _initial_table_size(rq, block_size, n_ranks):
 
 
 def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed,
-                  record=False):
+                  record=False, free_at_prefill=False):
     """The router's configuration and state; ``record``: keep each kv_router request's routing
-    figures (best overlap, router-queue release) for the per-request routing history."""
+    figures (best overlap, router-queue release) for the per-request routing history;
+    ``free_at_prefill``: a request leaves the router when its prefill ends (the disaggregated
+    prefill router)."""
     from fastsim.kernels.router import FCFS, KV_ROUTER, LCFS, ROUND_ROBIN, WSPT, Router
     from fastsim.router_config import RouterConfig
 
@@ -102,8 +104,12 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
         queue_thr=float(cfg.router_queue_threshold) if cfg.router_queue_threshold is not None else -1.0,
         policy={"fcfs": FCFS, "lcfs": LCFS, "wspt": WSPT}[cfg.router_queue_policy],
         budget=int(params.budget),
+        decay=float(cfg.overlap_score_credit_decay),
+        req_weight=float(cfg.decode_active_request_weight),
+        free_at_prefill=bool(free_at_prefill),
         pf=np.zeros(n_ranks, dtype=np.int64),
         active=np.zeros(n_ranks, dtype=np.int64),
+        nreq=np.zeros(n_ranks, dtype=np.int64),
         tab_key=np.zeros(table, dtype=np.uint64),
         tab_rank=np.full(table, -1, dtype=np.int32),
         tab_cnt=np.zeros(table, dtype=np.int32),

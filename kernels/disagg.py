@@ -142,10 +142,13 @@ def _final(rq_d, ss, cl, r, status, t):
 @inner
 def _score_decode(rt_d, fl_d, n_dec, nfull):
     """Decode router cost (derived config: no overlap credit, no dedup, no prefill load):
-    the worker's active prompt blocks plus the candidate's full blocks (active workers only)."""
+    the worker's active prompt blocks plus the candidate's full blocks (active workers only),
+    plus ``decode_active_request_weight`` times its active requests."""
     for k in range(n_dec):
         rt_d.overlap[k] = 0
         rt_d.cost[k] = float(rt_d.active[k] + nfull) if fl_d.gstate[k] == ACTIVE else np.inf
+        if rt_d.req_weight != 0.0:
+            rt_d.cost[k] += rt_d.req_weight * rt_d.nreq[k]
 
 
 @inner

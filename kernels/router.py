@@ -5,10 +5,15 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
 * targets are DP ranks; each target's *index* is exactly its KV pool (full blocks stored at pass
   start, removed on eviction, cached inactive blocks included), so the overlap of a request is the
   longest prefix of its full prompt blocks present in the target's pool;
-* ``cost = pls * max(0, (PF + isl) / bs - credit * overlap) + ActiveBlocks + NewBlocks`` where PF is
-  the target's in-flight prefill tokens (``isl - overlap * bs`` of each request routed there, until
-  its first token), ActiveBlocks the deduplicated union of the full prompt blocks of the target's
-  unfinished requests and NewBlocks the candidate's full blocks not in that union;
+* ``cost = pls * max(0, (PF + isl) / bs - credit * decay * overlap) + ActiveBlocks + NewBlocks
+  + w * ActiveRequests`` where PF is the target's in-flight prefill tokens (``isl - overlap * bs``
+  of each request routed there, until its first token), ActiveBlocks the deduplicated union of the
+  full prompt blocks of the target's unfinished requests, NewBlocks the candidate's full blocks not
+  in that union, ActiveRequests the requests routed there and not yet freed and ``w``
+  ``decode_active_request_weight``;
+* ``decay = 1 / (1 + overlap_score_credit_decay * ((PF - min PF) / bs) / ceil(isl / bs))``, the
+  minimum over the active targets (1 when the decay is 0 or prefill tokens are not tracked): a
+  backlogged target's cache hit is worth less (docs/decisions/0260);
 * temperature 0 takes the lowest cost; exact ties (random in Dynamo) are broken by a seeded
   generator, so a seed gives bit-identical runs; T > 0 samples
   ``p ~ exp(-(c - c_min) / ((c_max - c_min) * T))``;
@@ -47,8 +52,12 @@ class Router(NamedTuple):
     queue_thr: float  # < 0: no router queue
     policy: int
     budget: int  # max_num_batched_tokens of the workers (busy test)
+    decay: float  # overlap_score_credit_decay
+    req_weight: float  # decode_active_request_weight
+    free_at_prefill: bool  # the disaggregated prefill router frees a request at its handoff
     pf: np.ndarray  # int64[R]: in-flight prefill tokens per target
     active: np.ndarray  # int64[R]: |union of active prompt blocks| (or their sum without dedup)
+    nreq: np.ndarray  # int64[R]: requests routed to the target and not yet freed
     tab_key: np.ndarray  # uint64[T]
     tab_rank: np.ndarray  # int32[T] (-1 = empty)
     tab_cnt: np.ndarray  # int32[T]
@@ -162,6 +171,16 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
 
     Ranks of workers that are not active (starting, draining, retired) get an infinite cost.
     """
+    decaying = rt.decay > 0.0 and rt.track_prefill
+    min_pf = np.int64(0)
+    if decaying:  # the least prefill backlog among the targets that can take the request
+        min_pf = np.int64(-1)
+        for k in range(n_targets):
+            if gstate[k if dp == 1 else k // dp] == 2 and (min_pf < 0 or rt.pf[k] < min_pf):
+                min_pf = rt.pf[k]
+        if min_pf < 0:
+            min_pf = 0
+    req_blocks = float((isl + bs - 1) // bs)
     for k in range(n_targets):
         # (every request scores every target: without attention DP, no division per target)
         if gstate[k if dp == 1 else k // dp] != 2:  # fleet.ACTIVE
@@ -171,7 +190,11 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
         overlap = match_prefix_nb(pool, k, keys, nshare)[0] if nshare > 0 else 0
         rt.overlap[k] = overlap
         pf = rt.pf[k] if rt.track_prefill else 0
-        load = (pf + isl) / bs - rt.credit * overlap
+        credit = rt.credit
+        if decaying:
+            excess = max(rt.pf[k] - min_pf, 0) / float(bs)
+            credit = credit * (1.0 / (1.0 + rt.decay * (excess / req_blocks)))
+        load = (pf + isl) / bs - credit * overlap
         if load < 0.0:
             load = 0.0
         c = rt.pls * load
@@ -181,6 +204,8 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
             else:
                 new = nfull
             c = c + rt.active[k] + new
+        if rt.req_weight != 0.0:
+            c = c + rt.req_weight * rt.nreq[k]
         rt.cost[k] = c
 
 
@@ -235,6 +260,7 @@ def commit_route_nb(rt, keys, nfull, nshare, isl, bs, r, k):
     rt.route_pf[r] = contrib
     rt.pf_open[r] = True
     rt.pf[k] += contrib
+    rt.nreq[k] += 1
     if rt.track_active:
         if rt.dedup:
             for j in range(nshare):
@@ -273,12 +299,15 @@ def release_prefill_nb(rt, r, k):
     if rt.pf_open[r]:
         rt.pf[k] -= rt.route_pf[r]
         rt.pf_open[r] = False
+        if rt.free_at_prefill:
+            rt.nreq[k] -= 1
 
 
 @inner
 def release_blocks_nb(rt, keys, nfull, nshare, k):
     """The request ended: its prompt blocks leave the target's active union (``nshare`` as in
     ``commit_route_nb``)."""
+    rt.nreq[k] -= 1
     if not rt.track_active:
         return
     if rt.dedup:
