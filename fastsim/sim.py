@@ -82,11 +82,9 @@ def _initial_table_size(rq, block_size, n_ranks):
 
 
 def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed,
-                  record=False, free_at_prefill=False):
+                  record=False):
     """The router's configuration and state; ``record``: keep each kv_router request's routing
-    figures (best overlap, router-queue release) for the per-request routing history;
-    ``free_at_prefill``: a request leaves the router when its prefill ends (the disaggregated
-    prefill router)."""
+    figures (best overlap, router-queue release) for the per-request routing history."""
     from fastsim.kernels.router import FCFS, KV_ROUTER, LCFS, ROUND_ROBIN, WSPT, Router
     from fastsim.router_config import RouterConfig
 
@@ -106,7 +104,6 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
         budget=int(params.budget),
         decay=float(cfg.overlap_score_credit_decay),
         req_weight=float(cfg.decode_active_request_weight),
-        free_at_prefill=bool(free_at_prefill),
         pf=np.zeros(n_ranks, dtype=np.int64),
         active=np.zeros(n_ranks, dtype=np.int64),
         nreq=np.zeros(n_ranks, dtype=np.int64),

@@ -164,7 +164,7 @@ def simulate_disagg(
     cfg_p, cfg_d = stage_router_configs(cfg)
     if cfg.router_queue_threshold is not None:
         raise NotSupportedError("router_queue_threshold in disaggregated replay is not supported yet by fastsim")
-    rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history, free_at_prefill=True)
+    rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history)
     rt_d = _router_state(router_mode, cfg_d, pd, n, D, G, 1024, seed + 1)
     rt_none = _router_state("round_robin", None, pd, 0, 1, G, 1, 0)
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)

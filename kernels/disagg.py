@@ -61,6 +61,7 @@ from fastsim.kernels.router import (
     KV_ROUTER,
     choose_target_nb,
     commit_route_nb,
+    free_request_nb,
     note_route_nb,
     release_blocks_nb,
     release_prefill_nb,
@@ -200,6 +201,8 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
     isl = rq_d.isl[r]
     bs = pd.block_size
     if (isl + bs - 1) // bs > pd.cap:
+        if rt_p.mode == KV_ROUTER:
+            free_request_nb(rt_p, k_pre)
         free_blocks_nb(pp, pool_p, rq_p, k_pre, np.int64(r), np.bool_(False))
         _final(rq_d, ss, cl, r, FAILED, t)
         return
@@ -292,14 +295,17 @@ def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
 
 
 @inner
-def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
+def _activate(pd, pool_d, rq_d, rk_d, rt_p, fl_d, dg, k, t):
     """Scheduling point of decode worker ``k``: transferred requests are activated (their blocks
-    are registered, their prefill source is released) and wait for a seat (HANDED)."""
+    are registered, their prefill source is released) and wait for a seat (HANDED). The
+    prefill router frees them here."""
     r = dg.arr_head[k]
     changed = r >= 0
     while r >= 0:
         nxt = dg.arr_next[r]
         dg.activated[r] = t
+        if rt_p.mode == KV_ROUTER:
+            free_request_nb(rt_p, dg.pre_idx[r])
         fl_d.hold[k] -= 1
         # its content-keyed blocks become visible here (an equal block registered meanwhile
         # keeps serving hits; this one is a second copy of the key)
@@ -327,6 +333,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
             else:  # rejected on the prefill worker
                 if rt_p.mode == KV_ROUTER:
                     release_prefill_nb(rt_p, r, dg.pre_idx[r])
+                    free_request_nb(rt_p, dg.pre_idx[r])
                 rq_p.status[r] = REJECTED
                 _final(rq_d, ss, cl, r, REJECTED, t)
         else:
@@ -344,7 +351,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
     else:
         _grant_tries(dg, g - dg.n_pre, True)
         _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
-        _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, g - dg.n_pre, t)
+        _activate(pd, pool_d, rq_d, rk_d, rt_p, fl_d, dg, g - dg.n_pre, t)
 
 
 @inline
@@ -473,7 +480,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                     if _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
                         changed = True
                 dg.res_tries[k] = 0
-                if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, now):
+                if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, rt_p, fl_d, dg, k, now):
                     changed = True
                 if cl.stalled[g] or rk_d.n_run[k] + rk_d.n_wait[k] == 0:
                     g += 1

@@ -54,7 +54,6 @@ class Router(NamedTuple):
     budget: int  # max_num_batched_tokens of the workers (busy test)
     decay: float  # overlap_score_credit_decay
     req_weight: float  # decode_active_request_weight
-    free_at_prefill: bool  # the disaggregated prefill router frees a request at its handoff
     pf: np.ndarray  # int64[R]: in-flight prefill tokens per target
     active: np.ndarray  # int64[R]: |union of active prompt blocks| (or their sum without dedup)
     nreq: np.ndarray  # int64[R]: requests routed to the target and not yet freed
@@ -299,15 +298,19 @@ def release_prefill_nb(rt, r, k):
     if rt.pf_open[r]:
         rt.pf[k] -= rt.route_pf[r]
         rt.pf_open[r] = False
-        if rt.free_at_prefill:
-            rt.nreq[k] -= 1
+
+
+@inner
+def free_request_nb(rt, k):
+    """A request routed to target ``k`` leaves the router's count of its active requests."""
+    rt.nreq[k] -= 1
 
 
 @inner
 def release_blocks_nb(rt, keys, nfull, nshare, k):
-    """The request ended: its prompt blocks leave the target's active union (``nshare`` as in
-    ``commit_route_nb``)."""
-    rt.nreq[k] -= 1
+    """The request ended: it leaves the target's active requests, and its prompt blocks the
+    target's active union (``nshare`` as in ``commit_route_nb``)."""
+    free_request_nb(rt, k)
     if not rt.track_active:
         return
     if rt.dedup:
