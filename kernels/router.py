@@ -77,6 +77,9 @@ class Router(NamedTuple):
     # the queue (NaN: routed at once; -1 while queued)
     best: np.ndarray  # int32[n] or empty
     released: np.ndarray  # float64[n] or empty
+    # the overlaps (blocks) of each target when a request entered the router queue: Dynamo
+    # reports a queued request's route overlap as its queue entry saw it (int32[n, R] or empty)
+    qov: np.ndarray
 
 
 # ----------------------------------------------------------------------------- rng
@@ -335,9 +338,29 @@ def all_busy_nb(rt, n_targets):
 
 
 # ----------------------------------------------------------------------------- router queue
+@inner
+def queue_key_nb(rt, now, isl, bs, n_targets):
+    """The router-queue priority of a request arriving at ``now`` (lower leaves first): its
+    arrival (fcfs), the reverse (lcfs), or its prompt tokens not cached on the best target (wspt;
+    ``rt.overlap`` must hold its scores)."""
+    if rt.policy == FCFS:
+        return now
+    if rt.policy == LCFS:
+        return -now
+    best = 0
+    for k in range(n_targets):
+        if rt.overlap[k] > best:
+            best = rt.overlap[k]
+    return float(max(isl - best * bs, 1))
+
+
 @kernel_noalloc
 def queue_push_nb(rt, r, key):
-    """Queue request ``r`` with priority ``key`` (lower leaves first; enqueue order breaks ties)."""
+    """Queue request ``r`` with priority ``key`` (lower leaves first; enqueue order breaks ties).
+    ``rt.overlap`` holds its scores if its queue-entry overlaps are kept (``rt.qov``)."""
+    if rt.qov.shape[0] > 0:
+        for k in range(rt.qov.shape[1]):
+            rt.qov[r, k] = rt.overlap[k]
     rt.qkey[r] = key
     rt.qseq[r] = rt.state[QSEQ]
     rt.state[QSEQ] += 1

@@ -1,5 +1,6 @@
-"""kv_router cost terms ``overlap_score_credit_decay`` and ``decode_active_request_weight``,
-against Dynamo 1.4.2 and 1.6.1 (tests/data/router_weights, see its record.py).
+"""kv_router features against Dynamo 1.4.2 and 1.6.1 (tests/data/router_features, see its
+record.py): the cost terms ``overlap_score_credit_decay`` and ``decode_active_request_weight``, and
+the prefill router's queue in disaggregated mode (``router_queue_threshold``; 1.4.2 only).
 
 Dynamo breaks routing ties at random, so each case was recorded over several runs. Every fastsim
 seed must fall inside the band of Dynamo's runs (the band check of the other kv_router cases);
@@ -19,7 +20,7 @@ from fastsim import cli
 
 from test_dynamo142_cases import band_misses
 
-DATA = Path(__file__).parent / "data" / "router_weights"
+DATA = Path(__file__).parent / "data" / "router_features"
 CASES = json.loads((DATA / "cases.json").read_text())
 SEEDS = (0, 1, 2)
 TIMELINE = ("arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms", "input_length",
@@ -52,9 +53,9 @@ def _timeline(rows):
     return sorted(map(norm, rows), key=repr)
 
 
-@pytest.mark.parametrize("version", ["1.4.2", "1.6.1"])
-@pytest.mark.parametrize("name", list(CASES))
-def test_router_weights_match_dynamo(name, version, tmp_path, capsys):
+@pytest.mark.parametrize("name, version", [(n, v) for n in CASES for v in ("1.4.2", "1.6.1")
+                                           if v in CASES[n].get("versions", ("1.4.2", "1.6.1"))])
+def test_router_features_match_dynamo(name, version, tmp_path, capsys):
     want = _recorded(name, version)
     runs = [_timeline(rows) for rows in want["records"]]
     exact = CASES[name].get("exact", {}).get(version)
@@ -85,3 +86,13 @@ def test_the_terms_change_the_routing(tmp_path, capsys):
     finally:
         del CASES["_plain"]
     assert _timeline(plain) != _timeline(_recorded(name, "1.4.2")["records"][0])
+
+
+def test_disaggregated_router_queue_is_refused_for_161(tmp_path, capsys):
+    # Dynamo 1.6.1 releases a queued request with the overlaps of its arrival (docs/decisions/0262)
+    case = CASES["queue_disagg_burst_fcfs"]
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(gzip.decompress((DATA / "traces" / case["trace"]).read_bytes()))
+    code = cli.main(["replay", str(trace), *case["args"], "--dynamo-version", "1.6.1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "router_queue_threshold in disaggregated replay" in err and "1.4.2" in err

@@ -1,4 +1,4 @@
-"""Record Dynamo's outputs for the cases of ``cases.json`` (tests/test_router_weights.py).
+"""Record Dynamo's outputs for the cases of ``cases.json`` (tests/test_router_features.py).
 
 Usage: ``python record.py VERSION PYTHON [RUNNER] [CASE ...]``. VERSION is ``1.4.2`` or ``1.6.1``;
 PYTHON an interpreter with that ``ai-dynamo`` release installed. For 1.4.2 each run is
