@@ -209,14 +209,17 @@ def _drain_prefill_queue(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, now):
 
 
 @inner
-def _release_source(pp, pool_p, rq_p, fl_p, dg, pa, k, t):
-    """Scheduling point of prefill worker ``k``: free the KV of copies activated downstream."""
+def _release_source(pp, pool_p, rq_p, rt_p, fl_p, dg, pa, k, t):
+    """Scheduling point of prefill worker ``k``: free the KV of copies activated downstream; the
+    prefill router frees their requests here (docs/decisions/0260)."""
     r = dg.rel_head[k]
     changed = r >= 0
     while r >= 0:
         nxt = dg.rel_next[r]
         free_blocks_nb(pp, pool_p, rq_p, k, np.int64(r), np.bool_(False))
         dg.released[r] = t
+        if rt_p.mode == KV_ROUTER:
+            free_request_nb(rt_p, k)
         fl_p.hold[k] -= 1
         r = nxt
     dg.rel_head[k] = -1
@@ -329,17 +332,14 @@ def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
 
 
 @inner
-def _activate(pd, pool_d, rq_d, rk_d, rt_p, fl_d, dg, k, t):
+def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
     """Scheduling point of decode worker ``k``: transferred requests are activated (their blocks
-    are registered, their prefill source is released) and wait for a seat (HANDED). The
-    prefill router frees them here."""
+    are registered, their prefill source is released) and wait for a seat (HANDED)."""
     r = dg.arr_head[k]
     changed = r >= 0
     while r >= 0:
         nxt = dg.arr_next[r]
         dg.activated[r] = t
-        if rt_p.mode == KV_ROUTER:
-            free_request_nb(rt_p, dg.pre_idx[r])
         fl_d.hold[k] -= 1
         # its content-keyed blocks become visible here (an equal block registered meanwhile
         # keeps serving hits; this one is a second copy of the key)
@@ -383,11 +383,11 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d
     if g < dg.n_pre:
         if rt_p.state[NQUEUE] > 0:
             _drain_prefill_queue(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, t)
-        _release_source(pp, pool_p, rq_p, fl_p, dg, pa, g, t)
+        _release_source(pp, pool_p, rq_p, rt_p, fl_p, dg, pa, g, t)
     else:
         _grant_tries(dg, g - dg.n_pre, True)
         _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
-        _activate(pd, pool_d, rq_d, rk_d, rt_p, fl_d, dg, g - dg.n_pre, t)
+        _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, g - dg.n_pre, t)
 
 
 @inline
@@ -501,7 +501,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                 if cl.busy[g] or fl_p.gstate[g] == UNUSED:
                     g += 1
                     continue
-                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, fl_p, dg, pa, g, now):
+                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, rt_p, fl_p, dg, pa, g, now):
                     cl.stalled[g] = False
                     changed = True
                 if cl.stalled[g] or rk_p.n_run[g] + rk_p.n_wait[g] == 0:
@@ -517,7 +517,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                     if _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, now):
                         changed = True
                 dg.res_tries[k] = 0
-                if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, rt_p, fl_d, dg, k, now):
+                if dg.arr_head[k] >= 0 and _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, now):
                     changed = True
                 if cl.stalled[g] or rk_d.n_run[k] + rk_d.n_wait[k] == 0:
                     g += 1
