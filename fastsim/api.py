@@ -63,6 +63,16 @@ def _positive_int(value, message) -> int:
     return int(value)
 
 
+# Why planner-in-the-loop replay is refused (docs/decisions/0261): there is no offline behaviour of
+# either release to reproduce.
+PLANNER_NOT_RUN = (
+    "neither Dynamo release runs planner-in-the-loop replay as it is installed: 1.4.2's replay stops "
+    "at 'import sklearn' (scikit-learn is not a dependency of ai-dynamo 1.4.2) and 1.6.1's at "
+    "'import aisimulate' (not a dependency of ai-dynamo 1.6.1), so there is no result to reproduce; "
+    "script the worker counts with a scaling schedule instead"
+)
+
+
 def _common(
     *, extra_engine_args, prefill_engine_args, decode_engine_args, router_config, aic_perf_config,
     num_workers, num_prefill_workers, num_decode_workers, replay_concurrency, replay_mode,
@@ -78,7 +88,7 @@ def _common(
     if router_mode not in ("round_robin", "kv_router"):
         raise InputError(f"router_mode must be either 'round_robin' or 'kv_router', got {router_mode!r}")
     if planner_config is not None:
-        raise NotSupportedError("planner_config (planner-in-the-loop replay) is not supported yet by fastsim")
+        raise NotSupportedError(f"planner_config is not supported by fastsim: {PLANNER_NOT_RUN}")
     if benchmark_granularity != 8:
         raise InputError("benchmark_granularity only applies with planner_config, which fastsim does not support yet")
     disagg = prefill_engine_args is not None or decode_engine_args is not None

@@ -220,7 +220,7 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
                    help="path to save the full replay report JSON (not written unless given)")
     p.add_argument("--report-jsonl", default=None,
                    help="optional path to emit one JSON object per request for trace-file replay")
-    p.add_argument("--planner-config", help="not supported yet (planner-in-the-loop replay)")
+    p.add_argument("--planner-config", help="refused: neither Dynamo release runs its planner offline as installed")
     p.add_argument("--benchmark-granularity", type=int, default=None,
                    help="planner only (not supported yet); Dynamo's default 8")
     p.add_argument("--max-sim-time-seconds", type=float, default=None,
@@ -448,10 +448,13 @@ def _check_unsupported(args) -> None:
     for dest, what in (
         ("router_policy_config", "router policy configuration"),
         ("model_name", "router policy profiles"),
-        ("planner_config", "planner-in-the-loop replay"),
     ):
         if getattr(args, dest) is not None:
             nope(_flag(dest), what)
+    if args.planner_config is not None:
+        from fastsim.api import PLANNER_NOT_RUN
+
+        raise UsageError(f"--planner-config is not supported by fastsim: {PLANNER_NOT_RUN} (--scaling-schedule)")
     for dest in _AIC_FLAGS:
         if getattr(args, dest) is not None:
             nope(_flag(dest), "AIConfigurator timing")

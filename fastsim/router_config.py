@@ -9,9 +9,11 @@ Q11, cluster doc C3-C4):
 * ``router_track_output_blocks`` is accepted and has no effect, as in Dynamo;
 * infrastructure fields (event threads, TTLs, replica sync, remote indexers...) have no effect on
   an offline replay and are accepted as Dynamo accepts them;
-* options that change routing in ways fastsim does not model (AIC prefill-load model, decay,
-  request-count weight, shared caches, conditional disaggregation, policy files) raise
-  :class:`NotSupportedError` unless left at their defaults.
+* ``overlap_score_credit_decay`` and ``decode_active_request_weight`` enter the cost as in
+  Dynamo (``kernels/router.py``, docs/decisions/0260);
+* options that change routing in ways fastsim does not model (AIC prefill-load model, shared
+  caches, conditional disaggregation, policy files) raise :class:`NotSupportedError` unless left
+  at their defaults.
 """
 
 from __future__ import annotations
@@ -88,9 +90,11 @@ class RouterConfig:
                      "router_assume_kv_reuse", "router_track_prefill_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"--router-config: '{name}' must be true or false")
+        for name in ("overlap_score_credit_decay", "decode_active_request_weight"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise InputError(f"--router-config: '{name}' is {v!r}; it must be a finite number >= 0")
         unsupported = {
-            "overlap_score_credit_decay": 0.0,
-            "decode_active_request_weight": 0.0,
             "router_prefill_load_model": "none",
             "router_policy_config": None,
             "shared_cache_multiplier": 0.0,

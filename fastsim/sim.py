@@ -82,9 +82,10 @@ def _initial_table_size(rq, block_size, n_ranks):
 
 
 def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed,
-                  record=False):
+                  record=False, queue_overlaps=False):
     """The router's configuration and state; ``record``: keep each kv_router request's routing
-    figures (best overlap, router-queue release) for the per-request routing history."""
+    figures (best overlap, router-queue release) for the per-request routing history;
+    ``queue_overlaps``: keep the overlaps a queued request saw at its queue entry."""
     from fastsim.kernels.router import FCFS, KV_ROUTER, LCFS, ROUND_ROBIN, WSPT, Router
     from fastsim.router_config import RouterConfig
 
@@ -102,8 +103,11 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
         queue_thr=float(cfg.router_queue_threshold) if cfg.router_queue_threshold is not None else -1.0,
         policy={"fcfs": FCFS, "lcfs": LCFS, "wspt": WSPT}[cfg.router_queue_policy],
         budget=int(params.budget),
+        decay=float(cfg.overlap_score_credit_decay),
+        req_weight=float(cfg.decode_active_request_weight),
         pf=np.zeros(n_ranks, dtype=np.int64),
         active=np.zeros(n_ranks, dtype=np.int64),
+        nreq=np.zeros(n_ranks, dtype=np.int64),
         tab_key=np.zeros(table, dtype=np.uint64),
         tab_rank=np.full(table, -1, dtype=np.int32),
         tab_cnt=np.zeros(table, dtype=np.int32),
@@ -121,6 +125,8 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
         state=np.zeros(4, dtype=np.int64),
         best=np.full(m if kv and record else 0, -1, dtype=np.int32),
         released=np.full(m if kv and record else 0, np.nan),
+        qov=np.zeros((m, n_ranks) if kv and queue_overlaps and cfg.router_queue_threshold is not None
+                     else (0, 1), dtype=np.int32),
     )
 
 

@@ -162,9 +162,12 @@ def simulate_disagg(
     gaps = new_gaps(G, skip=gap_skip)
     cfg = RouterConfig.coerce(router_config)
     cfg_p, cfg_d = stage_router_configs(cfg)
-    if cfg.router_queue_threshold is not None:
-        raise NotSupportedError("router_queue_threshold in disaggregated replay is not supported yet by fastsim")
-    rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history)
+    if cfg.router_queue_threshold is not None and router_mode == "kv_router" and version == "1.6.1":
+        raise NotSupportedError(
+            "router_queue_threshold in disaggregated replay is not supported yet by fastsim for Dynamo "
+            "1.6.1 (its prefill router releases a queued request with the cache overlaps it saw at the "
+            "arrival, docs/decisions/0262); it is for --dynamo-version 1.4.2")
+    rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history, queue_overlaps=True)
     rt_d = _router_state(router_mode, cfg_d, pd, n, D, G, 1024, seed + 1)
     rt_none = _router_state("round_robin", None, pd, 0, 1, G, 1, 0)
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
@@ -269,6 +272,7 @@ def simulate_disagg(
         if rt_p.best.shape[0]:
             req["route_selected_blocks"] = np.where(dg.route_overlap >= 0, dg.route_overlap // bs, -1)
             req["route_best_blocks"] = rt_p.best.astype(np.int64)
+            req["route_released_ms"] = rt_p.released.copy()
     committed = int(rk_p.seqc[5] + rk_d.seqc[5])
     if status == SIM_CAP:  # a pass in flight at the cap has not committed its prompt tokens yet
         committed -= int(cl.pass_commit[cl.last_stamp > out[2]].sum())

@@ -59,9 +59,16 @@ from fastsim.kernels.loop import (
 )
 from fastsim.kernels.router import (
     KV_ROUTER,
+    NQUEUE,
+    all_busy_nb,
     choose_target_nb,
     commit_route_nb,
+    free_request_nb,
+    note_queued_nb,
     note_route_nb,
+    queue_key_nb,
+    queue_pop_nb,
+    queue_push_nb,
     release_blocks_nb,
     release_prefill_nb,
     score_targets_nb,
@@ -142,14 +149,17 @@ def _final(rq_d, ss, cl, r, status, t):
 @inner
 def _score_decode(rt_d, fl_d, n_dec, nfull):
     """Decode router cost (derived config: no overlap credit, no dedup, no prefill load):
-    the worker's active prompt blocks plus the candidate's full blocks (active workers only)."""
+    the worker's active prompt blocks plus the candidate's full blocks (active workers only),
+    plus ``decode_active_request_weight`` times its active requests."""
     for k in range(n_dec):
         rt_d.overlap[k] = 0
         rt_d.cost[k] = float(rt_d.active[k] + nfull) if fl_d.gstate[k] == ACTIVE else np.inf
+        if rt_d.req_weight != 0.0:
+            rt_d.cost[k] += rt_d.req_weight * rt_d.nreq[k]
 
 
 @inner
-def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
+def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now):
     k = 0
     if rt_p.mode == KV_ROUTER:
         bs = pp.block_size
@@ -160,7 +170,7 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
         commit_route_nb(rt_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
                         rq_p.isl[r], bs, r, k)
         dg.route_overlap[r] = rt_p.overlap[k] * bs
-        note_route_nb(rt_p, r, dg.n_pre, 0.0)
+        note_route_nb(rt_p, r, dg.n_pre, now)
     else:  # round robin over the active prefill workers, in arrival order
         idx = dg.st[RRPRE] % fl_p.fs[NACT]
         dg.st[RRPRE] = idx + 1
@@ -171,14 +181,45 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r):
 
 
 @inner
-def _release_source(pp, pool_p, rq_p, fl_p, dg, pa, k, t):
-    """Scheduling point of prefill worker ``k``: free the KV of copies activated downstream."""
+def _admit_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now):
+    """An arrival: route it to a prefill worker, or queue it in the prefill router while that
+    router has a backlog or every prefill worker is busy (``router_queue_threshold``; the
+    decode router has no queue). True if routed."""
+    if rt_p.mode == KV_ROUTER and (rt_p.state[NQUEUE] > 0 or all_busy_nb(rt_p, dg.n_pre)):
+        bs = pp.block_size
+        nfull = _fill_prompt_keys(rq_p, np.int64(r), bs, pa.kbuf)
+        score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
+                         rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
+        queue_push_nb(rt_p, r, queue_key_nb(rt_p, now, rq_p.isl[r], bs, dg.n_pre))
+        note_queued_nb(rt_p, r)
+        return False
+    _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now)
+    return True
+
+
+@inner
+def _drain_prefill_queue(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, now):
+    """Route queued arrivals, first in the queue's order, while some prefill worker is not busy
+    (at the prefill router's lifecycle edges: a prefill's end, a worker becoming ready)."""
+    while rt_p.state[NQUEUE] > 0 and not all_busy_nb(rt_p, dg.n_pre):
+        r = queue_pop_nb(rt_p)
+        _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now)
+        # (routed on the overlaps of now; reported with those of its queue entry, as Dynamo does)
+        dg.route_overlap[r] = rt_p.qov[r, dg.pre_idx[r]] * pp.block_size
+
+
+@inner
+def _release_source(pp, pool_p, rq_p, rt_p, fl_p, dg, pa, k, t):
+    """Scheduling point of prefill worker ``k``: free the KV of copies activated downstream; the
+    prefill router frees their requests here (docs/decisions/0260)."""
     r = dg.rel_head[k]
     changed = r >= 0
     while r >= 0:
         nxt = dg.rel_next[r]
         free_blocks_nb(pp, pool_p, rq_p, k, np.int64(r), np.bool_(False))
         dg.released[r] = t
+        if rt_p.mode == KV_ROUTER:
+            free_request_nb(rt_p, k)
         fl_p.hold[k] -= 1
         r = nxt
     dg.rel_head[k] = -1
@@ -197,6 +238,8 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
     isl = rq_d.isl[r]
     bs = pd.block_size
     if (isl + bs - 1) // bs > pd.cap:
+        if rt_p.mode == KV_ROUTER:
+            free_request_nb(rt_p, k_pre)
         free_blocks_nb(pp, pool_p, rq_p, k_pre, np.int64(r), np.bool_(False))
         _final(rq_d, ss, cl, r, FAILED, t)
         return
@@ -312,7 +355,7 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
 
 
 @inline
-def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, t):
+def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, t):
     """Visible effects of group ``g``'s pass ending at ``t``, then its scheduling-point work."""
     r = cl.pend_head[g]
     while r >= 0:
@@ -324,6 +367,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
             else:  # rejected on the prefill worker
                 if rt_p.mode == KV_ROUTER:
                     release_prefill_nb(rt_p, r, dg.pre_idx[r])
+                    free_request_nb(rt_p, dg.pre_idx[r])
                 rq_p.status[r] = REJECTED
                 _final(rq_d, ss, cl, r, REJECTED, t)
         else:
@@ -337,7 +381,9 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p
     cl.pend_head[g] = -1
     cl.pend_tail[g] = -1
     if g < dg.n_pre:
-        _release_source(pp, pool_p, rq_p, fl_p, dg, pa, g, t)
+        if rt_p.state[NQUEUE] > 0:
+            _drain_prefill_queue(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, t)
+        _release_source(pp, pool_p, rq_p, rt_p, fl_p, dg, pa, g, t)
     else:
         _grant_tries(dg, g - dg.n_pre, True)
         _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
@@ -380,7 +426,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         tourney_set_nb(cl.ctree, cl.cdue, g, end)
         return True
     if progress:
-        _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, now)
+        _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, now)
         return True
     cl.stalled[g] = True
     return False
@@ -398,9 +444,8 @@ def _route_arrivals(pp, pool_p, rq_p, rq_d, rk_p, ss, cl, rt_p, fl_p, dg, pa, no
             return n, woke
         arrive_nb(rq_p, r, t_arr)
         arrive_nb(rq_d, r, t_arr)
-        _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r)
         n += 1
-        if not cl.busy[dg.pre_idx[r]]:
+        if _admit_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now) and not cl.busy[dg.pre_idx[r]]:
             woke = True
 
 
@@ -416,11 +461,13 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             t_end = cl.cdue[g]
             tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)
             cl.busy[g] = False
-            _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g,
+            _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g,
                       t_end)
             changed = True
         # workers that finished starting
         if fl_p.fs[NSTARTING] > 0 and mark_ready_nb(fl_p, now):
+            if rt_p.state[NQUEUE] > 0:
+                _drain_prefill_queue(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, now)
             changed = True
         if fl_d.fs[NSTARTING] > 0 and mark_ready_nb(fl_d, now):
             changed = True
@@ -454,7 +501,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                 if cl.busy[g] or fl_p.gstate[g] == UNUSED:
                     g += 1
                     continue
-                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, fl_p, dg, pa, g, now):
+                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, rt_p, fl_p, dg, pa, g, now):
                     cl.stalled[g] = False
                     changed = True
                 if cl.stalled[g] or rk_p.n_run[g] + rk_p.n_wait[g] == 0:

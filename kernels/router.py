@@ -5,10 +5,15 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
 * targets are DP ranks; each target's *index* is exactly its KV pool (full blocks stored at pass
   start, removed on eviction, cached inactive blocks included), so the overlap of a request is the
   longest prefix of its full prompt blocks present in the target's pool;
-* ``cost = pls * max(0, (PF + isl) / bs - credit * overlap) + ActiveBlocks + NewBlocks`` where PF is
-  the target's in-flight prefill tokens (``isl - overlap * bs`` of each request routed there, until
-  its first token), ActiveBlocks the deduplicated union of the full prompt blocks of the target's
-  unfinished requests and NewBlocks the candidate's full blocks not in that union;
+* ``cost = pls * max(0, (PF + isl) / bs - credit * decay * overlap) + ActiveBlocks + NewBlocks
+  + w * ActiveRequests`` where PF is the target's in-flight prefill tokens (``isl - overlap * bs``
+  of each request routed there, until its first token), ActiveBlocks the deduplicated union of the
+  full prompt blocks of the target's unfinished requests, NewBlocks the candidate's full blocks not
+  in that union, ActiveRequests the requests routed there and not yet freed and ``w``
+  ``decode_active_request_weight``;
+* ``decay = 1 / (1 + overlap_score_credit_decay * ((PF - min PF) / bs) / ceil(isl / bs))``, the
+  minimum over the active targets (1 when the decay is 0 or prefill tokens are not tracked): a
+  backlogged target's cache hit is worth less (docs/decisions/0260);
 * temperature 0 takes the lowest cost; exact ties (random in Dynamo) are broken by a seeded
   generator, so a seed gives bit-identical runs; T > 0 samples
   ``p ~ exp(-(c - c_min) / ((c_max - c_min) * T))``;
@@ -47,8 +52,11 @@ class Router(NamedTuple):
     queue_thr: float  # < 0: no router queue
     policy: int
     budget: int  # max_num_batched_tokens of the workers (busy test)
+    decay: float  # overlap_score_credit_decay
+    req_weight: float  # decode_active_request_weight
     pf: np.ndarray  # int64[R]: in-flight prefill tokens per target
     active: np.ndarray  # int64[R]: |union of active prompt blocks| (or their sum without dedup)
+    nreq: np.ndarray  # int64[R]: requests routed to the target and not yet freed
     tab_key: np.ndarray  # uint64[T]
     tab_rank: np.ndarray  # int32[T] (-1 = empty)
     tab_cnt: np.ndarray  # int32[T]
@@ -69,6 +77,9 @@ class Router(NamedTuple):
     # the queue (NaN: routed at once; -1 while queued)
     best: np.ndarray  # int32[n] or empty
     released: np.ndarray  # float64[n] or empty
+    # the overlaps (blocks) of each target when a request entered the router queue: Dynamo
+    # reports a queued request's route overlap as its queue entry saw it (int32[n, R] or empty)
+    qov: np.ndarray
 
 
 # ----------------------------------------------------------------------------- rng
@@ -162,6 +173,16 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
 
     Ranks of workers that are not active (starting, draining, retired) get an infinite cost.
     """
+    decaying = rt.decay > 0.0 and rt.track_prefill
+    min_pf = np.int64(0)
+    if decaying:  # the least prefill backlog among the targets that can take the request
+        min_pf = np.int64(-1)
+        for k in range(n_targets):
+            if gstate[k if dp == 1 else k // dp] == 2 and (min_pf < 0 or rt.pf[k] < min_pf):
+                min_pf = rt.pf[k]
+        if min_pf < 0:
+            min_pf = 0
+    req_blocks = float((isl + bs - 1) // bs)
     for k in range(n_targets):
         # (every request scores every target: without attention DP, no division per target)
         if gstate[k if dp == 1 else k // dp] != 2:  # fleet.ACTIVE
@@ -171,7 +192,11 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
         overlap = match_prefix_nb(pool, k, keys, nshare)[0] if nshare > 0 else 0
         rt.overlap[k] = overlap
         pf = rt.pf[k] if rt.track_prefill else 0
-        load = (pf + isl) / bs - rt.credit * overlap
+        credit = rt.credit
+        if decaying:
+            excess = max(rt.pf[k] - min_pf, 0) / float(bs)
+            credit = credit * (1.0 / (1.0 + rt.decay * (excess / req_blocks)))
+        load = (pf + isl) / bs - credit * overlap
         if load < 0.0:
             load = 0.0
         c = rt.pls * load
@@ -181,6 +206,8 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
             else:
                 new = nfull
             c = c + rt.active[k] + new
+        if rt.req_weight != 0.0:
+            c = c + rt.req_weight * rt.nreq[k]
         rt.cost[k] = c
 
 
@@ -235,6 +262,7 @@ def commit_route_nb(rt, keys, nfull, nshare, isl, bs, r, k):
     rt.route_pf[r] = contrib
     rt.pf_open[r] = True
     rt.pf[k] += contrib
+    rt.nreq[k] += 1
     if rt.track_active:
         if rt.dedup:
             for j in range(nshare):
@@ -276,9 +304,16 @@ def release_prefill_nb(rt, r, k):
 
 
 @inner
+def free_request_nb(rt, k):
+    """A request routed to target ``k`` leaves the router's count of its active requests."""
+    rt.nreq[k] -= 1
+
+
+@inner
 def release_blocks_nb(rt, keys, nfull, nshare, k):
-    """The request ended: its prompt blocks leave the target's active union (``nshare`` as in
-    ``commit_route_nb``)."""
+    """The request ended: it leaves the target's active requests, and its prompt blocks the
+    target's active union (``nshare`` as in ``commit_route_nb``)."""
+    free_request_nb(rt, k)
     if not rt.track_active:
         return
     if rt.dedup:
@@ -303,9 +338,29 @@ def all_busy_nb(rt, n_targets):
 
 
 # ----------------------------------------------------------------------------- router queue
+@inner
+def queue_key_nb(rt, now, isl, bs, n_targets):
+    """The router-queue priority of a request arriving at ``now`` (lower leaves first): its
+    arrival (fcfs), the reverse (lcfs), or its prompt tokens not cached on the best target (wspt;
+    ``rt.overlap`` must hold its scores)."""
+    if rt.policy == FCFS:
+        return now
+    if rt.policy == LCFS:
+        return -now
+    best = 0
+    for k in range(n_targets):
+        if rt.overlap[k] > best:
+            best = rt.overlap[k]
+    return float(max(isl - best * bs, 1))
+
+
 @kernel_noalloc
 def queue_push_nb(rt, r, key):
-    """Queue request ``r`` with priority ``key`` (lower leaves first; enqueue order breaks ties)."""
+    """Queue request ``r`` with priority ``key`` (lower leaves first; enqueue order breaks ties).
+    ``rt.overlap`` holds its scores if its queue-entry overlaps are kept (``rt.qov``)."""
+    if rt.qov.shape[0] > 0:
+        for k in range(rt.qov.shape[1]):
+            rt.qov[r, k] = rt.overlap[k]
     rt.qkey[r] = key
     rt.qseq[r] = rt.state[QSEQ]
     rt.state[QSEQ] += 1

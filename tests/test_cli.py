@@ -113,7 +113,6 @@ def test_dynamo_rules(capsys, argv, message):
         (["--aic-tp-size", "2"], "--aic-tp-size"),
         (["--router-policy-config", "p.yaml"], "--router-policy-config"),
         (["--model-name", "m"], "--model-name"),
-        (["--planner-config", "{}"], "--planner-config"),
         (["--benchmark-granularity", "8"], "--benchmark-granularity"),
         (["--replay-mode", "online"], "--replay-mode=online"),
         (["--trace-format", "mooncake-delta"], "--trace-format=mooncake-delta"),
@@ -125,6 +124,13 @@ def test_dynamo_rules(capsys, argv, message):
 def test_unsupported_flags_are_named(capsys, extra, flag):
     code, out, err = run(capsys, "replay", TRACE, *extra)
     assert code == 2 and flag in err and "not supported yet" in err
+
+
+def test_planner_config_is_refused_with_the_reason(capsys):
+    # neither release runs its planner offline as installed (docs/decisions/0261)
+    code, out, err = run(capsys, "replay", TRACE, "--planner-config", "{}")
+    assert code == 2 and "--planner-config is not supported by fastsim" in err
+    assert "import sklearn" in err and "import aisimulate" in err
 
 
 def test_unknown_flag_is_an_argparse_error(capsys):

@@ -170,4 +170,8 @@ def test_router_config_validation():
     with pytest.raises(InputError, match="must contain a JSON object"):
         RouterConfig.coerce("null")
     with pytest.raises(NotSupportedError):
-        RouterConfig.coerce({"decode_active_request_weight": 1.0})
+        RouterConfig.coerce({"shared_cache_multiplier": 1.0})
+    for name in ("overlap_score_credit_decay", "decode_active_request_weight"):
+        assert getattr(RouterConfig.coerce({name: 2.5}), name) == 2.5
+        with pytest.raises(InputError, match=f"'{name}' is -1.0; it must be a finite number >= 0"):
+            RouterConfig.coerce({name: -1.0})
