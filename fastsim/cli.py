@@ -459,8 +459,8 @@ def _check_unsupported(args) -> None:
         nope("--benchmark-granularity", "it only applies with --planner-config")
     if args.replay_mode != "offline":
         nope(f"--replay-mode={args.replay_mode}", "use --replay-mode=offline")
-    if args.trace_format not in ("mooncake", "azure"):
-        nope(f"--trace-format={args.trace_format}", "supported: mooncake, azure")
+    if args.trace_format not in ("mooncake", "azure", "mooncake-delta"):
+        nope(f"--trace-format={args.trace_format}", "supported: mooncake, mooncake-delta, azure")
     _check_dynamo16_options(args, nope)
     if args.trace_shared_prefix_ratio != 0.0:
         nope("--trace-shared-prefix-ratio", "applied_compute_agentic traces")

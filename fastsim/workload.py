@@ -50,7 +50,6 @@ _I64_MAX = 2**63 - 1
 TRACE_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo",
                  "weka")
 _UNSUPPORTED_FORMATS = {
-    "mooncake-delta": "per-session delta prompts (cumulative token history)",
     "agentic_mooncake": "agentic request dependencies (wait_for / branches)",
     "agentic-mooncake": "agentic request dependencies (wait_for / branches)",
     "applied_compute_agentic": "applied-compute agentic sessions",
@@ -92,6 +91,11 @@ class Workload:
     # explicit ``session_id`` of a trace's sessions, by session number (the others are named
     # ``request_<line of their first turn>``); None for workloads that carry no names
     session_ids: Optional[dict] = None
+    # A session played as one growing token stream (``mooncake-delta``): the prompt tokens the
+    # row's hash ids cover (int64[n]; the rest of its prompt is the stream's earlier output and
+    # deltas), and the row that starts its stream (int64[n]). None: every prompt is its hash ids.
+    key_isl: Optional[np.ndarray] = None
+    stream_row: Optional[np.ndarray] = None
 
     @property
     def n_requests(self) -> int:
@@ -151,6 +155,11 @@ class Workload:
             raise InputError("Workload hash CSR is inconsistent")
         if n and (self.isl.min() < 1 or self.osl.min() < 0):
             raise InputError("Workload lengths out of range (isl >= 1, osl >= 0)")
+        if (self.key_isl is None) != (self.stream_row is None):
+            raise InputError("Workload.key_isl and stream_row must both be set or both be None")
+        if self.key_isl is not None and (self.key_isl.shape != (n,) or self.stream_row.shape != (n,)
+                                         or np.any(self.key_isl > self.isl)):
+            raise InputError("Workload stream columns are inconsistent")
         return self
 
 
@@ -801,8 +810,9 @@ def load_trace(
 ) -> Workload:
     """Load one trace file by format.
 
-    ``trace_format`` is ``"mooncake"`` (default; a path ending in ``.csv`` is read as Azure CSV) or
-    ``"azure"``. Dynamo's other formats (``mooncake-delta``, ``agentic_mooncake``,
+    ``trace_format`` is ``"mooncake"`` (default; a path ending in ``.csv`` is read as Azure CSV),
+    ``"mooncake-delta"`` (``fastsim.traces.mooncake_delta``) or ``"azure"``. Dynamo's other
+    formats (``agentic_mooncake``,
     ``applied_compute_agentic``, ``dynamo``) raise :class:`NotSupportedError`; anything else raises
     :class:`InputError`. ``trace_block_size`` None means 512 (Dynamo's default). ``dynamo_version``
     decides what a Mooncake row longer than its hash ids gives (see :func:`load_mooncake`).
@@ -813,13 +823,17 @@ def load_trace(
     if fmt in _UNSUPPORTED_FORMATS:
         raise NotSupportedError(
             f"trace_format '{fmt}' ({_UNSUPPORTED_FORMATS[fmt]}) is not supported yet by fastsim "
-            "(supported: 'mooncake', 'azure')"
+            "(supported: 'mooncake', 'mooncake-delta', 'azure')"
         )
     p = os.fspath(path)
     if fmt in ("azure", "azure_csv", "azure-csv") or (fmt == "mooncake" and p.lower().endswith((".csv", ".csv.gz"))):
         loader, extra = load_azure_csv, {}
     elif fmt == "mooncake":
         loader, extra = load_mooncake, {"dynamo_version": dynamo_version}
+    elif fmt == "mooncake-delta":
+        from fastsim.traces.mooncake_delta import load_mooncake_delta
+
+        loader, extra = load_mooncake_delta, {"dynamo_version": dynamo_version}
     else:
         loader = None
     if loader is not None:
