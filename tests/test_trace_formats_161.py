@@ -1,0 +1,58 @@
+"""Dynamo 1.6.1's other trace formats (tests/data/traces_161, see its README): recorded cases of
+each format fastsim replays, run through ``fastsim replay --dynamo-version 1.6.1`` with the
+arguments Dynamo was given. Every numeric report field must agree within 1e-9 relative and every
+request's timeline (admission, first and last token, terminal time, input length, reuse) to the
+nanosecond.
+"""
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fastsim import cli
+
+DATA = Path(__file__).parent / "data" / "traces_161"
+CASES = json.loads((DATA / "cases.json").read_text())
+WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
+TIMELINE = ("session_id", "turn_index", "arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms",
+            "terminal_time_ms", "input_length", "output_length", "reused_input_tokens", "terminal_status")
+
+
+def _replay(args, tmp_path, capsys):
+    rep, jsonl = tmp_path / "r.json", tmp_path / "r.jsonl"
+    argv = ["replay", *args, "--dynamo-version", "1.6.1", "--report-json", str(rep), "--report-jsonl", str(jsonl)]
+    cwd = os.getcwd()
+    os.chdir(DATA)
+    try:
+        assert cli.main(argv) == 0
+    finally:
+        os.chdir(cwd)
+    capsys.readouterr()
+    return json.loads(rep.read_text()), [json.loads(line) for line in jsonl.read_text().splitlines()]
+
+
+def _rel(a, b):
+    return 0.0 if abs(a - b) <= 1e-12 else abs(a - b) / max(abs(b), 1e-12)
+
+
+def _timeline(recs):
+    def norm(r):
+        return tuple(round(r[k], 6) if isinstance(r.get(k), float) else r.get(k) for k in TIMELINE)
+
+    return sorted(map(norm, recs), key=repr)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_trace_format_case_matches_dynamo_161(name, tmp_path, capsys):
+    got, mine = _replay(CASES[name]["args"], tmp_path, capsys)
+    want = json.loads((DATA / f"{name}.json").read_text())
+    misses = [f"{k}: fastsim {got.get(k)!r}, Dynamo {v!r}" for k, v in want.items()
+              if k not in WALL_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)
+              and not (isinstance(got.get(k), (int, float)) and _rel(got[k], v) <= 1e-9)]
+    assert not misses, "\n".join(misses)
+    with gzip.open(DATA / f"{name}.per_request.jsonl.gz", "rt") as f:
+        ref = [json.loads(line) for line in f]
+    assert _timeline(mine) == _timeline(ref)
