@@ -2,7 +2,8 @@
 each format fastsim replays, run through ``fastsim replay --dynamo-version 1.6.1`` with the
 arguments Dynamo was given. Every numeric report field must agree within 1e-9 relative and every
 request's timeline (admission, first and last token, terminal time, input length, reuse) to the
-nanosecond.
+nanosecond. Cases marked ``dynamo_version: "1.4.2"`` were recorded on Dynamo 1.4.2 and run with
+``--dynamo-version 1.4.2``.
 """
 
 import gzip
@@ -21,9 +22,9 @@ TIMELINE = ("session_id", "turn_index", "arrival_time_ms", "first_admit_ms", "fi
             "terminal_time_ms", "input_length", "output_length", "reused_input_tokens", "terminal_status")
 
 
-def _replay(args, tmp_path, capsys):
+def _replay(args, version, tmp_path, capsys):
     rep, jsonl = tmp_path / "r.json", tmp_path / "r.jsonl"
-    argv = ["replay", *args, "--dynamo-version", "1.6.1", "--report-json", str(rep), "--report-jsonl", str(jsonl)]
+    argv = ["replay", *args, "--dynamo-version", version, "--report-json", str(rep), "--report-jsonl", str(jsonl)]
     cwd = os.getcwd()
     os.chdir(DATA)
     try:
@@ -47,7 +48,7 @@ def _timeline(recs):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_trace_format_case_matches_dynamo_161(name, tmp_path, capsys):
-    got, mine = _replay(CASES[name]["args"], tmp_path, capsys)
+    got, mine = _replay(CASES[name]["args"], CASES[name].get("dynamo_version", "1.6.1"), tmp_path, capsys)
     want = json.loads((DATA / f"{name}.json").read_text())
     misses = [f"{k}: fastsim {got.get(k)!r}, Dynamo {v!r}" for k, v in want.items()
               if k not in WALL_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)

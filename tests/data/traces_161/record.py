@@ -5,7 +5,8 @@ the runner that puts the 1.4.2 command line in front of 1.6.1's replay API (``ru
 of the shared reference set). For each case it runs ``PYTHON RUNNER <args> --report-json
 NAME.json --report-jsonl NAME.per_request.jsonl`` with ``DYN_LOG=error`` and gzips the JSONL
 (``gzip -n``); a case with ``runs: 3`` (kv_router) also writes ``NAME.run2.json`` and
-``NAME.run3.json``.
+``NAME.run3.json``. A case with ``dynamo_version: "1.4.2"`` is run by ``python -m dynamo.replay`` of
+the Python named by ``DYNAMO_142_PYTHON`` instead.
 """
 import gzip
 import json
@@ -19,6 +20,8 @@ def record(python, runner, name, case):
     for run in range(1, case.get("runs", 1) + 1):
         rep = f"{name}.json" if run == 1 else f"{name}.run{run}.json"
         cmd = [python, runner, *case["args"], "--report-json", rep]
+        if case.get("dynamo_version") == "1.4.2":
+            cmd = [os.environ["DYNAMO_142_PYTHON"], "-m", "dynamo.replay", *case["args"], "--report-json", rep]
         if run == 1:
             cmd += ["--report-jsonl", f"{name}.per_request.jsonl"]
         subprocess.run(cmd, check=True, env=dict(os.environ, DYN_LOG="error"), stdout=subprocess.DEVNULL)
