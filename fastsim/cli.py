@@ -44,8 +44,10 @@ from fastsim.pages import small_pages
 
 __all__ = ["main", "build_parser", "default_report_path", "resolve_report_path"]
 
-_TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo", "weka",
-                  "azure")
+_TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "agentic-mooncake", "applied_compute_agentic",
+                  "dynamo", "weka", "azure")
+# the formats fastsim replays (the others are refused as not yet)
+_REPLAYED_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "agentic-mooncake")
 _AIC_FLAGS = (
     "aic_backend", "aic_system", "aic_backend_version", "aic_tp_size", "aic_model_path",
     "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_gemm_dtype",
@@ -233,8 +235,12 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     d16.add_argument("--quiet", action="store_true", help="print nothing on stdout (the summary and the saved-file lines)")
     d16.add_argument("--kv-event-lag-ms", type=float,
                      help="delay of the KV events the kv_router's indexer sees (ms); only 0 is supported yet")
-    d16.add_argument("--agentic-lanes", type=int, help="agentic trace replay: lanes (not supported yet)")
-    d16.add_argument("--execution-model", help="target model of an agentic trace (no effect on Mooncake/Azure)")
+    d16.add_argument("--agentic-lanes", type=int,
+                     help="agentic traces: run this many plays at a time, each on the cluster's own timing "
+                          "(default: every play at its recorded time)")
+    d16.add_argument("--execution-model",
+                     help="target model of an agentic trace (required for agentic_mooncake and weka; no effect "
+                          "on Mooncake/Azure)")
     d16.add_argument("--weka-nested-timestamp-basis", choices=("auto", "absolute", "relative"),
                      help="weka traces only (not supported yet)")
     d16.add_argument("--telemetry-jsonl", help="Dynamo 1.6 telemetry samples as JSONL (not supported yet)")
@@ -459,8 +465,8 @@ def _check_unsupported(args) -> None:
         nope("--benchmark-granularity", "it only applies with --planner-config")
     if args.replay_mode != "offline":
         nope(f"--replay-mode={args.replay_mode}", "use --replay-mode=offline")
-    if args.trace_format not in ("mooncake", "azure", "mooncake-delta"):
-        nope(f"--trace-format={args.trace_format}", "supported: mooncake, mooncake-delta, azure")
+    if args.trace_format not in _REPLAYED_FORMATS:
+        nope(f"--trace-format={args.trace_format}", "supported: " + ", ".join(_REPLAYED_FORMATS))
     _check_dynamo16_options(args, nope)
     if args.trace_shared_prefix_ratio != 0.0:
         nope("--trace-shared-prefix-ratio", "applied_compute_agentic traces")
@@ -486,12 +492,12 @@ def _check_dynamo16_options(args, nope) -> None:
             raise UsageError("kv_event_lag_ms only supports router_mode='kv_router'")
         if lag > 0:
             nope("--kv-event-lag-ms", "a KV event lag: the kv_router's indexer sees every event at once")
-    if args.agentic_lanes is not None:
-        raise UsageError("agentic_lanes requires trace_format='agentic_mooncake', 'weka', or 'dynamo'")
-    if args.weka_nested_timestamp_basis is not None:
-        raise UsageError("weka_nested_timestamp_basis requires trace_format='weka'")
-    if args.execution_model is not None and not args.execution_model.strip():
-        raise UsageError("execution_model must be non-empty")
+    from fastsim.traces.agentic_run import check_options
+
+    try:
+        check_options(args.trace_format, args.agentic_lanes, args.execution_model, args.weka_nested_timestamp_basis)
+    except FastsimError as exc:
+        raise UsageError(str(exc)) from None
     if args.telemetry_jsonl is not None:
         nope("--telemetry-jsonl", "Dynamo 1.6's telemetry samples; fastsim samples workers with "
              "--telemetry-interval-ms and --report-workers")
@@ -583,6 +589,9 @@ def _run_replay(args, using_trace_file, common):
             trace_block_size=args.trace_block_size,
             trace_format=args.trace_format,
             report_jsonl_path=args.report_jsonl,
+            agentic_lanes=args.agentic_lanes,
+            execution_model=args.execution_model,
+            weka_nested_timestamp_basis=args.weka_nested_timestamp_basis,
             max_sim_time_ms=(args.max_sim_time_seconds * 1000.0 if args.max_sim_time_seconds is not None else None),
             **common,
         )

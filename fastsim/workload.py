@@ -50,8 +50,6 @@ _I64_MAX = 2**63 - 1
 TRACE_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo",
                  "weka")
 _UNSUPPORTED_FORMATS = {
-    "agentic_mooncake": "agentic request dependencies (wait_for / branches)",
-    "agentic-mooncake": "agentic request dependencies (wait_for / branches)",
     "applied_compute_agentic": "applied-compute agentic sessions",
     "dynamo": "raw Dynamo request traces",
     "weka": "a directory of agent traces (Dynamo 1.6)",
@@ -96,6 +94,9 @@ class Workload:
     # deltas), and the row that starts its stream (int64[n]). None: every prompt is its hash ids.
     key_isl: Optional[np.ndarray] = None
     stream_row: Optional[np.ndarray] = None
+    # Agentic traces: the request graph that releases the arrivals (fastsim.traces.graph); None:
+    # sessions of turns as above
+    graph: Optional[object] = None
 
     @property
     def n_requests(self) -> int:
@@ -807,6 +808,7 @@ def load_trace(
     arrival_speedup_ratio: float = 1.0,
     concurrency_mode: bool = False,
     dynamo_version: str = "1.6.1",
+    weka_nested_timestamp_basis: Optional[str] = None,
 ) -> Workload:
     """Load one trace file by format.
 
@@ -825,6 +827,10 @@ def load_trace(
             f"trace_format '{fmt}' ({_UNSUPPORTED_FORMATS[fmt]}) is not supported yet by fastsim "
             "(supported: 'mooncake', 'mooncake-delta', 'azure')"
         )
+    if fmt in ("agentic_mooncake", "agentic-mooncake", "weka", "dynamo"):
+        from fastsim.traces import agentic_run
+
+        return agentic_run.load(path, fmt, arrival_speedup_ratio, weka_nested_timestamp_basis)
     p = os.fspath(path)
     if fmt in ("azure", "azure_csv", "azure-csv") or (fmt == "mooncake" and p.lower().endswith((".csv", ".csv.gz"))):
         loader, extra = load_azure_csv, {}
