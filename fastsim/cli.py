@@ -47,7 +47,7 @@ __all__ = ["main", "build_parser", "default_report_path", "resolve_report_path"]
 _TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "agentic-mooncake", "applied_compute_agentic",
                   "dynamo", "weka", "azure")
 # the formats fastsim replays (the others are refused as not yet)
-_REPLAYED_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "agentic-mooncake")
+_REPLAYED_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "agentic-mooncake", "dynamo")
 _AIC_FLAGS = (
     "aic_backend", "aic_system", "aic_backend_version", "aic_tp_size", "aic_model_path",
     "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_gemm_dtype",

@@ -43,6 +43,10 @@ def load(path, fmt, arrival_speedup_ratio, weka_nested_timestamp_basis):
         from fastsim.traces.agentic_mooncake import load_agentic_mooncake
 
         return load_agentic_mooncake(path, arrival_speedup_ratio)
+    if fmt == "dynamo":
+        from fastsim.traces.dynamo_trace import load_dynamo_trace
+
+        return load_dynamo_trace(path, arrival_speedup_ratio)
     raise NotSupportedError(f"trace_format '{fmt}' is not supported yet by fastsim")
 
 
