@@ -235,7 +235,7 @@ from fastsim.errors import FastsimError, InputError, NotSupportedError  # noqa: 
         (dict(extra_engine_args={"worker_type": "decode"}), InputError, "only supports aggregated workers"),
         (dict(extra_engine_args={"watermark": 0.01}), InputError, "extra_engine_args: unknown field 'watermark'"),
         (dict(trace_shared_prefix_ratio=0.5), NotSupportedError, "applied_compute_agentic"),
-        (dict(trace_format="weka"), NotSupportedError, "trace_format 'weka'"),
+        (dict(trace_format="weka", execution_model="m"), NotSupportedError, "trace_format 'weka'"),
         (dict(trace_format="dynamo"), InputError, "field 'event_type' must be request_end"),
         (dict(trace_block_size=0), InputError, "trace_block_size must be greater than 0"),
         (dict(arrival_speedup_ratio=-1.0), InputError, "arrival_speedup_ratio must be a finite positive"),
