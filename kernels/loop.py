@@ -293,9 +293,10 @@ def _activate_session(ss, cl, s, t):
 
 @inner
 def _turns_follow(ss, cl):
-    """True if a turn's end can release an arrival: sessions of several turns, or a closed loop
-    (in an open loop of single turns every arrival is known from the start)."""
-    return cl.concurrency > 0 or ss.rows.shape[0] > ss.ptr.shape[0] - 1
+    """True if a turn's end can release an arrival: sessions of several turns, a closed loop or
+    an agentic request graph (in an open loop of single turns every arrival is known from the
+    start)."""
+    return cl.concurrency > 0 or ss.rows.shape[0] > ss.ptr.shape[0] - 1 or ss.graph.play.shape[0] > 0
 
 
 @inner

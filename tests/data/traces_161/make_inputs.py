@@ -1,7 +1,10 @@
 """Write the deterministic inputs of the trace-format cases (run from this folder).
 
 ``python make_inputs.py``: ``inputs/delta_*.jsonl`` (mooncake-delta sessions: the first turn a full
-prompt, later turns input deltas with a ``delay`` or a ``timestamp``).
+prompt, later turns input deltas with a ``delay`` or a ``timestamp``), ``inputs/agentic_*.jsonl``
+(agentic_mooncake v2 plays: growing conversations, sub-agents spawned on dispatch and joined) and
+``inputs/dynamo_*.jsonl`` (Dynamo request-trace records of agents with sub-agent sessions, named by
+blocking or background tool records, or by timestamps alone).
 """
 import json
 import os
@@ -38,6 +41,111 @@ def delta_trace(path, seed, sessions, turns, first_blocks, delta_blocks, out, ga
                 f.write(json.dumps(row) + "\n")
 
 
+
+
+AGENTIC_HEADER = {"schema": "dynamo.agentic_mooncake", "version": 2, "block_size": 64, "hash_id_scope": "local",
+                  "source": {"format": "fastsim-tests", "digest": "agentic"}}
+
+
+def agentic_trace(path, seed, plays, turns, kids, gap, sys_blocks=2, models=("m-a",), spread=False):
+    """Plays of a main conversation whose context grows turn by turn (each turn repeats the
+    history's hash ids), spawning ``kids`` sub-agents on dispatch after its first turn and joining
+    them before its next turn; ``spread``: some later turns also carry a not_before_ms."""
+    rnd = random.Random(seed)
+    nid = 10_000
+    rows = []
+    for p in range(plays):
+        ctx = list(range(sys_blocks))  # a system prompt shared by every play
+        t0 = p * gap + rnd.randint(0, gap // 3)
+        prev = None
+        for t in range(turns):
+            add = rnd.randint(1, 3)
+            ctx = ctx + list(range(nid, nid + add))
+            nid += add
+            rid = f"p{p:02d}-t{t}"
+            deps = []
+            if prev is not None:
+                deps.append({"request_id": prev, "trigger": "completion", "delay_ms": rnd.choice([0, 1, 50, 400]),
+                             "relation": "sequence"})
+            if t == 2 and kids:
+                for k in range(kids):
+                    deps.append({"request_id": f"p{p:02d}-k{k}", "trigger": "completion",
+                                 "delay_ms": rnd.randint(0, 20), "relation": "join"})
+            nb = t0 if t == 0 else (t0 + 700 * t if spread and rnd.random() < 0.5 else 0)
+            rows.append({"request_id": rid, "play_id": f"play{p:02d}", "session_id": f"p{p}-main",
+                         "model": models[p % len(models)], "input_length": 64 * len(ctx) - rnd.randint(0, 63),
+                         "output_length": rnd.randint(20, 160), "hash_ids": list(ctx), "not_before_ms": nb,
+                         "dependencies": deps})
+            if t == 0:
+                for k in range(kids):
+                    kctx = ctx[:sys_blocks] + list(range(nid, nid + 2))
+                    nid += 2
+                    rows.append({"request_id": f"p{p:02d}-k{k}", "play_id": f"play{p:02d}",
+                                 "session_id": f"p{p}-sub{k}", "model": models[-1],
+                                 "input_length": 64 * len(kctx) - rnd.randint(0, 63),
+                                 "output_length": rnd.randint(10, 80), "hash_ids": kctx, "not_before_ms": 0,
+                                 "dependencies": [{"request_id": rid, "trigger": "dispatch",
+                                                   "delay_ms": rnd.randint(0, 30), "relation": "spawn"}]})
+            prev = rid
+    rnd.shuffle(rows)  # file order does not matter: nodes are numbered by request_id
+    with open(path, "w") as f:
+        f.write(json.dumps(AGENTIC_HEADER) + "\n")
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def dynamo_trace(path, seed, parents, turns, background=False, tools=True, t0=1_700_000_000_000):
+    """Dynamo request-trace records: a parent session of ``turns`` requests per agent; after its
+    first request a child session of two requests (a tool record names it unless ``tools`` is
+    False: the spawn and join then come from the timestamps)."""
+    rnd = random.Random(seed)
+    recs = []
+    nid = 1
+    for a in range(parents):
+        t = t0 + a * 900 + rnd.randint(0, 300)
+        ctx = [nid, nid + 1]
+        nid += 2
+
+        def req(rid, sess, start, parent=None):
+            nonlocal nid
+            dur = rnd.randint(30, 200) + rnd.random()
+            hashes = list(ctx) + [nid]
+            nid += 1
+            ctxd = {"session_id": sess}
+            if parent:
+                ctxd["parent_session_id"] = parent
+            rec = {"schema": "dynamo.request.trace.v1", "event_type": "request_end",
+                   "event_time_unix_ms": start + int(dur) + 1, "agent_context": ctxd,
+                   "request": {"request_id": rid, "model": "src", "output_tokens": rnd.randint(5, 60),
+                               "request_received_ms": start, "total_time_ms": dur,
+                               "replay": {"trace_block_size": 16, "input_length": 16 * len(hashes) - rnd.randint(0, 15),
+                                          "input_sequence_hashes": hashes}}}
+            recs.append(rec)
+            return start + round(dur)
+        end = req(f"a{a}-r0", f"agent{a}", t)
+        child_start = t + rnd.randint(5, 40)
+        c_end = req(f"a{a}-c0", f"agent{a}-sub", child_start, parent=f"agent{a}")
+        c_end = req(f"a{a}-c1", f"agent{a}-sub", c_end + rnd.randint(1, 50), parent=f"agent{a}")
+        nxt = max(end, c_end) + rnd.randint(1, 80) if not background else end + rnd.randint(1, 30)
+        if tools:
+            recs.append({"schema": "dynamo.request.trace.v1", "event_type": "tool_end", "event_time_unix_ms": c_end,
+                         "agent_context": {"session_id": f"agent{a}"},
+                         "tool": {"tool_call_id": f"tool-{a}", "tool_class": "agent", "started_at_unix_ms": end,
+                                  "ended_at_unix_ms": c_end,
+                                  "claude": {"source_request_id": f"a{a}-r0",
+                                             "consumer_request_id": None if background else f"a{a}-r1",
+                                             "child_session_id": f"agent{a}-sub",
+                                             "execution_mode": "background" if background else "blocking"}}})
+        for k in range(1, turns):
+            ctx = ctx + [nid]
+            nid += 1
+            nxt = req(f"a{a}-r{k}", f"agent{a}", nxt) + rnd.randint(1, 120)
+    rnd.shuffle(recs)
+    with open(path, "w") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+
+
 if __name__ == "__main__":
     os.makedirs("inputs", exist_ok=True)
     delta_trace("inputs/delta_small.jsonl", 1, 40, 4, 3, 2, 120, 400, 1500, 4)
@@ -46,4 +154,10 @@ if __name__ == "__main__":
     delta_trace("inputs/delta_timestamps.jsonl", 4, 30, 5, 2, 2, 100, 500, 1200, 2, use_timestamps=True)
     delta_trace("inputs/delta_dense.jsonl", 5, 60, 5, 3, 2, 150, 60, 300, 4)
     delta_trace("inputs/delta_tbs64.jsonl", 6, 50, 4, 6, 4, 80, 200, 700, 5, tbs=64)
+    agentic_trace("inputs/agentic_small.jsonl", 11, 12, 4, 2, 800)
+    agentic_trace("inputs/agentic_chain.jsonl", 12, 8, 8, 0, 2000, sys_blocks=4)
+    agentic_trace("inputs/agentic_wide.jsonl", 13, 40, 3, 3, 150, models=("m-a", "m-b"), spread=True)
+    dynamo_trace("inputs/dynamo_blocking.jsonl", 21, 10, 3)
+    dynamo_trace("inputs/dynamo_background.jsonl", 22, 10, 3, background=True)
+    dynamo_trace("inputs/dynamo_timestamps.jsonl", 23, 12, 3, tools=False)
     print("ok")
