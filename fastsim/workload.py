@@ -51,7 +51,6 @@ TRACE_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "app
                  "weka")
 _UNSUPPORTED_FORMATS = {
     "applied_compute_agentic": "applied-compute agentic sessions",
-    "weka": "a directory of agent traces (Dynamo 1.6)",
 }
 from fastsim.dynamo_version import DYNAMO_VERSIONS  # noqa: E402  (re-exported)
 from fastsim.dynamo_version import check_version as check_dynamo_version  # noqa: E402
