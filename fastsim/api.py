@@ -309,10 +309,9 @@ def run_trace_replay(
         raise InputError("trace replay requires at least one trace file")
     if trace_format != "dynamo" and len(files) != 1:
         raise InputError(f"trace_format={trace_format!r} requires exactly one trace file, got {len(files)}")
-    if trace_shared_prefix_ratio != 0.0 or trace_num_prefix_groups != 0:
+    if (trace_shared_prefix_ratio != 0.0 or trace_num_prefix_groups != 0) and trace_format != "applied_compute_agentic":
         raise NotSupportedError(
-            "trace_shared_prefix_ratio / trace_num_prefix_groups apply to "
-            "trace_format='applied_compute_agentic', which fastsim does not support yet"
+            "trace_shared_prefix_ratio / trace_num_prefix_groups apply to trace_format='applied_compute_agentic' only"
         )
     from fastsim.traces import agentic_run
 
@@ -322,10 +321,14 @@ def run_trace_replay(
         files[0] if trace_format != "dynamo" else files,
         trace_format=trace_format,
         trace_block_size=DEFAULT_TRACE_BLOCK_SIZE if trace_block_size is None else trace_block_size,
-        arrival_speedup_ratio=opts["arrival_speedup_ratio"],
+        # Dynamo (1.4.2 and 1.6.1) leaves a closed loop's inter-turn delays as recorded: the speed-up
+        # only rescales trace arrival times (checked on both releases, docs/decisions/0303)
+        arrival_speedup_ratio=1.0 if opts["replay_concurrency"] is not None else opts["arrival_speedup_ratio"],
         concurrency_mode=opts["replay_concurrency"] is not None,
         dynamo_version=dynamo_version,
         weka_nested_timestamp_basis=weka_nested_timestamp_basis,
+        shared_prefix_ratio=trace_shared_prefix_ratio,
+        num_prefix_groups=trace_num_prefix_groups,
     )
     if workload.graph is not None or trace_format in agentic_run.GRAPH_FORMATS:
         return agentic_run.run(workload, opts, trace_format, agentic_lanes, execution_model, report_jsonl_path,

@@ -47,7 +47,8 @@ __all__ = ["main", "build_parser", "default_report_path", "resolve_report_path"]
 _TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "agentic-mooncake", "applied_compute_agentic",
                   "dynamo", "weka", "azure")
 # the formats fastsim replays (the others are refused as not yet)
-_REPLAYED_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "agentic-mooncake", "dynamo")
+_REPLAYED_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "agentic-mooncake", "dynamo",
+                     "applied_compute_agentic")
 _AIC_FLAGS = (
     "aic_backend", "aic_system", "aic_backend_version", "aic_tp_size", "aic_model_path",
     "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_gemm_dtype",
@@ -215,9 +216,9 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
                    help="format of the trace file (fastsim supports mooncake and azure)")
     p.add_argument("--trace-block-size", type=int, help="tokens represented by each hash_id; defaults to 512")
     p.add_argument("--trace-shared-prefix-ratio", type=float, default=0.0,
-                   help="applied_compute_agentic only (not supported yet)")
+                   help="applied_compute_agentic only")
     p.add_argument("--trace-num-prefix-groups", type=int, default=0,
-                   help="applied_compute_agentic only (not supported yet)")
+                   help="applied_compute_agentic only")
     p.add_argument("--report-json",
                    help="path to save the full replay report JSON (not written unless given)")
     p.add_argument("--report-jsonl", default=None,
@@ -468,10 +469,11 @@ def _check_unsupported(args) -> None:
     if args.trace_format not in _REPLAYED_FORMATS:
         nope(f"--trace-format={args.trace_format}", "supported: " + ", ".join(_REPLAYED_FORMATS))
     _check_dynamo16_options(args, nope)
-    if args.trace_shared_prefix_ratio != 0.0:
-        nope("--trace-shared-prefix-ratio", "applied_compute_agentic traces")
-    if args.trace_num_prefix_groups != 0:
-        nope("--trace-num-prefix-groups", "applied_compute_agentic traces")
+    if args.trace_format != "applied_compute_agentic":
+        if args.trace_shared_prefix_ratio != 0.0:
+            nope("--trace-shared-prefix-ratio", "it applies to --trace-format applied_compute_agentic only")
+        if args.trace_num_prefix_groups != 0:
+            nope("--trace-num-prefix-groups", "it applies to --trace-format applied_compute_agentic only")
     disagg = args.prefill_engine_args is not None or args.decode_engine_args is not None
     if not disagg and (args.num_prefill_workers != 1 or args.num_decode_workers != 1):
         raise UsageError(
@@ -590,6 +592,8 @@ def _run_replay(args, using_trace_file, common):
             trace_format=args.trace_format,
             report_jsonl_path=args.report_jsonl,
             agentic_lanes=args.agentic_lanes,
+            trace_shared_prefix_ratio=args.trace_shared_prefix_ratio,
+            trace_num_prefix_groups=args.trace_num_prefix_groups,
             execution_model=args.execution_model,
             weka_nested_timestamp_basis=args.weka_nested_timestamp_basis,
             max_sim_time_ms=(args.max_sim_time_seconds * 1000.0 if args.max_sim_time_seconds is not None else None),

@@ -49,9 +49,7 @@ _I64_MAX = 2**63 - 1
 # Dynamo's trace formats (``--trace-format`` choices) plus fastsim's ``azure`` CSV reader.
 TRACE_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo",
                  "weka")
-_UNSUPPORTED_FORMATS = {
-    "applied_compute_agentic": "applied-compute agentic sessions",
-}
+_UNSUPPORTED_FORMATS = {}
 from fastsim.dynamo_version import DYNAMO_VERSIONS  # noqa: E402  (re-exported)
 from fastsim.dynamo_version import check_version as check_dynamo_version  # noqa: E402
 
@@ -807,6 +805,8 @@ def load_trace(
     concurrency_mode: bool = False,
     dynamo_version: str = "1.6.1",
     weka_nested_timestamp_basis: Optional[str] = None,
+    shared_prefix_ratio: float = 0.0,
+    num_prefix_groups: int = 0,
 ) -> Workload:
     """Load one trace file by format.
 
@@ -834,6 +834,14 @@ def load_trace(
         loader, extra = load_azure_csv, {}
     elif fmt == "mooncake":
         loader, extra = load_mooncake, {"dynamo_version": dynamo_version}
+    elif fmt == "applied_compute_agentic":
+        if not concurrency_mode:
+            raise InputError("trace_format='applied_compute_agentic' requires replay_concurrency because the "
+                             "source traces do not include first-turn timestamps")
+        from fastsim.traces.applied_compute import load_applied_compute_agentic
+
+        loader = load_applied_compute_agentic
+        extra = {"shared_prefix_ratio": shared_prefix_ratio, "num_prefix_groups": num_prefix_groups}
     elif fmt == "mooncake-delta":
         from fastsim.traces.mooncake_delta import load_mooncake_delta
 
@@ -843,6 +851,10 @@ def load_trace(
     if loader is not None:
         tbs = _check_tbs(trace_block_size)
         # a sweep's configurations share one reading (fastsim/reuse.py)
+        if loader.__name__ == "load_applied_compute_agentic":
+            return reuse.trace(p, (loader.__name__, tbs, arrival_speedup_ratio, shared_prefix_ratio, num_prefix_groups),
+                               lambda: loader(p, trace_block_size=tbs, arrival_speedup_ratio=arrival_speedup_ratio,
+                                              **extra))
         return reuse.trace(p, (loader.__name__, tbs, arrival_speedup_ratio, bool(concurrency_mode), dynamo_version),
                            lambda: loader(p, trace_block_size=tbs, arrival_speedup_ratio=arrival_speedup_ratio,
                                           concurrency_mode=concurrency_mode, **extra))

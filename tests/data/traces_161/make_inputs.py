@@ -146,6 +146,20 @@ def dynamo_trace(path, seed, parents, turns, background=False, tools=True, t0=1_
             f.write(json.dumps(r) + "\n")
 
 
+def applied_compute_trace(path, seed, sessions, max_turns, prompt, answer, tool, latency_s):
+    """Applied-compute agentic sessions: a prompt, then turns of answer + tool output + tool latency."""
+    rnd = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(sessions):
+            k = rnd.randint(0, max_turns)
+            f.write(json.dumps({
+                "num_turns": k, "input_prompt_length": rnd.randint(prompt // 2, prompt),
+                "assistant_response_length": [rnd.randint(1, answer) for _ in range(k)],
+                "tool_call_output_length": [rnd.randint(0, tool) for _ in range(k)],
+                "tool_call_latency": [round(rnd.uniform(0, latency_s), 3) for _ in range(k)],
+                "final_assistant_response_length": rnd.randint(1, answer)}) + "\n")
+
+
 if __name__ == "__main__":
     os.makedirs("inputs", exist_ok=True)
     delta_trace("inputs/delta_small.jsonl", 1, 40, 4, 3, 2, 120, 400, 1500, 4)
@@ -160,4 +174,6 @@ if __name__ == "__main__":
     dynamo_trace("inputs/dynamo_blocking.jsonl", 21, 10, 3)
     dynamo_trace("inputs/dynamo_background.jsonl", 22, 10, 3, background=True)
     dynamo_trace("inputs/dynamo_timestamps.jsonl", 23, 12, 3, tools=False)
+    applied_compute_trace("inputs/applied_small.jsonl", 31, 30, 5, 2000, 120, 600, 1.5)
+    applied_compute_trace("inputs/applied_long.jsonl", 32, 12, 12, 6000, 200, 1500, 0.8)
     print("ok")
