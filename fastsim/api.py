@@ -322,7 +322,7 @@ def run_trace_replay(
         trace_format=trace_format,
         trace_block_size=DEFAULT_TRACE_BLOCK_SIZE if trace_block_size is None else trace_block_size,
         # Dynamo (1.4.2 and 1.6.1) leaves a closed loop's inter-turn delays as recorded: the speed-up
-        # only rescales trace arrival times (checked on both releases, docs/decisions/0303)
+        # only rescales trace arrival times (checked on both releases, docs/decisions/0302)
         arrival_speedup_ratio=1.0 if opts["replay_concurrency"] is not None else opts["arrival_speedup_ratio"],
         concurrency_mode=opts["replay_concurrency"] is not None,
         dynamo_version=dynamo_version,
