@@ -462,12 +462,22 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
 
 
 @inner
+def _shareable(rq, r, nfull):
+    """How many of ``r``'s ``nfull`` full prompt blocks another request can hold: its content-keyed
+    ones (the rest are unique to it), or all of them in a growing session stream (mooncake-delta:
+    a turn's later blocks are its session's earlier turns', kept under the stream's keys)."""
+    if rq.kid.shape[0] > 0:
+        return nfull
+    return min(nfull, key_span(rq, r)[1])
+
+
+@inner
 def _release_kv(p, rq, rt, pa, r):
     """kv_router: request ``r``'s prefill load and prompt blocks leave the router."""
     k = rq.rank[r]
     release_prefill_nb(rt, r, k)
     nfull = _fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
-    release_blocks_nb(rt, pa.kbuf, nfull, min(nfull, key_span(rq, r)[1]), k)
+    release_blocks_nb(rt, pa.kbuf, nfull, _shareable(rq, r, nfull), k)
 
 
 @inner
@@ -476,7 +486,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
     nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
-    nshare = min(nfull, key_span(rq, r)[1])  # unique blocks match nowhere
+    nshare = _shareable(rq, r, nfull)
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
@@ -565,7 +575,7 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
         else:  # wspt: smallest uncached prompt first
             bs = p.block_size
             nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
-            nshare = min(nfull, key_span(rq, r)[1])
+            nshare = _shareable(rq, r, nfull)
             score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
                              fl.gstate, cl.dp)
             best = 0

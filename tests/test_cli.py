@@ -117,8 +117,6 @@ def test_dynamo_rules(capsys, argv, message):
         (["--benchmark-granularity", "8"], "--benchmark-granularity"),
         (["--replay-mode", "online"], "--replay-mode=online"),
         (["--trace-format", "weka"], "--trace-format=weka"),
-        (["--trace-format", "applied_compute_agentic", "--replay-concurrency", "2"],
-         "--trace-format=applied_compute_agentic"),
         (["--trace-shared-prefix-ratio", "0.5"], "--trace-shared-prefix-ratio"),
         (["--trace-num-prefix-groups", "2"], "--trace-num-prefix-groups"),
     ],

@@ -62,8 +62,7 @@ def test_every_runner_flag_exists():
         ([TRACE, "--ais-perf-config", "{}"], "--ais-perf-config is not supported yet"),
         ([TRACE, "--trace-format", "weka"], "--trace-format=weka is not supported yet"),
         ([TRACE, "--trace-format", "weka", "--weka-nested-timestamp-basis", "auto"], "--trace-format=weka is not supported yet"),
-        ([TRACE, "--trace-format", "applied_compute_agentic", "--replay-concurrency", "2"],
-         "--trace-format=applied_compute_agentic is not supported yet"),
+        ([TRACE, "--trace-format", "weka", "--execution-model", "m"], "--trace-format=weka is not supported yet"),
     ],
 )
 def test_flags_of_other_features_are_not_supported_yet(capsys, argv, words):

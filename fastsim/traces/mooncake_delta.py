@@ -76,16 +76,13 @@ def accumulate_deltas(base: Workload) -> Workload:
 
 def check_stream_options(trace_format, disagg, router_mode, engine):
     """Refuse (NotSupportedError, naming the option) what fastsim does not model for growing
-    session streams yet: the kv_router's indexer would have to see their generated blocks, a
-    disaggregated copy would have to carry them, and a model-length cap makes a turn's output,
-    hence the next turn's prompt, depend on the run."""
+    session streams yet: a disaggregated copy would have to carry their generated blocks, and a
+    model-length cap makes a turn's output, hence the next turn's prompt, depend on the run."""
     from fastsim.errors import NotSupportedError
 
     what = None
     if disagg:
         what = "disaggregated replay"
-    elif router_mode == "kv_router":
-        what = "--router-mode kv_router (its indexer would see the streams' generated blocks)"
     elif getattr(engine, "max_model_len", None) is not None:
         what = "max_model_len (a cut output would shorten the next turn's prompt)"
     if what is not None:
