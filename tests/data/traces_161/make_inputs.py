@@ -6,6 +6,7 @@ prompt, later turns input deltas with a ``delay`` or a ``timestamp``), ``inputs/
 ``inputs/dynamo_*.jsonl`` (Dynamo request-trace records of agents with sub-agent sessions, named by
 blocking or background tool records, or by timestamps alone).
 """
+import gzip
 import json
 import os
 import random
@@ -94,7 +95,7 @@ def agentic_trace(path, seed, plays, turns, kids, gap, sys_blocks=2, models=("m-
             f.write(json.dumps(r) + "\n")
 
 
-def dynamo_trace(path, seed, parents, turns, background=False, tools=True, t0=1_700_000_000_000):
+def dynamo_trace(path, seed, parents, turns, background=False, tools=True, t0=1_700_000_000_000, prefix="a"):
     """Dynamo request-trace records: a parent session of ``turns`` requests per agent; after its
     first request a child session of two requests (a tool record names it unless ``tools`` is
     False: the spawn and join then come from the timestamps)."""
@@ -122,24 +123,24 @@ def dynamo_trace(path, seed, parents, turns, background=False, tools=True, t0=1_
                                           "input_sequence_hashes": hashes}}}
             recs.append(rec)
             return start + round(dur)
-        end = req(f"a{a}-r0", f"agent{a}", t)
+        end = req(f"{prefix}{a}-r0", f"{prefix}gent{a}", t)
         child_start = t + rnd.randint(5, 40)
-        c_end = req(f"a{a}-c0", f"agent{a}-sub", child_start, parent=f"agent{a}")
-        c_end = req(f"a{a}-c1", f"agent{a}-sub", c_end + rnd.randint(1, 50), parent=f"agent{a}")
+        c_end = req(f"{prefix}{a}-c0", f"{prefix}gent{a}-sub", child_start, parent=f"{prefix}gent{a}")
+        c_end = req(f"{prefix}{a}-c1", f"{prefix}gent{a}-sub", c_end + rnd.randint(1, 50), parent=f"{prefix}gent{a}")
         nxt = max(end, c_end) + rnd.randint(1, 80) if not background else end + rnd.randint(1, 30)
         if tools:
             recs.append({"schema": "dynamo.request.trace.v1", "event_type": "tool_end", "event_time_unix_ms": c_end,
-                         "agent_context": {"session_id": f"agent{a}"},
+                         "agent_context": {"session_id": f"{prefix}gent{a}"},
                          "tool": {"tool_call_id": f"tool-{a}", "tool_class": "agent", "started_at_unix_ms": end,
                                   "ended_at_unix_ms": c_end,
-                                  "claude": {"source_request_id": f"a{a}-r0",
-                                             "consumer_request_id": None if background else f"a{a}-r1",
-                                             "child_session_id": f"agent{a}-sub",
+                                  "claude": {"source_request_id": f"{prefix}{a}-r0",
+                                             "consumer_request_id": None if background else f"{prefix}{a}-r1",
+                                             "child_session_id": f"{prefix}gent{a}-sub",
                                              "execution_mode": "background" if background else "blocking"}}})
         for k in range(1, turns):
             ctx = ctx + [nid]
             nid += 1
-            nxt = req(f"a{a}-r{k}", f"agent{a}", nxt) + rnd.randint(1, 120)
+            nxt = req(f"{prefix}{a}-r{k}", f"{prefix}gent{a}", nxt) + rnd.randint(1, 120)
     rnd.shuffle(recs)
     with open(path, "w") as f:
         for r in recs:
@@ -174,6 +175,10 @@ if __name__ == "__main__":
     dynamo_trace("inputs/dynamo_blocking.jsonl", 21, 10, 3)
     dynamo_trace("inputs/dynamo_background.jsonl", 22, 10, 3, background=True)
     dynamo_trace("inputs/dynamo_timestamps.jsonl", 23, 12, 3, tools=False)
+    dynamo_trace("inputs/dynamo_part2.jsonl", 25, 6, 4, prefix="b", t0=1_700_000_002_000)
+    with open("inputs/dynamo_blocking.jsonl", "rb") as f, gzip.GzipFile("inputs/dynamo_blocking_copy.jsonl.gz", "wb",
+                                                                         mtime=0) as g:
+        g.write(f.read())
     applied_compute_trace("inputs/applied_small.jsonl", 31, 30, 5, 2000, 120, 600, 1.5)
     applied_compute_trace("inputs/applied_long.jsonl", 32, 12, 12, 6000, 200, 1500, 0.8)
     print("ok")
