@@ -48,7 +48,7 @@ _TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "agentic-moo
                   "dynamo", "weka", "azure")
 # the formats fastsim replays (the others are refused as not yet)
 _REPLAYED_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "agentic-mooncake", "dynamo",
-                     "applied_compute_agentic")
+                     "applied_compute_agentic", "weka")
 _AIC_FLAGS = (
     "aic_backend", "aic_system", "aic_backend_version", "aic_tp_size", "aic_model_path",
     "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_gemm_dtype",

@@ -48,13 +48,9 @@ def load(path, fmt, arrival_speedup_ratio, weka_nested_timestamp_basis):
 
         return load_dynamo_trace(path, arrival_speedup_ratio)
     if fmt == "weka":
-        import os
+        from fastsim.traces.weka import load_weka
 
-        p = os.fspath(path)
-        if not os.path.exists(p):
-            raise InputError(f"weka trace directory {p} does not exist")
-        raise NotSupportedError(f"trace_format 'weka' ({p}: a directory of agent traces) is not supported yet by "
-                                "fastsim: its lowering of sub-agents and conversation chains is not reproduced")
+        return load_weka(path, weka_nested_timestamp_basis, arrival_speedup_ratio)
     raise NotSupportedError(f"trace_format '{fmt}' is not supported yet by fastsim")
 
 

@@ -115,9 +115,11 @@ def _fail(where, msg):
     raise InputError(f"{where}: {msg}" if where else msg)
 
 
-def build_graph(nodes: List[Node], block_size: int, source_format: str, source_digest: str, path: str):
+def build_graph(nodes: List[Node], block_size: int, source_format: str, source_digest: str, path: str,
+                play_order: Optional[List[str]] = None):
     """Check ``nodes`` as Dynamo does and number them; returns (graph, per-row arrays dict with
-    ``isl``, ``osl``, ``hash_ptr``, ``hash_ids``, ``line``). Errors name the node's position."""
+    ``isl``, ``osl``, ``hash_ptr``, ``hash_ids``, ``line``). Errors name the node's position.
+    ``play_order``: the plays in their source order (default: ``play_id`` order)."""
     if not nodes:
         raise InputError(f"{path}: agentic trace did not contain any requests")
     seen = {}
@@ -128,7 +130,10 @@ def build_graph(nodes: List[Node], block_size: int, source_format: str, source_d
     nodes = sorted(nodes, key=lambda nd: nd.request_id.encode("utf-8"))  # Rust's String order: bytes
     index = {nd.request_id: i for i, nd in enumerate(nodes)}
     n = len(nodes)
-    plays = sorted({nd.play_id for nd in nodes}, key=lambda s: s.encode("utf-8"))
+    if play_order is None:
+        plays = sorted({nd.play_id for nd in nodes}, key=lambda s: s.encode("utf-8"))
+    else:
+        plays = list(dict.fromkeys(play_order))
     play_index = {p: i for i, p in enumerate(plays)}
     play = np.array([play_index[nd.play_id] for nd in nodes], dtype=np.int64)
     src, dst, delay, trig = [], [], [], []
