@@ -96,8 +96,9 @@ def test_empty_and_missing_files(tmp_path):
         load(tmp_path / "nope.jsonl")
     with pytest.raises(InputError, match="weka trace directory .* does not exist"):
         load(tmp_path / "nodir", fmt="weka")
-    with pytest.raises(NotSupportedError, match="trace_format 'weka'.*not supported yet"):
-        load(tmp_path, fmt="weka")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="contains no JSON or JSONL files"):
+        load(tmp_path / "empty", fmt="weka")
 
 
 def rec(rid, start, session="s", dur=10, parent=None, **kw):
@@ -136,6 +137,44 @@ def test_bad_dynamo_records(tmp_path, recs, words):
     p = dynamo(tmp_path, recs)
     with pytest.raises(InputError) as ei:
         load(p, fmt="dynamo")
+    msg = str(ei.value)
+    assert all(w in msg for w in words), msg
+
+
+def weka_dir(tmp_path, requests, **kw):
+    d = tmp_path / "corpus"
+    d.mkdir(exist_ok=True)
+    trace = {"id": "w", "models": ["m"], "block_size": 4, "hash_id_scope": "local", "requests": requests}
+    trace.update(kw)
+    (d / "t.json").write_text(json.dumps(trace))
+    return d
+
+
+def wreq(t, **kw):
+    r = {"t": t, "type": "n", "model": "m", "in": 8, "out": 2, "hash_ids": [1, 2], "api_time": 0.1}
+    r.update(kw)
+    return r
+
+
+@pytest.mark.parametrize("requests, kw, words", [
+    ([wreq(0), wreq(-1)], {}, ["t.json: $.requests[1]", "field 't'"]),
+    ([wreq(0), wreq(1, api_time=-2)], {}, ["$.requests[1]", "'api_time'"]),
+    ([wreq(0, **{"in": 0})], {}, ["$.requests[0]", "'in' must be positive"]),
+    ([wreq(0), {"t": 1, "type": "x"}], {}, ["$.requests[1]", "'type'"]),
+    ([wreq(0), {"t": 1, "type": "subagent", "agent_id": "a", "subagent_type": "E", "status": "failed",
+               "requests": [wreq(0)]}], {}, ["$.requests[1]", "'status'", "'failed'"]),
+    ([wreq(0), {"t": 1, "type": "subagent", "agent_id": "a", "subagent_type": "E", "status": "completed",
+               "requests": []}], {}, ["$.requests[1]", "needs replayable requests"]),
+    ([wreq(0), {"t": 5, "type": "subagent", "agent_id": "a", "subagent_type": "E", "status": "completed",
+               "requests": [wreq(1.0)]}], {"_basis": "absolute"}, ["$.requests[1].requests[0]", "precedes its subagent marker"]),
+    ([wreq(0, model="other")], {}, ["absent from its 'models'"]),
+    ([wreq(0)], {"hash_id_scope": "global"}, ["'hash_id_scope'"]),
+])
+def test_bad_weka_traces(tmp_path, requests, kw, words):
+    basis = kw.pop("_basis", None)
+    d = weka_dir(tmp_path, requests, **kw)
+    with pytest.raises(InputError) as ei:
+        load_trace(d, trace_format="weka", weka_nested_timestamp_basis=basis)
     msg = str(ei.value)
     assert all(w in msg for w in words), msg
 

@@ -60,9 +60,6 @@ def test_every_runner_flag_exists():
         ([TRACE, "--kv-event-lag-ms", "500", "--router-mode", "kv_router"], "--kv-event-lag-ms is not supported yet"),
         ([TRACE, "--telemetry-jsonl", "t.jsonl"], "--telemetry-jsonl is not supported yet"),
         ([TRACE, "--ais-perf-config", "{}"], "--ais-perf-config is not supported yet"),
-        ([TRACE, "--trace-format", "weka"], "--trace-format=weka is not supported yet"),
-        ([TRACE, "--trace-format", "weka", "--weka-nested-timestamp-basis", "auto"], "--trace-format=weka is not supported yet"),
-        ([TRACE, "--trace-format", "weka", "--execution-model", "m"], "--trace-format=weka is not supported yet"),
     ],
 )
 def test_flags_of_other_features_are_not_supported_yet(capsys, argv, words):

@@ -161,6 +161,57 @@ def applied_compute_trace(path, seed, sessions, max_turns, prompt, answer, tool,
                 "final_assistant_response_length": rnd.randint(1, answer)}) + "\n")
 
 
+def weka_corpus(root, seed, n_traces, gap_s=0.2, absolute=False):
+    """Weka traces with a main conversation, a second conversation forked off it (a worker chain),
+    a preamble request sharing nothing, streaming requests, blocking and background sub-agents
+    (with and without duration_ms), in a nested directory and a .jsonl file of two traces; short
+    gaps, so the replay's own timing decides the arrivals."""
+    rnd = random.Random(seed)
+
+    def req(t, ids, model="big", kind="n"):
+        return {"t": round(t, 6), "type": kind, "model": model, "in": 64 * len(ids) - rnd.randint(0, 63),
+                "out": rnd.randint(20, 140), "hash_ids": list(ids), "api_time": round(rnd.uniform(0.3, 1.5), 4)}
+
+    def trace(k):
+        base = 10_000 * (k + 1)
+        t = 0.0
+        reqs = [req(t, [base + 900], model="small")]  # a preamble: shares nothing
+        ctx = [1, 2, base]
+        fork = None
+        for j in range(7):
+            t += rnd.uniform(0.05, gap_s)
+            ctx = ctx + [base + 1 + j]
+            reqs.append(req(t, ctx, kind=rnd.choice("ns")))
+            if j == 1:
+                fork = ctx[:3] + [base + 500]
+            if j in (2, 4) and fork is not None:
+                fork = fork + [base + 510 + j]
+                reqs.append(req(t + 0.01, fork))
+            if j == 3:
+                sub_t = t + 0.02
+                inner_t = (lambda x: x) if not absolute else (lambda x: sub_t + x)
+                status = "completed" if k % 2 == 0 else "async_launched"
+                sub = {"t": round(sub_t, 6), "type": "subagent", "agent_id": f"a{k}", "subagent_type": "Explore",
+                       "status": status, "models": ["small"],
+                       "requests": [dict(req(0, [7, base + 700]), model="small", t=round(inner_t(0.0), 6)),
+                                    dict(req(0, [7, base + 700, base + 701]), model="small",
+                                         t=round(inner_t(0.3), 6))]}
+                if k % 3:
+                    sub["duration_ms"] = 1500
+                reqs.append(sub)
+        return {"id": f"w{k}", "models": ["big", "small"], "block_size": 64, "hash_id_scope": "local",
+                "requests": reqs}
+
+    os.makedirs(f"{root}/team", exist_ok=True)
+    for k in range(n_traces - 2):
+        sub = "team/" if k % 2 else ""
+        with open(f"{root}/{sub}trace{k:02d}.json", "w") as f:
+            json.dump(trace(k), f)
+    with open(f"{root}/more.jsonl", "w") as f:
+        for k in range(n_traces - 2, n_traces):
+            f.write(json.dumps(trace(k)) + "\n")
+
+
 if __name__ == "__main__":
     os.makedirs("inputs", exist_ok=True)
     delta_trace("inputs/delta_small.jsonl", 1, 40, 4, 3, 2, 120, 400, 1500, 4)
@@ -181,4 +232,6 @@ if __name__ == "__main__":
         g.write(f.read())
     applied_compute_trace("inputs/applied_small.jsonl", 31, 30, 5, 2000, 120, 600, 1.5)
     applied_compute_trace("inputs/applied_long.jsonl", 32, 12, 12, 6000, 200, 1500, 0.8)
+    weka_corpus("inputs/weka_rel", 41, 8)
+    weka_corpus("inputs/weka_abs", 42, 6, absolute=True)
     print("ok")
