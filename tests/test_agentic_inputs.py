@@ -53,6 +53,8 @@ def load(p, fmt="agentic_mooncake"):
     ([node("a", model="")], [":2", "'model'"]),
     ([node("a", output_length=-1)], [":2", "'output_length'"]),
     ([node("a", hash_ids=[1, "x"])], [":2", "'hash_ids'"]),
+    ([node("a", source_play_ordinal=0), node("b")], [":3", "'source_play_ordinal' must be set on every row"]),
+    ([node("a", source_play_ordinal=1)], ["contiguous from 0"]),
 ])
 def test_bad_agentic_mooncake_rows(tmp_path, rows, words):
     p = agentic(tmp_path, rows)
@@ -78,7 +80,7 @@ def test_bad_agentic_mooncake_header(tmp_path, header, words):
 
 def test_legacy_rows_and_priorities_are_not_yet(tmp_path):
     p = agentic(tmp_path, [node("a")], header=None)
-    with pytest.raises(NotSupportedError, match="without the v2 header"):
+    with pytest.raises(InputError, match="must be the agentic Mooncake v2 header.*not read by Dynamo 1.6.1"):
         load(p)
     p = agentic(tmp_path, [node("a", priority=3)])
     with pytest.raises(NotSupportedError, match="'priority'"):

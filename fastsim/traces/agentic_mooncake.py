@@ -64,9 +64,9 @@ def _header(text, where):
     h = _json(text, where, "the agentic Mooncake v2 header")
     if not isinstance(h, dict) or h.get("schema") != SCHEMA:
         if isinstance(h, dict) and "request_id" in h:
-            raise NotSupportedError(f"{where}: an agentic_mooncake trace without the v2 header (legacy rows with "
-                                    "'wait_for') is not supported yet by fastsim; the first line must be "
-                                    f'{{"schema": "{SCHEMA}", "version": 2, ...}}')
+            raise InputError(f"{where}: the first line must be the agentic Mooncake v2 header "
+                             f'{{"schema": "{SCHEMA}", "version": 2, ...}}; rows without it (legacy rows with '
+                             "'wait_for') are not read by Dynamo 1.6.1 either")
         raise InputError(f"{where}: the first line must be the agentic Mooncake v2 header with "
                          f"\"schema\": \"{SCHEMA}\", got {text.strip()[:80]!r}")
     if h.get("version") != 2:
@@ -125,13 +125,37 @@ def _node(row, where, bs, line):
     if toks is not None and (not isinstance(toks, list) or len(toks) != osl):
         raise InputError(f"{where}: field 'output_token_ids' must list output_length ({osl}) tokens")
     nb = _number(row, "not_before_ms", where, default=0.0)
+    ordinal = _int(row, "source_play_ordinal", where, lo=0, required=False)
     if row.get("recorded_api_time_ms") is not None:
         _number(row, "recorded_api_time_ms", where)
     deps = row.get("dependencies", [])
     if not isinstance(deps, list):
         raise InputError(f"{where}: field 'dependencies' must be a list")
     deps = [_dependency(d, f"{where} (dependencies[{k}])") for k, d in enumerate(deps)]
-    return Node(rid, play, sess, model, isl, osl, ids, nb, deps, line=line, where=where)
+    nd = Node(rid, play, sess, model, isl, osl, ids, nb, deps, line=line, where=where)
+    nd.ordinal = ordinal
+    return nd
+
+
+def _play_order(nodes):
+    """Plays in ``source_play_ordinal`` order when the rows give it (all of them, 0..P-1, one per
+    play), else None (``play_id`` order)."""
+    given = [nd for nd in nodes if nd.ordinal is not None]
+    if not given:
+        return None
+    if len(given) != len(nodes):
+        nd = next(nd for nd in nodes if nd.ordinal is None)
+        raise InputError(f"{nd.where}: field 'source_play_ordinal' must be set on every row when it is used")
+    of_play = {}
+    for nd in nodes:
+        if of_play.setdefault(nd.play_id, nd.ordinal) != nd.ordinal:
+            raise InputError(f"{nd.where}: play {nd.play_id!r} has inconsistent source_play_ordinal values "
+                             f"({of_play[nd.play_id]} and {nd.ordinal})")
+    ordinals = sorted(of_play.values())
+    if ordinals != list(range(len(ordinals))):
+        raise InputError(f"{nodes[0].where.rsplit(':', 1)[0]}: source_play_ordinal values must be unique and "
+                         f"contiguous from 0, got {ordinals[:10]}")
+    return sorted(of_play, key=of_play.get)
 
 
 def load_agentic_mooncake(path, arrival_speedup_ratio=1.0):
@@ -159,5 +183,5 @@ def load_agentic_mooncake(path, arrival_speedup_ratio=1.0):
         nd.not_before_ms /= ratio
         for d in nd.dependencies:
             d.delay_ms /= ratio
-    graph, cols = build_graph(nodes, header[0], header[1], header[2], path)
+    graph, cols = build_graph(nodes, header[0], header[1], header[2], path, play_order=_play_order(nodes))
     return graph_workload(graph, cols, path, ratio)

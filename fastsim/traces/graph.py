@@ -68,6 +68,7 @@ class Node:
     dependencies: List[Dependency]
     line: int = 0  # source line (0: none)
     where: str = ""  # the source position, for errors ("file:line" or "file:$.requests[3]")
+    ordinal: Optional[int] = None  # the play's source_play_ordinal, if the trace orders its plays
 
 
 @dataclass(eq=False)

@@ -48,7 +48,7 @@ AGENTIC_HEADER = {"schema": "dynamo.agentic_mooncake", "version": 2, "block_size
                   "source": {"format": "fastsim-tests", "digest": "agentic"}}
 
 
-def agentic_trace(path, seed, plays, turns, kids, gap, sys_blocks=2, models=("m-a",), spread=False):
+def agentic_trace(path, seed, plays, turns, kids, gap, sys_blocks=2, models=("m-a",), spread=False, ordinals=False):
     """Plays of a main conversation whose context grows turn by turn (each turn repeats the
     history's hash ids), spawning ``kids`` sub-agents on dispatch after its first turn and joining
     them before its next turn; ``spread``: some later turns also carry a not_before_ms."""
@@ -88,6 +88,9 @@ def agentic_trace(path, seed, plays, turns, kids, gap, sys_blocks=2, models=("m-
                                  "dependencies": [{"request_id": rid, "trigger": "dispatch",
                                                    "delay_ms": rnd.randint(0, 30), "relation": "spawn"}]})
             prev = rid
+    if ordinals:  # plays taken last first: source_play_ordinal, not play_id, orders them
+        for r in rows:
+            r["source_play_ordinal"] = plays - 1 - int(r["play_id"][4:])
     rnd.shuffle(rows)  # file order does not matter: nodes are numbered by request_id
     with open(path, "w") as f:
         f.write(json.dumps(AGENTIC_HEADER) + "\n")
@@ -223,6 +226,7 @@ if __name__ == "__main__":
     agentic_trace("inputs/agentic_small.jsonl", 11, 12, 4, 2, 800)
     agentic_trace("inputs/agentic_chain.jsonl", 12, 8, 8, 0, 2000, sys_blocks=4)
     agentic_trace("inputs/agentic_wide.jsonl", 13, 40, 3, 3, 150, models=("m-a", "m-b"), spread=True)
+    agentic_trace("inputs/agentic_ordinals.jsonl", 14, 10, 3, 1, 300, ordinals=True)
     dynamo_trace("inputs/dynamo_blocking.jsonl", 21, 10, 3)
     dynamo_trace("inputs/dynamo_background.jsonl", 22, 10, 3, background=True)
     dynamo_trace("inputs/dynamo_timestamps.jsonl", 23, 12, 3, tools=False)
