@@ -219,3 +219,20 @@ def test_a_graph_runs_to_the_end(tmp_path):
     # one lane: play q starts when play p settles, whatever its not_before_ms
     assert arrival[5] == outcomes[0]["settled_at_ms"]
     assert arrival[1] == arrival[2] + 3  # spawned on dispatch
+
+
+def test_a_sweep_over_lanes(tmp_path):
+    """A sweep of an agentic trace: lanes are a grid axis; the nested agentic fields come back as
+    JSON text columns."""
+    import fastsim
+
+    rows = [node(f"{p}-r", play=p, nb=t0) for p, t0 in (("p", 0), ("q", 5), ("r", 9))]
+    spec = {"base": {"trace_files": str(agentic(tmp_path, rows)), "trace_format": "agentic_mooncake",
+                     "execution_model": "m"},
+            "grid": {"agentic_lanes": [None, 1]}}
+    df = fastsim.sweep(spec, executor="serial", progress=False)
+    assert df["status"].tolist() == ["ok", "ok"] and df["completed_trajectories"].tolist() == [3, 3]
+    outcomes = [json.loads(x) for x in df["agentic_play_outcomes"]]
+    assert [o["play_id"] for o in outcomes[1]] == ["p", "q", "r"]
+    # one lane: each play starts when the previous one settles
+    assert outcomes[1][2]["settled_at_ms"] > outcomes[0][2]["settled_at_ms"]
