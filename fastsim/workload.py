@@ -49,7 +49,6 @@ _I64_MAX = 2**63 - 1
 # Dynamo's trace formats (``--trace-format`` choices) plus fastsim's ``azure`` CSV reader.
 TRACE_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo",
                  "weka")
-_UNSUPPORTED_FORMATS = {}
 from fastsim.dynamo_version import DYNAMO_VERSIONS  # noqa: E402  (re-exported)
 from fastsim.dynamo_version import check_version as check_dynamo_version  # noqa: E402
 
@@ -811,20 +810,15 @@ def load_trace(
     """Load one trace file by format.
 
     ``trace_format`` is ``"mooncake"`` (default; a path ending in ``.csv`` is read as Azure CSV),
-    ``"mooncake-delta"`` (``fastsim.traces.mooncake_delta``) or ``"azure"``. Dynamo's other
-    formats (``agentic_mooncake``,
-    ``applied_compute_agentic``, ``dynamo``) raise :class:`NotSupportedError`; anything else raises
+    ``"mooncake-delta"`` (``fastsim.traces.mooncake_delta``), ``"applied_compute_agentic"``
+    (``fastsim.traces.applied_compute``; closed loop only), the agentic graphs ``"agentic_mooncake"``,
+    ``"weka"`` and ``"dynamo"`` (``fastsim.traces.agentic_run``) or ``"azure"``; anything else raises
     :class:`InputError`. ``trace_block_size`` None means 512 (Dynamo's default). ``dynamo_version``
     decides what a Mooncake row longer than its hash ids gives (see :func:`load_mooncake`).
     """
     if not isinstance(trace_format, str):
         raise InputError(f"trace_format must be a string, got {trace_format!r}")
     fmt = trace_format
-    if fmt in _UNSUPPORTED_FORMATS:
-        raise NotSupportedError(
-            f"trace_format '{fmt}' ({_UNSUPPORTED_FORMATS[fmt]}) is not supported yet by fastsim "
-            "(supported: 'mooncake', 'mooncake-delta', 'azure')"
-        )
     if fmt in ("agentic_mooncake", "agentic-mooncake", "weka", "dynamo"):
         from fastsim.traces import agentic_run
 
@@ -835,6 +829,9 @@ def load_trace(
     elif fmt == "mooncake":
         loader, extra = load_mooncake, {"dynamo_version": dynamo_version}
     elif fmt == "applied_compute_agentic":
+        if check_dynamo_version(dynamo_version) == "1.4.2":
+            raise NotSupportedError("trace_format 'applied_compute_agentic' with --dynamo-version 1.4.2 is not supported "
+                                    "yet by fastsim (1.4.2's closed loop of multi-turn sessions is not reproduced)")
         if not concurrency_mode:
             raise InputError("trace_format='applied_compute_agentic' requires replay_concurrency because the "
                              "source traces do not include first-turn timestamps")

@@ -87,7 +87,7 @@ def run(workload, opts, trace_format, agentic_lanes, execution_model, report_jso
         raise NotSupportedError(f"trace_format '{trace_format}' without agentic structure is not supported yet")
     if check_version(dynamo_version) != "1.6.1":
         raise NotSupportedError(f"trace_format '{trace_format}' with --dynamo-version 1.4.2 is not supported yet "
-                                "by fastsim (Dynamo 1.4.2 has no agentic request graphs)")
+                                "by fastsim (only Dynamo 1.6.1's agentic driver is reproduced)")
     if execution_model is None:
         raise InputError("agentic execution requires a configured target model (--execution-model)")
     what = None
