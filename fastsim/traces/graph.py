@@ -28,7 +28,6 @@ names the report writes. Loaders build one with :func:`build_graph` from a list 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -223,7 +222,7 @@ def _check_acyclic(nodes, ndeps, out_ptr, out_row):
               "none of them can ever start")
 
 
-def graph_workload(graph: AgenticGraph, cols: dict, path: str, ratio: float):
+def graph_workload(graph: AgenticGraph, cols: dict, path: str, ratio: float = 1.0):
     """The Workload of a graph: one single-turn session per node (arrivals come from the graph)."""
     from fastsim.workload import Workload
 
@@ -239,9 +238,3 @@ def graph_workload(graph: AgenticGraph, cols: dict, path: str, ratio: float):
         line=cols["line"], source=path, graph=graph,
     )
 
-
-def check_finite_delay(value, where, name):
-    """A non-negative finite number of ms (Dynamo: ``invalid dependency delay``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        _fail(where, f"{name} must be a finite non-negative number of ms, got {value!r}")
-    return float(value)
