@@ -33,6 +33,7 @@ _COMMON_KEYWORDS = (
 )
 _TRACE_KEYWORDS = _COMMON_KEYWORDS + (
     "trace_block_size", "trace_format", "trace_shared_prefix_ratio", "trace_num_prefix_groups",
+    "agentic_lanes", "execution_model", "weka_nested_timestamp_basis",
 )
 _SYNTHETIC_KEYWORDS = _COMMON_KEYWORDS + (
     "request_rate", "arrival_interval_ms", "arrival_seed", "turns_per_session",
@@ -254,6 +255,9 @@ def run_trace_replay(
     threads: Optional[int] = None,
     dynamo_version: str = "1.6.1",
     debug: Optional[bool] = None,
+    agentic_lanes: Optional[int] = None,
+    execution_model: Optional[str] = None,
+    weka_nested_timestamp_basis: Optional[str] = None,
     **unsupported: Any,
 ):
     """Replay a trace file offline (Dynamo's ``run_trace_replay``); returns a ``Report``.
@@ -315,19 +319,38 @@ def run_trace_replay(
         raise InputError("trace replay requires at least one trace file")
     if trace_format != "dynamo" and len(files) != 1:
         raise InputError(f"trace_format={trace_format!r} requires exactly one trace file, got {len(files)}")
-    if trace_shared_prefix_ratio != 0.0 or trace_num_prefix_groups != 0:
+    if (trace_shared_prefix_ratio != 0.0 or trace_num_prefix_groups != 0) and trace_format != "applied_compute_agentic":
         raise NotSupportedError(
-            "trace_shared_prefix_ratio / trace_num_prefix_groups apply to "
-            "trace_format='applied_compute_agentic', which fastsim does not support yet"
+            "trace_shared_prefix_ratio / trace_num_prefix_groups apply to trace_format='applied_compute_agentic' only"
         )
+    from fastsim.traces import agentic_run
+
+    execution_model = agentic_run.check_options(trace_format, agentic_lanes, execution_model,
+                                                weka_nested_timestamp_basis)
     workload = load_trace(
-        files[0],
+        files[0] if trace_format != "dynamo" else files,
         trace_format=trace_format,
         trace_block_size=DEFAULT_TRACE_BLOCK_SIZE if trace_block_size is None else trace_block_size,
-        arrival_speedup_ratio=opts["arrival_speedup_ratio"],
+        # Dynamo (1.4.2 and 1.6.1) leaves a closed loop's inter-turn delays as recorded: the speed-up
+        # only rescales trace arrival times (checked on both releases, docs/decisions/0302)
+        arrival_speedup_ratio=1.0 if opts["replay_concurrency"] is not None else opts["arrival_speedup_ratio"],
         concurrency_mode=opts["replay_concurrency"] is not None,
         dynamo_version=dynamo_version,
+        weka_nested_timestamp_basis=weka_nested_timestamp_basis,
+        shared_prefix_ratio=trace_shared_prefix_ratio,
+        num_prefix_groups=trace_num_prefix_groups,
     )
+    if workload.graph is not None or trace_format in agentic_run.GRAPH_FORMATS:
+        return agentic_run.run(workload, opts, trace_format, agentic_lanes, execution_model, report_jsonl_path,
+                               seed=seed, debug=debug, dynamo_version=dynamo_version,
+                               cluster_kw=_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
+                                                      telemetry_interval_ms, threads))
+    if workload.stream_row is not None:
+        from fastsim.traces.mooncake_delta import check_stream_options
+
+        check_stream_options(trace_format, disagg=opts["disagg"] is not None, router_mode=opts["router_mode"],
+                             engine=opts["engine"], closed_loop=opts["replay_concurrency"] is not None,
+                             dynamo_version=dynamo_version)
     if opts["disagg"] is not None:
         return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)
     return simulate_workload(

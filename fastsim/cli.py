@@ -44,8 +44,11 @@ from fastsim.pages import small_pages
 
 __all__ = ["main", "build_parser", "default_report_path", "resolve_report_path"]
 
-_TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo", "weka",
-                  "azure")
+_TRACE_FORMATS = ("mooncake", "mooncake-delta", "agentic_mooncake", "agentic-mooncake", "applied_compute_agentic",
+                  "dynamo", "weka", "azure")
+# the formats fastsim replays (the others are refused as not yet)
+_REPLAYED_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "agentic-mooncake", "dynamo",
+                     "applied_compute_agentic", "weka")
 _AIC_FLAGS = (
     "aic_backend", "aic_system", "aic_backend_version", "aic_tp_size", "aic_model_path",
     "aic_moe_tp_size", "aic_moe_ep_size", "aic_attention_dp_size", "aic_gemm_dtype",
@@ -213,9 +216,9 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
                    help="format of the trace file (fastsim supports mooncake and azure)")
     p.add_argument("--trace-block-size", type=int, help="tokens represented by each hash_id; defaults to 512")
     p.add_argument("--trace-shared-prefix-ratio", type=float, default=0.0,
-                   help="applied_compute_agentic only (not supported yet)")
+                   help="applied_compute_agentic only")
     p.add_argument("--trace-num-prefix-groups", type=int, default=0,
-                   help="applied_compute_agentic only (not supported yet)")
+                   help="applied_compute_agentic only")
     p.add_argument("--report-json",
                    help="path to save the full replay report JSON (not written unless given)")
     p.add_argument("--report-jsonl", default=None,
@@ -233,8 +236,12 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     d16.add_argument("--quiet", action="store_true", help="print nothing on stdout (the summary and the saved-file lines)")
     d16.add_argument("--kv-event-lag-ms", type=float,
                      help="delay of the KV events the kv_router's indexer sees (ms); only 0 is supported yet")
-    d16.add_argument("--agentic-lanes", type=int, help="agentic trace replay: lanes (not supported yet)")
-    d16.add_argument("--execution-model", help="target model of an agentic trace (no effect on Mooncake/Azure)")
+    d16.add_argument("--agentic-lanes", type=int,
+                     help="agentic traces: run this many plays at a time, each on the cluster's own timing "
+                          "(default: every play at its recorded time)")
+    d16.add_argument("--execution-model",
+                     help="target model of an agentic trace (required for agentic_mooncake and weka; no effect "
+                          "on Mooncake/Azure)")
     d16.add_argument("--weka-nested-timestamp-basis", choices=("auto", "absolute", "relative"),
                      help="weka traces only (not supported yet)")
     d16.add_argument("--telemetry-jsonl", help="Dynamo 1.6 telemetry samples as JSONL (not supported yet)")
@@ -462,13 +469,14 @@ def _check_unsupported(args) -> None:
         nope("--benchmark-granularity", "it only applies with --planner-config")
     if args.replay_mode != "offline":
         nope(f"--replay-mode={args.replay_mode}", "use --replay-mode=offline")
-    if args.trace_format not in ("mooncake", "azure"):
-        nope(f"--trace-format={args.trace_format}", "supported: mooncake, azure")
+    if args.trace_format not in _REPLAYED_FORMATS:
+        nope(f"--trace-format={args.trace_format}", "supported: " + ", ".join(_REPLAYED_FORMATS))
     _check_dynamo16_options(args, nope)
-    if args.trace_shared_prefix_ratio != 0.0:
-        nope("--trace-shared-prefix-ratio", "applied_compute_agentic traces")
-    if args.trace_num_prefix_groups != 0:
-        nope("--trace-num-prefix-groups", "applied_compute_agentic traces")
+    if args.trace_format != "applied_compute_agentic":
+        if args.trace_shared_prefix_ratio != 0.0:
+            nope("--trace-shared-prefix-ratio", "it applies to --trace-format applied_compute_agentic only")
+        if args.trace_num_prefix_groups != 0:
+            nope("--trace-num-prefix-groups", "it applies to --trace-format applied_compute_agentic only")
     disagg = args.prefill_engine_args is not None or args.decode_engine_args is not None
     if not disagg and (args.num_prefill_workers != 1 or args.num_decode_workers != 1):
         raise UsageError(
@@ -489,12 +497,12 @@ def _check_dynamo16_options(args, nope) -> None:
             raise UsageError("kv_event_lag_ms only supports router_mode='kv_router'")
         if lag > 0:
             nope("--kv-event-lag-ms", "a KV event lag: the kv_router's indexer sees every event at once")
-    if args.agentic_lanes is not None:
-        raise UsageError("agentic_lanes requires trace_format='agentic_mooncake', 'weka', or 'dynamo'")
-    if args.weka_nested_timestamp_basis is not None:
-        raise UsageError("weka_nested_timestamp_basis requires trace_format='weka'")
-    if args.execution_model is not None and not args.execution_model.strip():
-        raise UsageError("execution_model must be non-empty")
+    from fastsim.traces.agentic_run import check_options
+
+    try:
+        check_options(args.trace_format, args.agentic_lanes, args.execution_model, args.weka_nested_timestamp_basis)
+    except FastsimError as exc:
+        raise UsageError(str(exc)) from None
     if args.telemetry_jsonl is not None:
         nope("--telemetry-jsonl", "Dynamo 1.6's telemetry samples; fastsim samples workers with "
              "--telemetry-interval-ms and --report-workers")
@@ -586,6 +594,11 @@ def _run_replay(args, using_trace_file, common):
             trace_block_size=args.trace_block_size,
             trace_format=args.trace_format,
             report_jsonl_path=args.report_jsonl,
+            agentic_lanes=args.agentic_lanes,
+            trace_shared_prefix_ratio=args.trace_shared_prefix_ratio,
+            trace_num_prefix_groups=args.trace_num_prefix_groups,
+            execution_model=args.execution_model,
+            weka_nested_timestamp_basis=args.weka_nested_timestamp_basis,
             max_sim_time_ms=(args.max_sim_time_seconds * 1000.0 if args.max_sim_time_seconds is not None else None),
             **common,
         )

@@ -90,6 +90,12 @@ JSONL_FIELDS_161 = (
        ("readmission_count", "h"), ("pressure_record_ordinals", "h"))
     + JSONL_FIELDS[-1:]
 )
+# Dynamo 1.6.1's records of an agentic trace: the request's identities first ("a": JSON text per
+# record, fastsim/traces/agentic_report.py), the dispatch time ("d": the arrival) after the arrival.
+JSONL_FIELDS_AGENTIC = (
+    (("request_id", "a"), ("play_id", "a"), ("session_id", "a"), ("turn_index", "z"), ("agentic", "a"))
+    + JSONL_FIELDS[2:4] + (("dispatched_at_ms", "d"),) + JSONL_FIELDS_161[5:]
+)
 # Optional per-request inputs copied straight into the JSONL (session labels, disaggregated mode).
 _OPTIONAL_FIELDS = ("session_id", "turn_index", "prefill_worker_idx", "prefill_admit_ms",
                     "source_held_ms",
@@ -564,19 +570,22 @@ class Report:
         cols = self._columns()
         status = np.asarray(self._req["status"]).astype(np.int64)
         rows = np.nonzero(status >= COMPLETED)[0]
-        rows = rows[np.lexsort((rows, cols["arrival_time_ms"][rows]))]
+        agentic = self._req.get("agentic_texts")
+        if agentic is None:
+            rows = rows[np.lexsort((rows, cols["arrival_time_ms"][rows]))]
+        # (an agentic trace's records come in request order, as Dynamo writes them)
         fields, texts = JSONL_FIELDS, None
         if self.dynamo_version == "1.6.1":
             from fastsim.history import History
 
-            fields = JSONL_FIELDS_161
+            fields = JSONL_FIELDS_161 if agentic is None else JSONL_FIELDS_AGENTIC
             if self._history is None:
                 self._history = History(self._req, self._dp, self._disagg)
         uuid_base = int(self._req.get("uuid_base", 0))
         names = np.array([f'"{x}"' for x in STATUS_NAMES], dtype=object)
         for start in range(0, rows.shape[0], chunk):
             idx = rows[start:start + chunk]
-            if fields is JSONL_FIELDS_161:
+            if fields is not JSONL_FIELDS:
                 texts = self._history.texts(idx)
             heads, values, const = [], [], "{"  # heads[i] precedes values[i] on every line
             for i, (name, kind) in enumerate(fields):
@@ -588,6 +597,10 @@ class Report:
                     if isinstance(vals, str):  # the same text on every record of the chunk
                         const += vals
                         continue
+                elif kind == "a":  # an agentic request's identities
+                    vals = [agentic[name][r] for r in idx.tolist()]
+                elif kind == "d":  # the dispatch: the arrival
+                    vals = _float_tokens(cols["arrival_time_ms"][idx])
                 elif kind == "S":  # session labels: strings or null
                     vals = ["null" if x is None else json.dumps(x) for x in cols[name][idx].tolist()]
                 elif kind == "u":

@@ -79,8 +79,8 @@ def plan(workload, *, threads, num_workers, router_mode, replay_concurrency, max
         return 1
     if not explicit and n < AUTO_MIN_REQUESTS:
         return 1
-    if workload.session_ptr.shape[0] - 1 != n:
-        return 1  # sessions of several turns
+    if workload.session_ptr.shape[0] - 1 != n or workload.graph is not None:
+        return 1  # sessions of several turns, or arrivals released by a request graph
     first = np.asarray(workload.session_arrival_ms, dtype=np.float64)
     if not bool(np.all(first[1:] >= first[:-1])):
         return 1  # out of order (or NaN): the release order is not the row order

@@ -54,8 +54,10 @@ def _block_keys(workload, block_size, caching=True):
 
     def make():
         ptr = np.empty(n + 1, dtype=np.int64)
+        # a delta session's later blocks hold generated tokens: only its first prompt is content
+        key_isl = workload.isl if workload.key_isl is None else workload.key_isl
         keys = content_block_keys_nb(
-            np.asarray(workload.isl, dtype=np.int64),
+            np.asarray(key_isl, dtype=np.int64),
             workload.hash_ptr.astype(np.int64),
             workload.hash_ids.astype(np.int64),
             int(workload.trace_block_size),
@@ -154,6 +156,20 @@ def settle_unarrived(rq, n_arrived):
         col[rows] = -1
 
 
+def _stream_ids(workload):
+    """``Reqs.kid``: empty when every prompt is its own; for a workload of growing session streams
+    (``mooncake-delta``) the row starting each row's stream, bit-inverted (negative) on the rows
+    whose blocks the session's next turn continues."""
+    if workload.stream_row is None:
+        return np.zeros(0, dtype=np.int64)
+    kid = np.asarray(workload.stream_row, dtype=np.int64).copy()
+    ptr, rows = workload.session_ptr, workload.session_rows
+    last = np.zeros(kid.shape[0], dtype=np.bool_)
+    last[rows[ptr[1:] - 1]] = True
+    kid[~last] = ~kid[~last]
+    return kid
+
+
 def _requests(workload, key_ptr, keys, block_size, osl=None, huge_pages=True):
     """Per-request state; ``osl`` overrides the workload's output lengths (a prefill copy's);
     ``huge_pages``: see ``arena.columns`` (``huge``)."""
@@ -204,6 +220,7 @@ def _requests(workload, key_ptr, keys, block_size, osl=None, huge_pages=True):
         terminal=terminal,
         reused=reused,
         first_reused=first_reused,
+        kid=_stream_ids(workload),
         tnext=qnext,
         term_kind=term_kind,
         bslot=np.zeros(keys.shape[0], dtype=np.int32),

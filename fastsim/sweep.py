@@ -769,6 +769,10 @@ def _frame(spec, records):
             df[k] = pd.array(vals, dtype="Int64")
         elif present and all(isinstance(v, str) for v in present):  # dynamo_version, kv_eviction_policy
             df[k] = pd.Series(vals, dtype="str")
+        elif present and any(isinstance(v, (dict, list)) for v in present):  # agentic_graph, ...: JSON text
+            import json
+
+            df[k] = pd.Series(["" if v is None else json.dumps(v, sort_keys=True) for v in vals], dtype="str")
         else:
             df[k] = np.array([math.nan if v is None else v for v in vals], dtype=np.float64)
     return df

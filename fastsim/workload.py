@@ -49,14 +49,6 @@ _I64_MAX = 2**63 - 1
 # Dynamo's trace formats (``--trace-format`` choices) plus fastsim's ``azure`` CSV reader.
 TRACE_FORMATS = ("mooncake", "azure", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo",
                  "weka")
-_UNSUPPORTED_FORMATS = {
-    "mooncake-delta": "per-session delta prompts (cumulative token history)",
-    "agentic_mooncake": "agentic request dependencies (wait_for / branches)",
-    "agentic-mooncake": "agentic request dependencies (wait_for / branches)",
-    "applied_compute_agentic": "applied-compute agentic sessions",
-    "dynamo": "raw Dynamo request traces",
-    "weka": "a directory of agent traces (Dynamo 1.6)",
-}
 from fastsim.dynamo_version import DYNAMO_VERSIONS  # noqa: E402  (re-exported)
 from fastsim.dynamo_version import check_version as check_dynamo_version  # noqa: E402
 
@@ -92,6 +84,14 @@ class Workload:
     # explicit ``session_id`` of a trace's sessions, by session number (the others are named
     # ``request_<line of their first turn>``); None for workloads that carry no names
     session_ids: Optional[dict] = None
+    # A session played as one growing token stream (``mooncake-delta``): the prompt tokens the
+    # row's hash ids cover (int64[n]; the rest of its prompt is the stream's earlier output and
+    # deltas), and the row that starts its stream (int64[n]). None: every prompt is its hash ids.
+    key_isl: Optional[np.ndarray] = None
+    stream_row: Optional[np.ndarray] = None
+    # Agentic traces: the request graph that releases the arrivals (fastsim.traces.graph); None:
+    # sessions of turns as above
+    graph: Optional[object] = None
 
     @property
     def n_requests(self) -> int:
@@ -151,6 +151,11 @@ class Workload:
             raise InputError("Workload hash CSR is inconsistent")
         if n and (self.isl.min() < 1 or self.osl.min() < 0):
             raise InputError("Workload lengths out of range (isl >= 1, osl >= 0)")
+        if (self.key_isl is None) != (self.stream_row is None):
+            raise InputError("Workload.key_isl and stream_row must both be set or both be None")
+        if self.key_isl is not None and (self.key_isl.shape != (n,) or self.stream_row.shape != (n,)
+                                         or np.any(self.key_isl > self.isl)):
+            raise InputError("Workload stream columns are inconsistent")
         return self
 
 
@@ -798,33 +803,55 @@ def load_trace(
     arrival_speedup_ratio: float = 1.0,
     concurrency_mode: bool = False,
     dynamo_version: str = "1.6.1",
+    weka_nested_timestamp_basis: Optional[str] = None,
+    shared_prefix_ratio: float = 0.0,
+    num_prefix_groups: int = 0,
 ) -> Workload:
     """Load one trace file by format.
 
-    ``trace_format`` is ``"mooncake"`` (default; a path ending in ``.csv`` is read as Azure CSV) or
-    ``"azure"``. Dynamo's other formats (``mooncake-delta``, ``agentic_mooncake``,
-    ``applied_compute_agentic``, ``dynamo``) raise :class:`NotSupportedError`; anything else raises
+    ``trace_format`` is ``"mooncake"`` (default; a path ending in ``.csv`` is read as Azure CSV),
+    ``"mooncake-delta"`` (``fastsim.traces.mooncake_delta``), ``"applied_compute_agentic"``
+    (``fastsim.traces.applied_compute``; closed loop only), the agentic graphs ``"agentic_mooncake"``,
+    ``"weka"`` and ``"dynamo"`` (``fastsim.traces.agentic_run``) or ``"azure"``; anything else raises
     :class:`InputError`. ``trace_block_size`` None means 512 (Dynamo's default). ``dynamo_version``
     decides what a Mooncake row longer than its hash ids gives (see :func:`load_mooncake`).
     """
     if not isinstance(trace_format, str):
         raise InputError(f"trace_format must be a string, got {trace_format!r}")
     fmt = trace_format
-    if fmt in _UNSUPPORTED_FORMATS:
-        raise NotSupportedError(
-            f"trace_format '{fmt}' ({_UNSUPPORTED_FORMATS[fmt]}) is not supported yet by fastsim "
-            "(supported: 'mooncake', 'azure')"
-        )
+    if fmt in ("agentic_mooncake", "agentic-mooncake", "weka", "dynamo"):
+        from fastsim.traces import agentic_run
+
+        return agentic_run.load(path, fmt, arrival_speedup_ratio, weka_nested_timestamp_basis)
     p = os.fspath(path)
     if fmt in ("azure", "azure_csv", "azure-csv") or (fmt == "mooncake" and p.lower().endswith((".csv", ".csv.gz"))):
         loader, extra = load_azure_csv, {}
     elif fmt == "mooncake":
         loader, extra = load_mooncake, {"dynamo_version": dynamo_version}
+    elif fmt == "applied_compute_agentic":
+        if check_dynamo_version(dynamo_version) == "1.4.2":
+            raise NotSupportedError("trace_format 'applied_compute_agentic' with --dynamo-version 1.4.2 is not supported "
+                                    "yet by fastsim (1.4.2's closed loop of multi-turn sessions is not reproduced)")
+        if not concurrency_mode:
+            raise InputError("trace_format='applied_compute_agentic' requires replay_concurrency because the "
+                             "source traces do not include first-turn timestamps")
+        from fastsim.traces.applied_compute import load_applied_compute_agentic
+
+        loader = load_applied_compute_agentic
+        extra = {"shared_prefix_ratio": shared_prefix_ratio, "num_prefix_groups": num_prefix_groups}
+    elif fmt == "mooncake-delta":
+        from fastsim.traces.mooncake_delta import load_mooncake_delta
+
+        loader, extra = load_mooncake_delta, {"dynamo_version": dynamo_version}
     else:
         loader = None
     if loader is not None:
         tbs = _check_tbs(trace_block_size)
         # a sweep's configurations share one reading (fastsim/reuse.py)
+        if loader.__name__ == "load_applied_compute_agentic":
+            return reuse.trace(p, (loader.__name__, tbs, arrival_speedup_ratio, shared_prefix_ratio, num_prefix_groups),
+                               lambda: loader(p, trace_block_size=tbs, arrival_speedup_ratio=arrival_speedup_ratio,
+                                              **extra))
         return reuse.trace(p, (loader.__name__, tbs, arrival_speedup_ratio, bool(concurrency_mode), dynamo_version),
                            lambda: loader(p, trace_block_size=tbs, arrival_speedup_ratio=arrival_speedup_ratio,
                                           concurrency_mode=concurrency_mode, **extra))

@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 from numba.core import types
 
+from fastsim.kernels.agentic import Graph, graph_dispatched_nb, graph_ended_nb, graph_start_nb, make_graph, no_graph
 from fastsim.kernels.fleet import (
     ACTIVE,
     DRAINING,
@@ -100,17 +101,20 @@ class Sessions(NamedTuple):
     heap: np.ndarray  # int64[n] (scratch): later turns / closed-loop dispatches
     cur: np.ndarray  # int64[1]: the next static first turn (-1: none left)
     cur_t: np.ndarray  # float64[1]: its arrival time
+    graph: Graph  # agentic request graph releasing the arrivals (kernels/agentic.py; empty: none)
 
 
 def make_sessions(workload, concurrency):
     """The arrival structure of ``workload`` (``concurrency`` > 0: closed loop)."""
     n = workload.isl.shape[0]
     first = np.asarray(workload.session_arrival_ms, dtype=np.float64)
-    if concurrency or first.shape[0] < 2 or bool(np.all(first[1:] >= first[:-1])):
+    graph = no_graph() if workload.graph is None else make_graph(workload.graph)
+    agentic = graph.play.shape[0] > 0
+    if agentic or concurrency or first.shape[0] < 2 or bool(np.all(first[1:] >= first[:-1])):
         order = np.zeros(0, dtype=np.int64)  # (traces and synthetic loads usually come sorted)
     else:
         order = np.argsort(first, kind="stable")
-    if not concurrency and workload.session_ptr.shape[0] - 1 == n:
+    if not concurrency and workload.session_ptr.shape[0] - 1 == n and not agentic:
         tie = np.zeros(0, dtype=np.int64)  # single-turn open loop: the heap stays empty
     else:
         tie = (workload.session_ptr[workload.session] + workload.turn).astype(np.int64)
@@ -122,13 +126,14 @@ def make_sessions(workload, concurrency):
         rows=np.asarray(workload.session_rows, dtype=np.int64),
         first_arrival=first,
         order=order,
-        n_static=0 if concurrency else int(first.shape[0]),
+        n_static=0 if concurrency or agentic else int(first.shape[0]),  # (a graph uses the heap)
         tie=tie,
         # (written only for rows entering the heap, which a single-turn open loop never uses)
         ready_at=np.zeros(n if tie.shape[0] else 1),
         heap=np.zeros(max(n, 1) if tie.shape[0] else 1, dtype=np.int64),
         cur=np.full(1, -1, dtype=np.int64),
         cur_t=np.full(1, np.inf),
+        graph=graph,
     )
 
 
@@ -265,6 +270,7 @@ def pop_arrival_nb(ss, cl, now):
         cl.state[STATIC] += 1
         _load_static(ss, cl)
     cl.state[NARRIVED] += 1
+    graph_dispatched_nb(ss, cl.state, np.int64(NHEAP), r, t)
     return r, t
 
 
@@ -277,6 +283,8 @@ def start_arrivals_nb(ss, cl):
         for s in range(first):
             _activate_session(ss, cl, s, 0.0)
         cl.state[NEXTSESS] = first
+    if ss.graph.play.shape[0] > 0:
+        graph_start_nb(ss, cl.state, np.int64(NHEAP))
     _load_static(ss, cl)
 
 
@@ -289,14 +297,19 @@ def _activate_session(ss, cl, s, t):
 
 @inner
 def _turns_follow(ss, cl):
-    """True if a turn's end can release an arrival: sessions of several turns, or a closed loop
-    (in an open loop of single turns every arrival is known from the start)."""
-    return cl.concurrency > 0 or ss.rows.shape[0] > ss.ptr.shape[0] - 1
+    """True if a turn's end can release an arrival: sessions of several turns, a closed loop or
+    an agentic request graph (in an open loop of single turns every arrival is known from the
+    start)."""
+    return cl.concurrency > 0 or ss.rows.shape[0] > ss.ptr.shape[0] - 1 or ss.graph.play.shape[0] > 0
 
 
 @inner
 def _on_terminal(ss, cl, r, t):
-    """A turn ended (completed or rejected): release the session's next turn or free its slot."""
+    """A turn ended (completed or rejected): release the session's next turn or free its slot
+    (agentic graphs: its dependents)."""
+    if ss.graph.play.shape[0] > 0:
+        graph_ended_nb(ss, cl.state, np.int64(NHEAP), r, t)
+        return
     if not _turns_follow(ss, cl):
         return
     s = ss.session[r]
@@ -453,12 +466,22 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
 
 
 @inner
+def _shareable(rq, r, nfull):
+    """How many of ``r``'s ``nfull`` full prompt blocks another request can hold: its content-keyed
+    ones (the rest are unique to it), or all of them in a growing session stream (mooncake-delta:
+    a turn's later blocks are its session's earlier turns', kept under the stream's keys)."""
+    if rq.kid.shape[0] > 0:
+        return nfull
+    return min(nfull, key_span(rq, r)[1])
+
+
+@inner
 def _release_kv(p, rq, rt, pa, r):
     """kv_router: request ``r``'s prefill load and prompt blocks leave the router."""
     k = rq.rank[r]
     release_prefill_nb(rt, r, k)
     nfull = _fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
-    release_blocks_nb(rt, pa.kbuf, nfull, min(nfull, key_span(rq, r)[1]), k)
+    release_blocks_nb(rt, pa.kbuf, nfull, _shareable(rq, r, nfull), k)
 
 
 @inner
@@ -467,7 +490,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
     nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
-    nshare = min(nfull, key_span(rq, r)[1])  # unique blocks match nowhere
+    nshare = _shareable(rq, r, nfull)
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
@@ -558,7 +581,7 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
         else:  # wspt: smallest uncached prompt first
             bs = p.block_size
             nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
-            nshare = min(nfull, key_span(rq, r)[1])
+            nshare = _shareable(rq, r, nfull)
             score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
                              fl.gstate, cl.dp)
             best = 0

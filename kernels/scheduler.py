@@ -103,6 +103,10 @@ class Reqs(NamedTuple):
     xnext: np.ndarray  # int32: explicit running list links
     xprev: np.ndarray  # int32
     snext: np.ndarray  # int32: second-token list link (the same memory as xprev)
+    # int64: empty unless sessions are growing token streams (mooncake-delta): the row that starts
+    # row r's stream (its private blocks' keys are the stream's), inverted (< 0) while the
+    # session's next turn continues r's blocks (sim._stream_ids)
+    kid: np.ndarray
 
 
 class Ranks(NamedTuple):
@@ -332,6 +336,21 @@ def key_span(rq, r):
 
 
 @inner
+def stream_row_nb(rq, r):
+    """The row whose token stream request ``r``'s private blocks belong to (``Reqs.kid``)."""
+    if rq.kid.shape[0] == 0:
+        return r
+    s = rq.kid[r]
+    return s if s >= 0 else ~s
+
+
+@inner
+def carries_blocks_nb(rq, r):
+    """Does the session's next turn continue ``r``'s blocks (a growing stream, not its last turn)?"""
+    return rq.kid.shape[0] != 0 and rq.kid[r] < 0
+
+
+@inner
 def block_key_nb(rq, r, j):
     """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique.
 
@@ -342,7 +361,7 @@ def block_key_nb(rq, r, j):
     base, nkeys = key_span(rq, r)
     if j < nkeys:
         return rq.keys[base + j]
-    return unique_key_nb(r, j)
+    return unique_key_nb(stream_row_nb(rq, r), j)
 
 
 # Token counts to blocks. A hardware division costs tens of cycles and a pass makes a dozen of
@@ -388,11 +407,14 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     nb = _blocks_ceil(p, rq.alloc[r])
     n_full = _blocks_floor(p, rq.alloc[r]) if p.caching else 0
     held = rq.nheld[r]
+    if carries_blocks_nb(rq, r):
+        keep = True  # the session's next turn starts with these blocks: they stay findable
     if not keep and held == 0:
         release_dead_nb(pool, k, nb, np.int64(0), n_full)  # (no slots: by count, inline)
     else:
         base, nkeys = key_span(rq, r)
-        free_slots_nb(pool, k, rq.bslot, base, nb, n_full, np.bool_(keep), r, np.int64(held), nkeys)
+        free_slots_nb(pool, k, rq.bslot, base, nb, n_full, np.bool_(keep), stream_row_nb(rq, r),
+                      np.int64(held), nkeys)
     if held != 0:  # (usually 0: the column's pages are then only read)
         rq.nheld[r] = 0
     rq.alloc[r] = 0
@@ -405,7 +427,7 @@ def _cached_tokens(p, pool, rq, k, r, kbuf, hslot):
     to ``hslot``."""
     if not p.caching:
         return 0, 0, 0
-    if rq.status[r] == WAITING and key_span(rq, r)[1] == 0:
+    if rq.status[r] == WAITING and key_span(rq, r)[1] == 0 and rq.kid.shape[0] == 0:
         return 0, 0, 0  # never admitted (not preempted) and its first block is unique: no hit
     length = rq.isl[r] + rq.generated[r]
     n = _fill_keys(rq, np.int64(r), np.int64(0), _blocks_floor(p, length), kbuf)

@@ -264,7 +264,7 @@ for i, args in enumerate([["--num-workers", "0"], ["--num-workers", "-3"], ["--a
               "--arrival-speedup-ratio": "arrival_speedup_ratio", "--threads": "threads",
               "--trace-block-size": "trace_block_size", "--replay-concurrency": "replay_concurrency",
               "--telemetry-interval-ms": "telemetry_interval_ms", "--scaling-schedule": "scaling schedule",
-              "--router-config": "router", "--router-mode": "kv_router", "--trace-format": "dynamo",
+              "--router-config": "router", "--router-mode": "kv_router", "--trace-format": "event_type",
               "--replay-mode": "online"}.get(flag, flag)
     mooncake(f"flag-{flag.lstrip('-')}-{i}", "flag", [OK], [expect], *args)
 for i, args in enumerate([["--input-tokens", "0"], ["--output-tokens", "-1"], ["--request-count", "0"],

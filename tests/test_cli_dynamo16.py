@@ -60,11 +60,6 @@ def test_every_runner_flag_exists():
         ([TRACE, "--kv-event-lag-ms", "500", "--router-mode", "kv_router"], "--kv-event-lag-ms is not supported yet"),
         ([TRACE, "--telemetry-jsonl", "t.jsonl"], "--telemetry-jsonl is not supported yet"),
         ([TRACE, "--ais-perf-config", "{}"], "--ais-perf-config is not supported yet"),
-        ([TRACE, "--trace-format", "weka"], "--trace-format=weka is not supported yet"),
-        ([TRACE, "--trace-format", "weka", "--weka-nested-timestamp-basis", "auto"], "--trace-format=weka is not supported yet"),
-        ([TRACE, "--trace-format", "agentic_mooncake", "--agentic-lanes", "2", "--execution-model", "m"],
-         "--trace-format=agentic_mooncake is not supported yet"),
-        ([TRACE, "--trace-format", "dynamo", "--agentic-lanes", "2"], "--trace-format=dynamo is not supported yet"),
     ],
 )
 def test_flags_of_other_features_are_not_supported_yet(capsys, argv, words):
@@ -80,6 +75,8 @@ def test_flags_of_other_features_are_not_supported_yet(capsys, argv, words):
         ([TRACE, "--agentic-lanes", "2"], "agentic_lanes requires trace_format='agentic_mooncake', 'weka', or 'dynamo'"),
         ([TRACE, "--weka-nested-timestamp-basis", "auto"], "weka_nested_timestamp_basis requires trace_format='weka'"),
         ([TRACE, "--execution-model", " "], "execution_model must be non-empty"),
+        ([TRACE, "--trace-format", "agentic_mooncake"], "agentic execution requires a configured target model"),
+        ([TRACE, "--trace-format", "dynamo", "--agentic-lanes", "0"], "agentic_lanes must be at least 1"),
         (SYNTH + ["--agentic-lanes", "2"], "--agentic-lanes only applies to trace-file replay"),
         (SYNTH + ["--execution-model", "m"], "--execution-model only applies to trace-file replay"),
     ],

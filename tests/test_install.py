@@ -30,7 +30,7 @@ def test_distribution_name_is_not_the_pypi_fastsim():
 
     assert Path(fastsim.__file__).resolve().parent == ROOT / "fastsim"  # the import name stays fastsim
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    assert 'name = "fastsim-llm"' in pyproject and 'packages = ["fastsim", "fastsim.kernels"]' in pyproject
+    assert 'name = "fastsim-llm"' in pyproject and 'packages = ["fastsim", "fastsim.kernels", "fastsim.traces"]' in pyproject
 
 
 def test_version_names_the_distribution():

@@ -343,9 +343,15 @@ def test_load_trace_dispatch(tmp_path):
     assert load_trace(csv).hash_ids is None
     assert load_trace(azure(tmp_path, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 00:00:00,1,1", "x.txt"),
                       trace_format="azure").n_requests == 1
-    for fmt in ("mooncake-delta", "agentic_mooncake", "applied_compute_agentic", "dynamo"):
-        with pytest.raises(NotSupportedError, match=f"trace_format '{fmt}'.*not supported yet"):
-            load_trace(p, trace_format=fmt)
+    assert load_trace(p, trace_format="mooncake-delta").stream_row is not None
+    with pytest.raises(InputError, match="requires replay_concurrency"):
+        load_trace(p, trace_format="applied_compute_agentic")
+    with pytest.raises(InputError, match="field 'id' must be a string"):
+        load_trace(p, trace_format="weka")
+    with pytest.raises(InputError, match="the first line must be the agentic Mooncake v2 header"):
+        load_trace(p, trace_format="agentic_mooncake")
+    with pytest.raises(InputError, match="field 'event_type' must be request_end"):
+        load_trace(p, trace_format="dynamo")
     with pytest.raises(InputError, match="trace_format must be one of"):
         load_trace(p, trace_format="parquet")
 

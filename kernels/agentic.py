@@ -1,0 +1,138 @@
+"""Arrivals released by an agentic request graph (the rules: ``fastsim/traces/graph.py``).
+
+Every node of the graph is a one-turn session whose arrival goes through the loop's arrival heap
+(``Sessions.heap``, ordered by time then row, as Dynamo orders ready requests by time then node).
+A node enters the heap when its play has started and its last dependency has fired; its time is
+the latest of its play-relative earliest time and each dependency's firing time plus delay.
+Dependencies fire when their source is dispatched (taken from the heap) or ends. With lanes, a
+play that settles (its last node ends) hands its lane to the next play at once.
+
+A workload without a graph has an empty :class:`Graph` (``play`` of length 0): every hook returns
+at its first test.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from fastsim.kernels.heap import heap_push_nb
+from fastsim.kernels.jit import inner
+
+_DISPATCH = 1
+
+
+class Graph(NamedTuple):
+    """Dependency state of an agentic workload (row = node)."""
+
+    lanes: int  # plays at a time; 0: every play at its trace time
+    play: np.ndarray  # int64[n]: play of each row (empty: no graph)
+    ndeps: np.ndarray  # int64[n]: dependencies not yet fired
+    ready: np.ndarray  # float64[n]: the latest firing time plus delay so far (-inf: none)
+    rel: np.ndarray  # float64[n]: earliest time, relative to the play's start
+    out_ptr: np.ndarray  # int64[n + 1]: CSR of each row's dependents
+    out_row: np.ndarray  # int64[m]
+    out_delay: np.ndarray  # float64[m]
+    out_trigger: np.ndarray  # int8[m]: 0 completion, 1 dispatch
+    play_ptr: np.ndarray  # int64[P + 1]: CSR of each play's rows
+    play_rows: np.ndarray  # int64[n]
+    left: np.ndarray  # int64[P]: nodes of the play not ended
+    start: np.ndarray  # float64[P]: when the play started (NaN: not yet)
+    settled: np.ndarray  # float64[P]: when its last node ended (NaN: not yet)
+    lane: np.ndarray  # int64[P]: its lane (-1: open replay)
+    next_play: np.ndarray  # int64[1]: the next play a freed lane takes
+
+
+def no_graph():
+    """The empty graph of an ordinary workload."""
+    z = np.zeros(0, dtype=np.int64)
+    f = np.zeros(0)
+    return Graph(lanes=0, play=z, ndeps=z, ready=f, rel=f, out_ptr=np.zeros(1, dtype=np.int64), out_row=z,
+                 out_delay=f, out_trigger=np.zeros(0, dtype=np.int8), play_ptr=np.zeros(1, dtype=np.int64),
+                 play_rows=z, left=z, start=f, settled=f, lane=z, next_play=np.zeros(1, dtype=np.int64))
+
+
+def make_graph(g):
+    """The loop's state of an :class:`fastsim.traces.graph.AgenticGraph` (fresh for each run)."""
+    n_plays = g.n_plays
+    nb = g.not_before_ms
+    if g.lanes:
+        rel = nb - g.play_root_min[g.play]  # from the play's start, less its earliest root
+    else:
+        rel = nb - nb.min()  # from the trace's earliest time
+    return Graph(
+        lanes=int(g.lanes), play=g.play.astype(np.int64), ndeps=g.ndeps.astype(np.int64).copy(),
+        ready=np.full(nb.shape[0], -np.inf), rel=np.asarray(rel, dtype=np.float64),
+        out_ptr=g.out_ptr, out_row=g.out_row, out_delay=g.out_delay, out_trigger=g.out_trigger,
+        play_ptr=g.play_ptr, play_rows=g.play_rows, left=np.diff(g.play_ptr).astype(np.int64),
+        start=np.full(n_plays, np.nan), settled=np.full(n_plays, np.nan),
+        lane=np.full(n_plays, -1, dtype=np.int64), next_play=np.zeros(1, dtype=np.int64),
+    )
+
+
+@inner
+def _push(ss, count, slot, r, t):
+    ss.ready_at[r] = t
+    heap_push_nb(ss.heap, count, slot, ss.ready_at, ss.tie, r)
+
+
+@inner
+def _start_play(ss, count, slot, p, t, lane):
+    gr = ss.graph
+    gr.start[p] = t
+    gr.lane[p] = lane
+    for k in range(gr.play_ptr[p], gr.play_ptr[p + 1]):
+        r = gr.play_rows[k]
+        e = t + gr.rel[r]
+        if e > gr.ready[r]:
+            gr.ready[r] = e
+        if gr.ndeps[r] == 0:
+            _push(ss, count, slot, r, gr.ready[r])
+
+
+@inner
+def graph_start_nb(ss, count, slot):
+    """Start the first plays at 0: every play (open replay) or one per lane."""
+    gr = ss.graph
+    n_plays = gr.play_ptr.shape[0] - 1
+    first = n_plays if gr.lanes == 0 else min(gr.lanes, n_plays)
+    for p in range(first):
+        _start_play(ss, count, slot, p, 0.0, -1 if gr.lanes == 0 else p)
+    gr.next_play[0] = first
+
+
+@inner
+def _fire(ss, count, slot, r, t, trigger):
+    """Row ``r`` was dispatched or ended (``trigger``) at ``t``: its dependents of that trigger."""
+    gr = ss.graph
+    for k in range(gr.out_ptr[r], gr.out_ptr[r + 1]):
+        if gr.out_trigger[k] != trigger:
+            continue
+        d = gr.out_row[k]
+        e = t + gr.out_delay[k]
+        if e > gr.ready[d]:
+            gr.ready[d] = e
+        gr.ndeps[d] -= 1
+        if gr.ndeps[d] == 0:
+            _push(ss, count, slot, d, gr.ready[d])
+
+
+@inner
+def graph_dispatched_nb(ss, count, slot, r, t):
+    """Row ``r`` arrived (was dispatched) at ``t``."""
+    if ss.graph.play.shape[0] == 0:
+        return
+    _fire(ss, count, slot, r, t, _DISPATCH)
+
+
+@inner
+def graph_ended_nb(ss, count, slot, r, t):
+    """Row ``r`` ended at ``t``: its completion dependents, and its play's settlement."""
+    gr = ss.graph
+    _fire(ss, count, slot, r, t, 0)
+    p = gr.play[r]
+    gr.left[p] -= 1
+    if gr.left[p] == 0:
+        gr.settled[p] = t
+        if gr.lanes > 0 and gr.next_play[0] < gr.play_ptr.shape[0] - 1:
+            _start_play(ss, count, slot, gr.next_play[0], t, gr.lane[p])
+            gr.next_play[0] += 1

@@ -1,0 +1,102 @@
+"""Dynamo 1.6.1's other trace formats (tests/data/traces_161, see its README): recorded cases of
+each format fastsim replays, run through ``fastsim replay --dynamo-version 1.6.1`` with the
+arguments Dynamo was given. Every numeric report field must agree within 1e-9 relative and every
+request's timeline (admission, first and last token, terminal time, input length, reuse) to the
+nanosecond; a kv_router case (random ties in Dynamo) must fall within the band of Dynamo's three
+runs. Cases marked ``dynamo_version: "1.4.2"`` were recorded on Dynamo 1.4.2 and run with
+``--dynamo-version 1.4.2``.
+"""
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fastsim import cli
+
+DATA = Path(__file__).parent / "data" / "traces_161"
+CASES = json.loads((DATA / "cases.json").read_text())
+WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
+TIMELINE = ("session_id", "turn_index", "arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms",
+            "terminal_time_ms", "input_length", "output_length", "reused_input_tokens", "terminal_status",
+            "request_id", "play_id", "agentic", "dispatched_at_ms", "decode_worker_idx")
+# a random case (kv_router ties): the loose metrics, around the range of Dynamo's 3 runs
+BAND = {"completed_requests": ("exact", 0), "total_output_tokens": ("exact", 0),
+        "duration_ms": ("rel", 0.02), "mean_ttft_ms": ("rel", 0.02), "p99_ttft_ms": ("rel", 0.05),
+        "mean_itl_ms": ("rel", 0.02), "mean_e2e_latency_ms": ("rel", 0.02),
+        "p99_e2e_latency_ms": ("rel", 0.05), "prefix_cache_reused_ratio": ("abs", 0.01)}
+# agentic summary fields compared as they are (Dynamo's digests are not reproduced)
+AGENTIC = ("agentic_graph", "agentic_model_projection", "agentic_play_outcomes")
+
+
+def _replay(args, version, tmp_path, capsys):
+    rep, jsonl = tmp_path / "r.json", tmp_path / "r.jsonl"
+    argv = ["replay", *args, "--dynamo-version", version, "--report-json", str(rep), "--report-jsonl", str(jsonl)]
+    cwd = os.getcwd()
+    os.chdir(DATA)
+    try:
+        assert cli.main(argv) == 0
+    finally:
+        os.chdir(cwd)
+    capsys.readouterr()
+    return json.loads(rep.read_text()), [json.loads(line) for line in jsonl.read_text().splitlines()]
+
+
+def _no_digests(v):
+    """An agentic summary field without Dynamo's digests (the graph's, and a weka corpus's BLAKE3
+    over its files), which fastsim does not produce."""
+    if not isinstance(v, dict):
+        return v
+    v = {a: b for a, b in v.items() if a != "graph_digest"}
+    if isinstance(v.get("source"), dict) and v["source"].get("format") == "weka":
+        v["source"] = {a: b for a, b in v["source"].items() if a != "digest"}
+    return v
+
+
+def _rel(a, b):
+    return 0.0 if abs(a - b) <= 1e-12 else abs(a - b) / max(abs(b), 1e-12)
+
+
+def _timeline(recs):
+    def norm(r):
+        return tuple(round(r[k], 6) if isinstance(r.get(k), float) else repr(r.get(k)) for k in TIMELINE)
+
+    return sorted(map(norm, recs), key=repr)
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.get("runs", 1) > 1])
+def test_trace_format_random_case_within_dynamo_band(name, tmp_path, capsys):
+    got, _ = _replay(CASES[name]["args"], CASES[name].get("dynamo_version", "1.6.1"), tmp_path, capsys)
+    runs = [json.loads((DATA / f).read_text()) for f in (f"{name}.json", f"{name}.run2.json", f"{name}.run3.json")]
+    misses = []
+    for k, (kind, tol) in BAND.items():
+        lo, hi = min(r[k] for r in runs), max(r[k] for r in runs)
+        v = got[k]
+        if kind == "exact":
+            bad = not lo <= v <= hi
+        elif kind == "abs":
+            bad = max(lo - v, v - hi, 0.0) > tol + 0.03 * abs(hi)
+        else:
+            bad = max(lo - v, v - hi, 0.0) / max(abs(lo), abs(hi), 1e-12) > tol + 0.03
+        if bad:
+            misses.append(f"{k}: fastsim {v}, Dynamo {lo}..{hi}")
+    assert not misses, "\n".join(misses)
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.get("runs", 1) == 1])
+def test_trace_format_case_matches_dynamo_161(name, tmp_path, capsys):
+    got, mine = _replay(CASES[name]["args"], CASES[name].get("dynamo_version", "1.6.1"), tmp_path, capsys)
+    name = CASES[name].get("same_as", name)
+    want = json.loads((DATA / f"{name}.json").read_text())
+    for k in AGENTIC:
+        if k in want:
+            assert _no_digests(got.get(k)) == _no_digests(want[k]), k
+    misses = [f"{k}: fastsim {got.get(k)!r}, Dynamo {v!r}" for k, v in want.items()
+              if k not in WALL_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)
+              and not (isinstance(got.get(k), (int, float)) and _rel(got[k], v) <= 1e-9)]
+    assert not misses, "\n".join(misses)
+    with gzip.open(DATA / f"{name}.per_request.jsonl.gz", "rt") as f:
+        ref = [json.loads(line) for line in f]
+    assert _timeline(mine) == _timeline(ref)
