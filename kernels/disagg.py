@@ -70,6 +70,7 @@ from fastsim.kernels.scheduler import (
     COMPLETED,
     FAILED,
     HANDED,
+    HANDED_FIRST,
     PROGRESS,
     REJECTED,
     TERM_HANDOFF,
@@ -228,7 +229,19 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
     handoff reaching it idle; Dynamo 1.4.2, docs/decisions/0026); attempts not used now lapse."""
     bs = pd.block_size
     changed = False
-    while dg.res_head[k] >= 0 and dg.res_tries[k] > 0:
+    # Reservations that need no transfer are activated at once, but their activations queue
+    # behind the attempts this event already holds: a reservation made with one of those attempts
+    # does not see their blocks; the attempt each activation brings comes after its blocks are
+    # registered (``act``: the first of them not activated yet, in the arrival list).
+    act = -1
+    while dg.res_head[k] >= 0:
+        if dg.res_tries[k] == 0:
+            if act < 0:
+                break
+            register_nb(pool_d, k, rq_d.bslot, rq_d.key_ptr[act], dg.res_matched[act],
+                        rq_d.key_ptr[act + 1] - rq_d.key_ptr[act])
+            act = dg.arr_next[act]
+            dg.res_tries[k] = 1
         dg.res_tries[k] -= 1
         r = dg.res_head[k]
         isl = rq_d.isl[r]
@@ -236,7 +249,8 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         nfull = _fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
         matched, active = match_slots_nb(pool_d, k, pa.kbuf, nfull, pa.hslot)
         if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
-            break
+            dg.res_tries[k] = 0  # the head waits: this event's other attempts lapse
+            continue
         # the matched blocks are hits; the others are new (the shareable ones with slots) and
         # stay unregistered (invisible to the prefix cache) until activation
         nkeys = rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]
@@ -262,7 +276,8 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
             heap_push_nb(dg.xheap, dg.st, np.int64(NXHEAP), dg.xready, dg.xtie, r)
         else:
             _arrive_decode(rq_d, rk_d, cl, dg, k, r)
-            dg.res_tries[k] += 1  # activated at once: that activation is one more attempt
+            if act < 0:
+                act = r
     dg.res_tries[k] = 0
     return changed
 
@@ -357,6 +372,8 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     # Two call sites, one per pool: choosing between the pools' state tuples (``pp if pre else
     # pd``) copies every field of them on each pass, which cost more than the pass itself.
     pa.ncommon[0] = 0
+    # a decode worker with a handoff waiting for KV admits only transferred prompts
+    pa.acc[HANDED_FIRST] = 0 if pre else (1 if dg.res_head[k] >= 0 else 0)
     prev_end = cl.last_stamp[g]
     if pre:
         committed = rk_p.seqc[5]
