@@ -83,9 +83,10 @@ from fastsim.kernels.scheduler import (
     steady_pass_ms,
     steady_pass_nb,
     steady_pass_ok,
+    TIMING_161,
 )
 
-NXHEAP, RRPRE, RRDEC = 0, 1, 2
+NXHEAP, RRPRE, RRDEC, NHANDOFF = 0, 1, 2, 3
 
 
 class Disagg(NamedTuple):
@@ -117,7 +118,8 @@ class Disagg(NamedTuple):
     arr_head: np.ndarray  # int32[D]
     arr_tail: np.ndarray  # int32[D]
     res_tries: np.ndarray  # int64[D]: reservation attempts the worker's current event grants
-    st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, -]
+    order: np.ndarray  # int64[n]: handoff ordinal (the order requests reached their decode workers)
+    st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, handoffs so far]
 
 
 # ----------------------------------------------------------------------------- small lists / heap
@@ -213,6 +215,8 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
         dg.st[RRDEC] = idx + 1
         k = nth_active_nb(fl_d, idx)
     dg.dec_idx[r] = k
+    dg.order[r] = dg.st[NHANDOFF]
+    dg.st[NHANDOFF] += 1
     fl_d.hold[k] += 1  # a pending destination keeps a scaled-down decode worker alive
     fl_p.hold[k_pre] += 1  # and the source it will read keeps the prefill worker alive
     _push(dg.res_head, dg.res_tail, dg.res_next, k, r)
@@ -243,6 +247,9 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
             act = dg.arr_next[act]
             dg.res_tries[k] = 1
         dg.res_tries[k] -= 1
+        if rk_d.n_run[k] >= pd.max_seqs:
+            dg.res_tries[k] = 0  # every seat is taken: no reservation is attempted
+            continue
         r = dg.res_head[k]
         isl = rq_d.isl[r]
         nb = (isl + bs - 1) // bs
@@ -304,6 +311,30 @@ def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
 
 
 @inner
+def _restore_handoff_order(rq_d, rk_d, dg, k, r):
+    """Move ``r``, just queued at the back of decode worker ``k``'s waiting list, in front of the
+    first request there that reached the worker after it (Dynamo 1.6.1 queues an activated
+    request by its handoff ordinal, not by when its transfer finished)."""
+    u = rk_d.wait_head[k]
+    while u >= 0 and u != r and dg.order[u] < dg.order[r]:
+        u = rq_d.qnext[u]
+    if u < 0 or u == r:
+        return
+    # unlink r from the tail and link it in before u
+    p = rq_d.qprev[r]
+    rq_d.qnext[p] = -1
+    rk_d.wait_tail[k] = p
+    q = rq_d.qprev[u]
+    rq_d.qprev[r] = q
+    rq_d.qnext[r] = u
+    rq_d.qprev[u] = r
+    if q >= 0:
+        rq_d.qnext[q] = r
+    else:
+        rk_d.wait_head[k] = r
+
+
+@inner
 def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
     """Scheduling point of decode worker ``k``: transferred requests are activated (their blocks
     are registered, their prefill source is released) and wait for a seat (HANDED)."""
@@ -319,6 +350,8 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
                     rq_d.key_ptr[r + 1] - rq_d.key_ptr[r])
         _push(dg.rel_head, dg.rel_tail, dg.rel_next, dg.pre_idx[r], r)
         enqueue_waiting_nb(rq_d, rk_d, k, r)
+        if pd.timing_rules == TIMING_161:
+            _restore_handoff_order(rq_d, rk_d, dg, k, r)
         rq_d.status[r] = HANDED
         r = nxt
     dg.arr_head[k] = -1
