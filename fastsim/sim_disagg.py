@@ -194,7 +194,7 @@ def simulate_disagg(
         xready=xready, xtie=np.arange(n, dtype=np.int64),
         arr_next=arr_next, arr_head=np.full(D, -1, np.int32), arr_tail=np.full(D, -1, np.int32),
         res_tries=np.zeros(D, np.int64),
-        order=np.zeros(max(n, 1), np.int64),
+        order=np.zeros(max(n, 1), np.int64), front_stale=np.zeros(D, np.bool_),
         st=np.zeros(4, np.int64),
     )
     out = np.zeros(4)

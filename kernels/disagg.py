@@ -71,6 +71,7 @@ from fastsim.kernels.scheduler import (
     FAILED,
     HANDED,
     HANDED_FIRST,
+    PREEMPTED_ANY,
     PROGRESS,
     REJECTED,
     TERM_HANDOFF,
@@ -119,6 +120,8 @@ class Disagg(NamedTuple):
     arr_tail: np.ndarray  # int32[D]
     res_tries: np.ndarray  # int64[D]: reservation attempts the worker's current event grants
     order: np.ndarray  # int64[n]: handoff ordinal (the order requests reached their decode workers)
+    # the queue head was attempted (and not reserved) since the worker's capacity last changed
+    front_stale: np.ndarray  # bool[D]
     st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, handoffs so far]
 
 
@@ -247,8 +250,14 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
             act = dg.arr_next[act]
             dg.res_tries[k] = 1
         dg.res_tries[k] -= 1
+        if dg.front_stale[k]:
+            # the head already failed at this capacity: it is tried again only after a request
+            # on the worker completes or is preempted
+            dg.res_tries[k] = 0
+            continue
         if rk_d.n_run[k] >= pd.max_seqs:
             dg.res_tries[k] = 0  # every seat is taken: no reservation is attempted
+            dg.front_stale[k] = True
             continue
         r = dg.res_head[k]
         isl = rq_d.isl[r]
@@ -257,6 +266,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         matched, active = match_slots_nb(pool_d, k, pa.kbuf, nfull, pa.hslot)
         if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
             dg.res_tries[k] = 0  # the head waits: this event's other attempts lapse
+            dg.front_stale[k] = True
             continue
         # the matched blocks are hits; the others are new (the shareable ones with slots) and
         # stay unregistered (invisible to the prefix cache) until activation
@@ -271,6 +281,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         dg.res_head[k] = dg.res_next[r]
         if dg.res_head[k] < 0:
             dg.res_tail[k] = -1
+        dg.front_stale[k] = False
         changed = True
         delay = 0.0
         if dg.kv_bytes > 0.0 and dg.bandwidth > 0.0:
@@ -418,6 +429,8 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end)
         cl.pass_commit[g] = rk_d.seqc[5] - committed
+        if cl.pend_head[g] >= 0 or pa.acc[PREEMPTED_ANY] != 0:
+            dg.front_stale[k] = False  # a request left: the queued head may fit now
     if end < now:
         end = now
     progress = pa.acc[PROGRESS] != 0
