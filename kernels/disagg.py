@@ -233,14 +233,16 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
     """Scheduling point of decode worker ``k``: reserve KV for queued handoffs, in order, while
     they fit (blocks already registered here are shared and discounted, as in admission) and
     attempts remain. One attempt per event at the worker (its pass end, each activation, each
-    handoff reaching it idle; Dynamo 1.4.2, docs/decisions/0026); attempts not used now lapse."""
+    handoff reaching it idle; docs/decisions/0026); attempts not used now lapse. No attempt
+    while every seat is taken; a head that failed waits for a request to leave the worker
+    (docs/decisions/0250)."""
     bs = pd.block_size
     changed = False
-    # Reservations that need no transfer are activated at once, but their activations queue
-    # behind the attempts this event already holds: a reservation made with one of those attempts
-    # does not see their blocks; the attempt each activation brings comes after its blocks are
-    # registered (``act``: the first of them not activated yet, in the arrival list).
-    act = -1
+    # The event's own attempts come first (its pass end, or the handoffs that reached it idle).
+    # Then each activation here, in order, makes its blocks visible and brings one attempt: the
+    # transfers that finished (the arrival list), then the reservations of this event that need
+    # no transfer (appended to that list). ``act``: the next activation.
+    act = dg.arr_head[k]
     while dg.res_head[k] >= 0:
         if dg.res_tries[k] == 0:
             if act < 0:
@@ -302,14 +304,10 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
 
 @inner
 def _grant_tries(dg, k, pass_end):
-    """Reservation attempts at decode worker ``k``'s scheduling point: one for its pass end, one
-    per transfer activated there."""
-    n = 1 if pass_end else 0
-    r = dg.arr_head[k]
-    while r >= 0:
-        n += 1
-        r = dg.arr_next[r]
-    dg.res_tries[k] += n
+    """The reservation attempt of decode worker ``k``'s pass end (each activation there brings
+    its own: ``_reserve``)."""
+    if pass_end:
+        dg.res_tries[k] += 1
 
 
 @inner
