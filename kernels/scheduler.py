@@ -832,6 +832,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             rq.computed[u] = rq.isl[u]
             rq.first_admit[u] = now
             acc[PROGRESS] = 1
+            if acc[BUDGET] == 0:
+                break  # an admission that used no token with none left ends the admissions
             continue
         length = rq.isl[u] + rq.generated[u]
         fresh = rq.status[u] == WAITING
