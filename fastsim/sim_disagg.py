@@ -217,7 +217,7 @@ def simulate_disagg(
         done = np.isin(rq_d.status, (COMPLETED, REJECTED, FAILED))
         raise dead_end_error(int(cl.state[NARRIVED] - cl.state[NDONE]), workload,
                              [(" of the prefill pool", prefill_engine), (" of the decode pool", decode_engine)],
-                             (rq_p.status != NOT_ARRIVED) & ~done, dynamo_version=version)
+                             (rq_p.status != NOT_ARRIVED) & ~done, dynamo_version=version, disagg=True)
     if status == SIM_CAP and gap_skip is None:
         left = in_flight_with_gaps(rq_d)
         if left.any():
