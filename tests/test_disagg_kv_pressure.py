@@ -76,3 +76,11 @@ def test_dead_end_like_dynamo_142(tmp_path, capsys):
     code, err, _ = _run(CASES["disagg_kv_unique_p2_d1_200"]["args"], "1.4.2", tmp_path, capsys)
     assert code == 2
     assert "offline disagg replay reached a dead end with 25 in-flight requests remaining" in err
+
+
+def test_telemetry_of_a_disaggregated_replay_is_refused(tmp_path, capsys):
+    # (it used to be ignored by the API and end the command line in a traceback)
+    args = CASES["disagg_kv_37_p1_d1"]["args"] + ["--telemetry-interval-ms", "10", "--report-workers",
+                                                   str(tmp_path / "w.csv")]
+    code, err, _ = _run(args, "1.6.1", tmp_path, capsys)
+    assert code == 2 and "not supported yet" in err and "Traceback" not in err
