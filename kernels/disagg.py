@@ -17,7 +17,12 @@ Separate prefill and decode pools, semantics as measured on 1.4.2 (cluster doc C
   request is activated at the decode worker's first scheduling point: a seat, no token budget, no
   prefill time; its first decode token is its first token (TTFT);
 * the prefill copy's KV is freed at the prefill worker's first scheduling point at or after the
-  activation (``source_released_ms``).
+  activation (``source_released_ms``);
+* under KV pressure (docs/decisions/0250): one reservation attempt per event at the decode worker,
+  the event's own first, then one per activation there, after that activation's blocks are
+  registered; none while every seat is taken; a head that failed waits for a request to leave the
+  worker; while a handoff waits, only transferred prompts are admitted there (not a preempted
+  request that needs new blocks). 1.6.1 queues an activated request by its handoff ordinal.
 
 Groups ``0 .. P-1`` are the prefill workers, ``P .. P+D-1`` the decode workers (``dp_size`` 1). The
 two pools have their own engine arguments, KV pools, request state and routers.
