@@ -84,3 +84,20 @@ def test_telemetry_of_a_disaggregated_replay_is_refused(tmp_path, capsys):
                                                    str(tmp_path / "w.csv")]
     code, err, _ = _run(args, "1.6.1", tmp_path, capsys)
     assert code == 2 and "not supported yet" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("version", ["1.4.2", "1.6.1"])
+@pytest.mark.parametrize("name", ["disagg_kv_p1_d3_100_bw10", "disagg_kv_p1_d1_150_budget8_bw20"])
+def test_every_request_explicit_gives_the_same_rows(name, version, tmp_path, capsys, monkeypatch):
+    # the decode worker's admission and reservation rules act on explicit requests only: the
+    # steady decoding and light-tick paths must leave the results bit for bit unchanged
+    import fastsim.sim_disagg as sd
+
+    out = []
+    for kw in ({}, {"steady_decode": False, "light_ticks": False}):
+        monkeypatch.setattr(sd, "simulate_disagg", lambda *a, _f=sd.simulate_disagg, _kw=kw, **k: _f(*a, **{**k, **_kw}))
+        code, err, rows = _run(CASES[name]["args"], version, tmp_path, capsys)
+        assert code == 0, err
+        out.append(rows)
+        monkeypatch.undo()
+    assert out[0] == out[1]
