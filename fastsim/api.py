@@ -154,6 +154,12 @@ def _write_jsonl(report, path):
         raise write_error("report_jsonl_path", path, exc) from None
 
 
+def _no_disagg_telemetry(telemetry_interval_ms):
+    if telemetry_interval_ms is not None:
+        raise NotSupportedError("telemetry_interval_ms (--telemetry-interval-ms, --report-workers): "
+                                "per-worker telemetry of a disaggregated replay is not supported yet")
+
+
 def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, dynamo_version=None):
     from fastsim.sim_disagg import simulate_disagg  # lazy: numba loads only when a simulation runs
 
@@ -352,6 +358,7 @@ def run_trace_replay(
                              engine=opts["engine"], closed_loop=opts["replay_concurrency"] is not None,
                              dynamo_version=dynamo_version)
     if opts["disagg"] is not None:
+        _no_disagg_telemetry(telemetry_interval_ms)
         return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
@@ -440,6 +447,7 @@ def run_synthetic_trace_replay(
         block_size=opts["engine"].block_size,
     )
     if opts["disagg"] is not None:
+        _no_disagg_telemetry(telemetry_interval_ms)
         return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],

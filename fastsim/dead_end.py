@@ -1,12 +1,13 @@
 """Why a replay reached a dead end: the stuck requests, their workers, and the limit that blocks them.
 
 Dynamo reports only how many requests remain (``offline replay reached a dead end with N in-flight
-requests remaining``; 1.6.1: ``replay invariant violated: offline replay detected an effect-free
-zero-duration pass with N in-flight requests remaining``); fastsim keeps the release's sentence and adds the first stuck requests by file and
-line (or index), the worker each waits on, and the engine limit it can never get past: the KV pool
-(its prompt plus output needs more blocks than ``num_gpu_blocks``), the token budget (a prompt longer
-than ``max_num_batched_tokens`` with chunked prefill off), or, for the requests queued behind those,
-the seats and blocks the stuck ones hold.
+requests remaining``; disaggregated: ``offline disagg replay reached ...``; 1.6.1: ``replay
+invariant violated: offline replay detected an effect-free zero-duration pass with N in-flight
+requests remaining``); fastsim keeps the release's sentence and adds the first stuck requests by
+file and line (or index), the worker each waits on, and the engine limit it can never get past:
+the KV pool (its prompt plus output needs more blocks than ``num_gpu_blocks``), the token budget
+(a prompt longer than ``max_num_batched_tokens`` with chunked prefill off), or, for the requests
+queued behind those, the seats and blocks the stuck ones hold.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def blocking_limit(isl: int, osl: int, engine, label: str = "") -> str:
 
 
 def dead_end_error(remaining: int, workload, engines, in_flight=None, rank=None, dp: int = 1,
-                   dynamo_version: str = "1.6.1") -> DeadEndError:
+                   dynamo_version: str = "1.6.1", disagg: bool = False) -> DeadEndError:
     """The :class:`DeadEndError` of a run that stopped with ``remaining`` requests in flight.
 
     ``engines``: ``[(label, EngineArgs), ...]`` (label "" for an aggregated run); ``in_flight``:
@@ -45,6 +46,8 @@ def dead_end_error(remaining: int, workload, engines, in_flight=None, rank=None,
     ``rank`` (each row's rank) to name workers; otherwise every row that can never finish is
     named from the workload alone."""
     head = f"offline replay reached a dead end with {remaining} in-flight requests remaining"
+    if disagg and dynamo_version == "1.4.2":  # Dynamo 1.4.2's disaggregated runtime names itself
+        head = f"offline disagg replay reached a dead end with {remaining} in-flight requests remaining"
     if dynamo_version != "1.4.2":  # Dynamo 1.6.1's words first (observed on the release)
         head = ("replay invariant violated: offline replay detected an effect-free zero-duration "
                 f"pass with {remaining} in-flight requests remaining; fastsim: {head}")

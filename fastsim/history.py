@@ -105,7 +105,6 @@ class History:
             self.pre_rank = _col(req, "prefill_worker_idx", np.int64, -1, n)
             self.first_admit = _col(req, "prefill_admit_ms", np.float64, np.nan, n)
             self.decode_admit = _col(req, "decode_admit_ms", np.float64, np.nan, n)
-            self.decode_reused = np.maximum(_col(req, "decode_reused_input_tokens", np.int64, 0, n), 0)
             self.reported = np.maximum(_col(req, "prefill_route_overlap_tokens", np.int64, 0, n), 0)
             self.decode_reported = np.maximum(_col(req, "decode_route_overlap_tokens", np.int64, 0, n), 0)
         self.session = req.get("session_index")
@@ -172,7 +171,9 @@ class History:
             out.append(("prefill", first, int(self.first_reused[r]), False))
         out += [a for a in again if a[0] == "prefill"]
         if self.decode_admit[r] == self.decode_admit[r]:
-            out.append(("decode", self.decode_admit[r], int(self.decode_reused[r]), False))
+            # a handed-off prompt's admission reuses nothing (its blocks came by transfer); only
+            # a readmission after a preemption on the decode worker does
+            out.append(("decode", self.decode_admit[r], 0, False))
         out += [a for a in again if a[0] == "decode"]
         return out
 

@@ -128,15 +128,17 @@ def simulate_disagg(
     pd = _engine_params(decode_engine, DECODE, steady_decode, light_ticks, timing_rules(version))
     n = int(workload.isl.shape[0])
     bs = pp.block_size
-    key_ptr, keys = _block_keys(workload, bs, pp.caching and pd.caching)
+    # each pool shares prompt blocks only if its own prefix caching is on
+    keys_p = _block_keys(workload, bs, pp.caching)
+    keys_d = keys_p if pd.caching == pp.caching else _block_keys(workload, bs, pd.caching)
     # Dynamo 1.4.2 replays a flat synthetic request list through a path whose prefill copy
     # generates one token (V06 reproduces only so); trace and session workloads run the copy for
     # the full output length (cluster doc C5). Dynamo 1.6.1's prefill copy generates one token
     # for every workload (docs/decisions/0001).
     one_token = version == "1.6.1" or _flat_synthetic(workload)
     osl_p = np.minimum(workload.osl, 1) if one_token else None
-    rq_p = _requests(workload, key_ptr, keys, bs, osl_p)
-    rq_d = _requests(workload, key_ptr, keys, bs)
+    rq_p = _requests(workload, *keys_p, bs, osl_p)
+    rq_d = _requests(workload, *keys_d, bs)
 
     def ranks(m, cap, budget):
         return make_ranks(m, bs, cap, budget)
@@ -197,6 +199,7 @@ def simulate_disagg(
         xready=xready, xtie=np.arange(n, dtype=np.int64),
         arr_next=arr_next, arr_head=np.full(D, -1, np.int32), arr_tail=np.full(D, -1, np.int32),
         res_tries=np.zeros(D, np.int64),
+        order=np.zeros(max(n, 1), np.int64), front_stale=np.zeros(D, np.bool_),
         st=np.zeros(4, np.int64),
     )
     out = np.zeros(4)
@@ -217,7 +220,7 @@ def simulate_disagg(
         done = np.isin(rq_d.status, (COMPLETED, REJECTED, FAILED))
         raise dead_end_error(int(cl.state[NARRIVED] - cl.state[NDONE]), workload,
                              [(" of the prefill pool", prefill_engine), (" of the decode pool", decode_engine)],
-                             (rq_p.status != NOT_ARRIVED) & ~done, dynamo_version=version)
+                             (rq_p.status != NOT_ARRIVED) & ~done, dynamo_version=version, disagg=True)
     if status == SIM_CAP and gap_skip is None:
         left = in_flight_with_gaps(rq_d)
         if left.any():

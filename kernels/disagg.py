@@ -17,7 +17,12 @@ Separate prefill and decode pools, semantics as measured on 1.4.2 (cluster doc C
   request is activated at the decode worker's first scheduling point: a seat, no token budget, no
   prefill time; its first decode token is its first token (TTFT);
 * the prefill copy's KV is freed at the prefill worker's first scheduling point at or after the
-  activation (``source_released_ms``).
+  activation (``source_released_ms``);
+* under KV pressure (docs/decisions/0250): one reservation attempt per event at the decode worker,
+  the event's own first, then one per activation there, after that activation's blocks are
+  registered; none while every seat is taken; a head that failed waits for a request to leave the
+  worker; while a handoff waits, only transferred prompts are admitted there (not a preempted
+  request that needs new blocks). 1.6.1 queues an activated request by its handoff ordinal.
 
 Groups ``0 .. P-1`` are the prefill workers, ``P .. P+D-1`` the decode workers (``dp_size`` 1). The
 two pools have their own engine arguments, KV pools, request state and routers.
@@ -77,6 +82,8 @@ from fastsim.kernels.scheduler import (
     COMPLETED,
     FAILED,
     HANDED,
+    HANDED_FIRST,
+    PREEMPTED_ANY,
     PROGRESS,
     REJECTED,
     TERM_HANDOFF,
@@ -89,9 +96,10 @@ from fastsim.kernels.scheduler import (
     steady_pass_ms,
     steady_pass_nb,
     steady_pass_ok,
+    TIMING_161,
 )
 
-NXHEAP, RRPRE, RRDEC = 0, 1, 2
+NXHEAP, RRPRE, RRDEC, NHANDOFF = 0, 1, 2, 3
 
 
 class Disagg(NamedTuple):
@@ -123,7 +131,10 @@ class Disagg(NamedTuple):
     arr_head: np.ndarray  # int32[D]
     arr_tail: np.ndarray  # int32[D]
     res_tries: np.ndarray  # int64[D]: reservation attempts the worker's current event grants
-    st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, -]
+    order: np.ndarray  # int64[n]: handoff ordinal (the order requests reached their decode workers)
+    # the queue head was attempted (and not reserved) since the worker's capacity last changed
+    front_stale: np.ndarray  # bool[D]
+    st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, handoffs so far]
 
 
 # ----------------------------------------------------------------------------- small lists / heap
@@ -255,6 +266,8 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
         dg.st[RRDEC] = idx + 1
         k = nth_active_nb(fl_d, idx)
     dg.dec_idx[r] = k
+    dg.order[r] = dg.st[NHANDOFF]
+    dg.st[NHANDOFF] += 1
     fl_d.hold[k] += 1  # a pending destination keeps a scaled-down decode worker alive
     fl_p.hold[k_pre] += 1  # and the source it will read keeps the prefill worker alive
     _push(dg.res_head, dg.res_tail, dg.res_next, k, r)
@@ -268,18 +281,43 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
     """Scheduling point of decode worker ``k``: reserve KV for queued handoffs, in order, while
     they fit (blocks already registered here are shared and discounted, as in admission) and
     attempts remain. One attempt per event at the worker (its pass end, each activation, each
-    handoff reaching it idle; Dynamo 1.4.2, docs/decisions/0026); attempts not used now lapse."""
+    handoff reaching it idle; docs/decisions/0026); attempts not used now lapse. No attempt
+    while every seat is taken; a head that failed waits for a request to leave the worker
+    (docs/decisions/0250)."""
     bs = pd.block_size
     changed = False
-    while dg.res_head[k] >= 0 and dg.res_tries[k] > 0:
+    # The event's own attempts come first (its pass end, or the handoffs that reached it idle).
+    # Then each activation here, in order, makes its blocks visible and brings one attempt: the
+    # transfers that finished (the arrival list), then the reservations of this event that need
+    # no transfer (appended to that list). ``act``: the next activation.
+    act = dg.arr_head[k]
+    while dg.res_head[k] >= 0:
+        if dg.res_tries[k] == 0:
+            if act < 0:
+                break
+            register_nb(pool_d, k, rq_d.bslot, rq_d.key_ptr[act], dg.res_matched[act],
+                        rq_d.key_ptr[act + 1] - rq_d.key_ptr[act])
+            act = dg.arr_next[act]
+            dg.res_tries[k] = 1
         dg.res_tries[k] -= 1
+        if dg.front_stale[k]:
+            # the head already failed at this capacity: it is tried again only after a request
+            # on the worker completes or is preempted
+            dg.res_tries[k] = 0
+            continue
+        if rk_d.n_run[k] >= pd.max_seqs:
+            dg.res_tries[k] = 0  # every seat is taken: no reservation is attempted
+            dg.front_stale[k] = True
+            continue
         r = dg.res_head[k]
         isl = rq_d.isl[r]
         nb = (isl + bs - 1) // bs
         nfull = _fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
         matched, active = match_slots_nb(pool_d, k, pa.kbuf, nfull, pa.hslot)
         if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
-            break
+            dg.res_tries[k] = 0  # the head waits: this event's other attempts lapse
+            dg.front_stale[k] = True
+            continue
         # the matched blocks are hits; the others are new (the shareable ones with slots) and
         # stay unregistered (invisible to the prefix cache) until activation
         nkeys = rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]
@@ -293,6 +331,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         dg.res_head[k] = dg.res_next[r]
         if dg.res_head[k] < 0:
             dg.res_tail[k] = -1
+        dg.front_stale[k] = False
         changed = True
         delay = 0.0
         if dg.kv_bytes > 0.0 and dg.bandwidth > 0.0:
@@ -305,21 +344,18 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
             heap_push_nb(dg.xheap, dg.st, np.int64(NXHEAP), dg.xready, dg.xtie, r)
         else:
             _arrive_decode(rq_d, rk_d, cl, dg, k, r)
-            dg.res_tries[k] += 1  # activated at once: that activation is one more attempt
+            if act < 0:
+                act = r
     dg.res_tries[k] = 0
     return changed
 
 
 @inner
 def _grant_tries(dg, k, pass_end):
-    """Reservation attempts at decode worker ``k``'s scheduling point: one for its pass end, one
-    per transfer activated there."""
-    n = 1 if pass_end else 0
-    r = dg.arr_head[k]
-    while r >= 0:
-        n += 1
-        r = dg.arr_next[r]
-    dg.res_tries[k] += n
+    """The reservation attempt of decode worker ``k``'s pass end (each activation there brings
+    its own: ``_reserve``)."""
+    if pass_end:
+        dg.res_tries[k] += 1
 
 
 @inner
@@ -329,6 +365,30 @@ def _arrive_decode(rq_d, rk_d, cl, dg, k, r):
     rq_d.rank[r] = k
     _push(dg.arr_head, dg.arr_tail, dg.arr_next, k, r)
     cl.stalled[dg.n_pre + k] = False
+
+
+@inner
+def _restore_handoff_order(rq_d, rk_d, dg, k, r):
+    """Move ``r``, just queued at the back of decode worker ``k``'s waiting list, in front of the
+    first request there that reached the worker after it (Dynamo 1.6.1 queues an activated
+    request by its handoff ordinal, not by when its transfer finished)."""
+    u = rk_d.wait_head[k]
+    while u >= 0 and u != r and dg.order[u] < dg.order[r]:
+        u = rq_d.qnext[u]
+    if u < 0 or u == r:
+        return
+    # unlink r from the tail and link it in before u
+    p = rq_d.qprev[r]
+    rq_d.qnext[p] = -1
+    rk_d.wait_tail[k] = p
+    q = rq_d.qprev[u]
+    rq_d.qprev[r] = q
+    rq_d.qnext[r] = u
+    rq_d.qprev[u] = r
+    if q >= 0:
+        rq_d.qnext[q] = r
+    else:
+        rk_d.wait_head[k] = r
 
 
 @inner
@@ -347,6 +407,8 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
                     rq_d.key_ptr[r + 1] - rq_d.key_ptr[r])
         _push(dg.rel_head, dg.rel_tail, dg.rel_next, dg.pre_idx[r], r)
         enqueue_waiting_nb(rq_d, rk_d, k, r)
+        if pd.timing_rules == TIMING_161:
+            _restore_handoff_order(rq_d, rk_d, dg, k, r)
         rq_d.status[r] = HANDED
         r = nxt
     dg.arr_head[k] = -1
@@ -403,6 +465,8 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     # Two call sites, one per pool: choosing between the pools' state tuples (``pp if pre else
     # pd``) copies every field of them on each pass, which cost more than the pass itself.
     pa.ncommon[0] = 0
+    # a decode worker with a handoff waiting for KV admits only transferred prompts
+    pa.acc[HANDED_FIRST] = 0 if pre else (1 if dg.res_head[k] >= 0 else 0)
     prev_end = cl.last_stamp[g]
     if pre:
         committed = rk_p.seqc[5]
@@ -414,6 +478,8 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end)
         cl.pass_commit[g] = rk_d.seqc[5] - committed
+        if cl.pend_head[g] >= 0 or pa.acc[PREEMPTED_ANY] != 0:
+            dg.front_stale[k] = False  # a request left: the queued head may fit now
     if end < now:
         end = now
     progress = pa.acc[PROGRESS] != 0

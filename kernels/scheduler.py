@@ -184,8 +184,8 @@ class PassAcc(NamedTuple):
     kbuf: np.ndarray  # uint64[max blocks of a request]
     hslot: np.ndarray  # int64[max blocks of a request]: slots of the blocks matched at admission
     # [budget, batch_count, batch_isl, batch_prefix, preempted_any, progress, self_next, ahead,
-    #  schedules in slog]
-    acc: np.ndarray  # int64[9]
+    #  schedules in slog, handed_first (set by the caller)]
+    acc: np.ndarray  # int64[10]
     emit: np.ndarray  # int32[...] rows that emitted a token in this group pass
     emit_n: np.ndarray  # int64[1]
     wake: np.ndarray  # int32[max running per rank + 1]: steady members whose last token is in this pass
@@ -202,7 +202,7 @@ class PassAcc(NamedTuple):
     alog_n: np.ndarray  # int64[2]
 
 
-BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG = range(9)
+BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG, HANDED_FIRST = range(10)
 
 
 def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0):
@@ -212,7 +212,7 @@ def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0):
     return PassAcc(
         kbuf=np.zeros(max_blocks, dtype=np.uint64),
         hslot=np.full(max_blocks, -1, dtype=np.int64),
-        acc=np.zeros(NLOG + 1, dtype=np.int64),
+        acc=np.zeros(HANDED_FIRST + 1, dtype=np.int64),
         emit=np.zeros(emit_cap, dtype=np.int32),
         emit_n=np.zeros(1, dtype=np.int64),
         wake=np.zeros(rank_cap, dtype=np.int32),
@@ -833,6 +833,11 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     # Phase B: waiting requests, FIFO, only if nothing was preempted.
     while acc[PREEMPTED_ANY] == 0 and rk.n_run[k] < p.max_seqs:
         u = rk.wait_head[k]
+        if acc[HANDED_FIRST] != 0:
+            # a handoff waits for KV on this decode worker: only transferred prompts are
+            # admitted, in queue order, past any request that would need new blocks
+            while u >= 0 and rq.status[u] != HANDED:
+                u = rq.qnext[u]
         if u < 0:
             break
         if rq.status[u] == HANDED:
@@ -849,6 +854,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             rq.computed[u] = rq.isl[u]
             rq.first_admit[u] = now
             acc[PROGRESS] = 1
+            if acc[BUDGET] == 0:
+                break  # an admission that used no token with none left ends the admissions
             continue
         length = rq.isl[u] + rq.generated[u]
         fresh = rq.status[u] == WAITING

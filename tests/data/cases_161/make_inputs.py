@@ -2,6 +2,7 @@
 
 ``mixed_300``: 300 requests, Poisson arrivals (mean gap 40 ms), prompts of 64-3000 tokens that
 start with one of 5 shared prefixes (2-12 blocks of 64 tokens), outputs of 1-200 tokens (some 1).
+``mixed_37``: its first 37 rows.
 ``unique_2048``: 120 requests every 20 ms, 2048/256 tokens, no shared blocks (the synthetic
 workload of the preemption cases, as a trace). Block size 64 (``--trace-block-size 64``).
 """
@@ -40,4 +41,5 @@ def unique(n=120, isl=2048, osl=256, gap=20.0):
 
 if __name__ == "__main__":
     write("mixed_300", mixed())
+    write("mixed_37", mixed()[:37])  # the first 37 rows: a decode worker under KV pressure
     write("unique_2048", unique())
