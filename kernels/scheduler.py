@@ -986,6 +986,15 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
 
 
 @inline
+def decode_ms_161(p, perf, total_len, n_ready):
+    """A decode step's time under 1.6.1's rules, as the clock advances by it: ``n_ready``
+    decoding requests of total length ``total_len`` (``_step_ms`` without its memo)."""
+    ctx = total_len // n_ready if perf.kind != POLYNOMIAL else 0
+    raw = decode_time_nb(perf, float(total_len), float(ctx), float(p.cap * p.block_size))
+    return modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+
+
+@inline
 def _step_ms(p, perf, rk, k, nact, total_len, n_ready):
     """Decode time of a pass of rank ``k`` with ``nact`` active blocks and ``n_ready`` requests
     of total length ``total_len``, through the rank's memo (its inputs often repeat). Under
@@ -995,8 +1004,7 @@ def _step_ms(p, perf, rk, k, nact, total_len, n_ready):
     if p.timing_rules == TIMING_161:
         if total_len == rk.dkey[k] and ctx == rk.dctx[k]:
             return rk.dms[k]
-        raw = decode_time_nb(perf, float(total_len), float(ctx), float(p.cap * p.block_size))
-        decode_ms = modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+        decode_ms = decode_ms_161(p, perf, total_len, n_ready)
         rk.dkey[k] = total_len
         rk.dctx[k] = ctx
         rk.dms[k] = decode_ms
