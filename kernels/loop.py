@@ -907,6 +907,7 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
         rk.slen[k] = slen
         rk.seqc[2] += n
         rk.seqc[3] += n
+        rk.seqc[6] += n
         fl.passes[g] += n
         cl.last_stamp[g] = E
     tourney_set_nb(cl.ctree, cl.cdue, g, E)
@@ -997,6 +998,7 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
         cl.ph_n[g] = m
         rk.seqc[2] += nrank
         rk.seqc[3] += n
+        rk.seqc[6] += n
         fl.passes[g] += n
         cl.last_stamp[g] = E
     tourney_set_nb(cl.ctree, cl.cdue, g, E)

@@ -127,9 +127,10 @@ class Ranks(NamedTuple):
     shold: np.ndarray  # int64[R]: no new steady members before this rank pass
     sback: np.ndarray  # int64[R]: current hold length after a fallback
     smax: np.ndarray  # int64[R]: at least the largest running order (seq) of a steady member
-    seqc: np.ndarray  # int64[6]: [admission counter, fallbacks, steady passes, light ticks,
+    seqc: np.ndarray  # int64[7]: [admission counter, fallbacks, steady passes, light ticks,
     #                   arrival ticks on the light path (kernels/loop.py), tokens of the schedules
-    #                   that compute prompt tokens (1.6.1 rules only)]
+    #                   that compute prompt tokens (1.6.1 rules only), group passes run ahead in
+    #                   steady runs (kernels/loop.py, also counted as light ticks)]
     # the last step times of each rank, reused while their inputs repeat (they often do)
     dkey: np.ndarray  # int64[R]: active blocks of the last decode time (-1: none)
     dctx: np.ndarray  # int64[R]: its mean context (grid timing only)
@@ -165,7 +166,7 @@ def make_ranks(n_ranks, block_size, cap, budget):
         bcnt=np.zeros(n_ranks * block_size, dtype=np.int64), sechead=heads(), secdue=heads(),
         shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, _HOLD0, dtype=np.int64),
         smax=np.full(n_ranks, -1, dtype=np.int64),
-        seqc=np.zeros(6, dtype=np.int64),
+        seqc=np.zeros(7, dtype=np.int64),
         dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
