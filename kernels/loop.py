@@ -813,11 +813,11 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
     """After a light tick of one-rank group ``g``: the steady passes that follow it on that rank,
     run at once, ahead of the event loop, in one loop over the rank's counters held in locals.
 
-    Another group's events cannot reach ``g``, nor see it, before the next arrival: they only
-    finish their own requests (the sums that pass ends add to are kept per group: ``Gaps``; the
-    worker-seconds are kept exact by phantom events, below). So ``g``
-    runs every pass that starts before the next arrival (strictly: an arrival at a pass's start
-    joins before it), at or before the next telemetry tick (a tick samples every group) and
+    Another group's events cannot reach ``g``, nor see it, before the next arrival that can reach
+    ``g`` (``_next_arrival_at``): they only finish their own requests (the sums that pass ends
+    add to are kept per group: ``Gaps``; the worker-seconds are kept exact by phantom events,
+    below). So ``g`` runs every pass that starts before that arrival (strictly: an arrival at a
+    pass's start joins before it), at or before the next telemetry tick (a tick samples every group) and
     within the time cap, while its next pass is again a steady pass (``steady_next_ok``: a rank
     of steady members only stays so, as no such pass admits or finishes anyone). When a turn's
     end can release a follow-up turn (sessions of several turns, a closed loop), the next pass
