@@ -831,7 +831,6 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
     With one group there is nothing to interleave: the run steps the clock and worker-seconds
     itself, as the loop would, and returns ``(now, ws)`` (the time of its last pass start);
     otherwise they come back unchanged."""
-    k = g
     E = cl.cdue[g]
     limit = _next_arrival_at(ss, cl, rt, fl, g)
     tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
@@ -842,6 +841,16 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
         limit = np.nextafter(fl.ff[NEXTTEL], np.inf)  # a pass may start at the tick, not after
     if cl.max_sim_time >= 0.0 and not cl.max_sim_time >= limit:
         limit = np.nextafter(cl.max_sim_time, np.inf)  # ... and at the cap, not after
+    now, ws, n = run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, g, E, limit, now, ws, fl.fs[NLIVE])
+    fl.passes[g] += n
+    return now, ws
+
+
+@inline
+def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live):
+    """The loop of a steady run (``_steady_run``) of group ``g``, one rank ``k``, whose pass ends
+    at ``E`` (``g`` is off the tournament): every steady pass that starts before ``limit``, then
+    ``g`` back in the tournament at the end of the last one. Returns ``(now, ws, passes run)``."""
     P = rk.rpass[k]
     ns = rk.nsteady[k]
     slen = rk.slen[k]
@@ -852,7 +861,6 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
     head = cl.ph_head[g]
     m = cl.ph_n[g]
     alone = cl.ctree.shape[0] == 2
-    live = fl.fs[NLIVE]
     room = _tick_room(cl)  # (alone, each pass start is logged)
     wlo = np.inf  # the gap window (``_gap_window``): none yet
     whi = -np.inf
@@ -908,10 +916,25 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
         rk.seqc[2] += n
         rk.seqc[3] += n
         rk.seqc[6] += n
-        fl.passes[g] += n
         cl.last_stamp[g] = E
     tourney_set_nb(cl.ctree, cl.cdue, g, E)
-    return now, ws
+    return now, ws, n
+
+
+@inline
+def step_phantoms_nb(cl, now, t):
+    """Take the earliest phantom event before ``t`` off its group's ring (``_steady_run``):
+    returns its time, or ``t`` when there is none (the caller steps its sums to it)."""
+    g = cl.ptree[1]
+    pt = cl.pdue[g]
+    if not pt < t:
+        return t
+    m = cl.ph_n[g] - 1
+    head = (cl.ph_head[g] + 1) % _PH
+    cl.ph_n[g] = m
+    cl.ph_head[g] = head
+    tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[g * _PH + head] if m > 0 else np.inf)
+    return pt
 
 
 @inline

@@ -5,7 +5,8 @@ a simulation gives the same results, bit for bit, as the pass-at-a-time path
 full tick for every pass end (``light_ticks=False``), under both releases' rules.
 
 The cases replay the bundled Mooncake trace (real prompt and output lengths, shared prefixes) on
-round-robin clusters, attention-DP groups, kv_router, disaggregated pools, with time caps,
+round-robin clusters, attention-DP groups, kv_router, disaggregated pools (decode workers run
+ahead too), with time caps,
 telemetry, planner ticks and scaling; ``_runs`` checks that the runs happened where they can.
 """
 
@@ -111,8 +112,18 @@ def test_telemetry_planner_and_scaling(monkeypatch, tmp_path):
 
 
 def test_disaggregated_trace_slice(monkeypatch, tmp_path):
+    """Decode workers run ahead between the prefill side's events (``kernels/disagg.py``)."""
+    import fastsim.kernels.disagg as kd
     from fastsim.sim_disagg import simulate_disagg
 
+    seen = []
+    real = kd.run_disagg_nb
+
+    def run(*args):
+        seen.append(args[9])  # the decode ranks
+        return real(*args)
+
+    monkeypatch.setattr(kd, "run_disagg_nb", run)
     path = _slice(tmp_path, 0, 300)
     pre = EngineArgs.coerce({"block_size": 64, "worker_type": "prefill", "kv_bytes_per_token": 65536,
                              "kv_transfer_bandwidth": 25.0})
@@ -122,9 +133,15 @@ def test_disaggregated_trace_slice(monkeypatch, tmp_path):
         for kw in ({}, {"router_mode": "kv_router"}, {"max_sim_time_ms": 40_000.0}):
             a = simulate_disagg(wl, pre, dec, num_prefill_workers=2, num_decode_workers=3,
                                 dynamo_version=version, **kw)
+            if "max_sim_time_ms" not in kw:  # (a capped run is made again, every request explicit)
+                assert int(seen[-1].seqc[6]) > 1_000
             b = simulate_disagg(wl, pre, dec, num_prefill_workers=2, num_decode_workers=3,
+                                dynamo_version=version, light_ticks=False, **kw)
+            assert int(seen[-1].seqc[6]) == 0
+            c = simulate_disagg(wl, pre, dec, num_prefill_workers=2, num_decode_workers=3,
                                 dynamo_version=version, steady_decode=False, **kw)
             assert_same_results(a, b)
+            assert_same_results(a, c)
 
 
 def test_gap_windows_hold_one_index():
