@@ -597,7 +597,7 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
             status = SIM_CAP
             t = np.nextafter(cl.max_sim_time, np.inf)  # the pass ends run ahead up to the cap
             while True:
-                pt = step_phantoms_nb(cl, now, t)
+                pt = step_phantoms_nb(cl, t)
                 if pt == t:
                     break
                 ws_p += fl_p.fs[NLIVE] * (pt - now) / 1000.0
@@ -605,7 +605,7 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
                 now = pt
             break
         while True:  # the pass ends of steady runs before ``t`` are events too
-            pt = step_phantoms_nb(cl, now, t)
+            pt = step_phantoms_nb(cl, t)
             ws_p += fl_p.fs[NLIVE] * (pt - now) / 1000.0
             ws_d += fl_d.fs[NLIVE] * (pt - now) / 1000.0
             now = pt

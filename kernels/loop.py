@@ -922,7 +922,7 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
 
 
 @inline
-def step_phantoms_nb(cl, now, t):
+def step_phantoms_nb(cl, t):
     """Take the earliest phantom event before ``t`` off its group's ring (``_steady_run``):
     returns its time, or ``t`` when there is none (the caller steps its sums to it)."""
     g = cl.ptree[1]
