@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -106,8 +108,19 @@ def azure_to_mooncake(csv_path: Path, out: Path, block: int = 512) -> Path:
     return out
 
 
+def head_lines(path: Path, n: int, out: Path) -> Path:
+    """The first ``n`` lines of ``path`` in ``out``."""
+    with open(path, "rb") as src, open(out, "wb") as dst:
+        for i, line in enumerate(src):
+            if i >= n:
+                break
+            dst.write(line)
+    return out
+
+
 def real_traces(data: Path, scratch: Path) -> list:
-    """The ``trace`` grid: the Mooncake conversation trace (8 workers, speedup 2), the Mooncake
+    """The ``trace`` grid: the Mooncake conversation trace (8 workers, speedup 2; with kv_router
+    too; its first 3,000 lines on 3 prefill + 5 decode workers with KV transfer), the Mooncake
     synthetic trace (3 workers of 2 attention-DP ranks) and the Azure 2023 conversation trace
     converted to Mooncake JSONL (2 workers)."""
     conv = data / "mooncake" / "conversation_trace.jsonl"
@@ -119,6 +132,13 @@ def real_traces(data: Path, scratch: Path) -> list:
     return [
         trace(conv, 8, extra=("--trace-block-size", "512", "--arrival-speedup-ratio", "2"),
               name="mooncake conversation, speedup 2"),
+        dataclasses.replace(
+            trace(conv, 8, extra=("--trace-block-size", "512", "--arrival-speedup-ratio", "2",
+                                  "--router-mode", "kv_router"),
+                  name="mooncake conversation, speedup 2, kv_router"),
+            deterministic=False),  # (Dynamo breaks kv_router's ties at random)
+        disagg_trace(head_lines(conv, 3000, scratch / "conversation_3000.jsonl"), 3, 5,
+                     name="mooncake conversation first 3,000, speedup 2, 3P+5D"),
         trace(synth, 3, engine='{"block_size":64,"dp_size":2}', extra=("--trace-block-size", "512"),
               name="mooncake synthetic, dp_size 2"),
         trace(azure_to_mooncake(azure, scratch / "azure_conv.jsonl"), 2,
@@ -142,6 +162,18 @@ def disagg(requests: int, prefill: int, decode: int) -> Workload:
              '{"worker_type":"prefill","block_size":64}', "--decode-engine-args",
              '{"worker_type":"decode","block_size":64}', "--router-mode", "round_robin")
     return Workload(f"disagg {prefill}P+{decode}D {interval_ms:g} ms", flags, requests, prefill + decode)
+
+
+def disagg_trace(path: Path, prefill: int, decode: int, name: str) -> Workload:
+    """A Mooncake trace on disaggregated prefill/decode workers, with KV transfer (128 KiB a
+    token at 25 GB/s), speedup 2."""
+    wl = trace(path, prefill + decode, name=name)
+    flags = (wl.flags[0], "--num-prefill-workers", str(prefill), "--num-decode-workers", str(decode),
+             "--prefill-engine-args",
+             '{"worker_type":"prefill","block_size":64,"kv_bytes_per_token":131072,"kv_transfer_bandwidth":25}',
+             "--decode-engine-args", '{"worker_type":"decode","block_size":64}',
+             "--trace-block-size", "512", "--arrival-speedup-ratio", "2")
+    return dataclasses.replace(wl, flags=flags)
 
 
 def build_grid(name: str, quick: bool, data: Path, scratch: Path) -> list:
@@ -169,6 +201,10 @@ def build_grid(name: str, quick: bool, data: Path, scratch: Path) -> list:
     raise SystemExit(f"unknown grid {name!r} (core, cluster, trace, kv, disagg, load, scale)")
 
 
+# flags added to fastsim's command line only (``--fastsim-args``), e.g. ``--dynamo-version 1.4.2``
+FASTSIM_EXTRA: list = []
+
+
 def command(sim: str, python, wl: Workload, report: str) -> list:
     """``python`` is the interpreter, or (interpreter, script) for Dynamo 1.6.1's runner."""
     if sim == "dynamo161":
@@ -176,7 +212,15 @@ def command(sim: str, python, wl: Workload, report: str) -> list:
     else:
         cmd = [python, "-m", "fastsim" if sim == "fastsim" else "dynamo.replay"]
         cmd += ["replay"] if sim == "fastsim" else []
-    return cmd + list(wl.flags) + ["--report-json", report]
+    extra = FASTSIM_EXTRA if sim == "fastsim" else []
+    return cmd + list(wl.flags) + extra + ["--report-json", report]
+
+
+def reference_of(dynamos: list) -> str:
+    """The Dynamo whose report fastsim's is checked against: the release fastsim reproduces
+    (1.6.1 unless ``--fastsim-args`` pins 1.4.2), if it is run, else 1.4.2."""
+    pinned_142 = "1.4.2" in FASTSIM_EXTRA
+    return "dynamo161" if "dynamo161" in dynamos and not pinned_142 else "dynamo"
 
 
 def run_once(sim: str, python: str, wl: Workload, env: dict, timeout_s: float) -> dict:
@@ -354,7 +398,7 @@ for _ in range(n):
 def inprocess(wl: Workload, n: int, timeout_s: float) -> dict:
     """fastsim's command line called ``n`` times in one process (after a warm-up call)."""
     with tempfile.TemporaryDirectory(prefix="bench-inproc-") as tmp:
-        res = subprocess.run([sys.executable, "-c", _INPROC, json.dumps(list(wl.flags)),
+        res = subprocess.run([sys.executable, "-c", _INPROC, json.dumps(list(wl.flags) + FASTSIM_EXTRA),
                               os.path.join(tmp, "r.json"), str(n)], capture_output=True, text=True,
                              cwd=tmp, timeout=timeout_s)
     pairs = [json.loads(x) for x in res.stdout.split("\n") if x.startswith("[")]
@@ -384,6 +428,10 @@ def parse_args(argv=None):
     p.add_argument("--dynamo161-runner", default=os.environ.get("DYNAMO161_RUNNER"),
                    help="the script that runs 1.6.1 with 1.4.2's flags (default $DYNAMO161_RUNNER)")
     p.add_argument("--no-dynamo", action="store_true", help="run fastsim only")
+    p.add_argument("--fastsim-args", default="",
+                   help="flags added to fastsim's command line, e.g. '--dynamo-version 1.4.2' (its "
+                        "metrics are then checked against Dynamo 1.4.2's; else against 1.6.1's "
+                        "when 1.6.1 is run)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per run before it is killed")
     p.add_argument("--out", type=Path, default=Path("results/bench_replay.csv"), help="per-run CSV")
     p.add_argument("--md", type=Path, default=Path("results/bench_replay.md"), help="markdown table")
@@ -392,6 +440,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    FASTSIM_EXTRA[:] = shlex.split(args.fastsim_args)
     repeats = 1 if args.quick else max(1, args.repeats)
     pythons = {"fastsim": sys.executable}
     if not args.no_dynamo:
@@ -438,11 +487,12 @@ def main(argv=None) -> int:
                 row.update(repeat=rep, order=pos)
                 rnd[sim] = row
                 rows.append(row)
-            fast, dyn = rnd["fastsim"].get("report"), rnd.get("dynamo", {}).get("report")
+            ref = reference_of(dynamos)
+            fast, dyn = rnd["fastsim"].get("report"), rnd.get(ref, {}).get("report")
             if fast is not None and dyn is not None:
                 verdict, worst, field = compare(fast, dyn) if wl.deterministic else ("n/a", math.nan, "")
             else:
-                verdict, worst, field = ("n/a" if "dynamo" not in rnd else "NO: run failed"), math.nan, ""
+                verdict, worst, field = ("n/a" if ref not in rnd else "NO: run failed"), math.nan, ""
             for row in rnd.values():
                 row.update(same_metrics=verdict, max_rel_diff=worst, worst_field=field)
             msg = "  ".join(f"{s} {rnd[s].get('wall_time_ms', math.nan):.1f} ms sim / "

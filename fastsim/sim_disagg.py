@@ -86,7 +86,7 @@ def simulate_disagg(
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import DEAD_END, NARRIVED, NDONE, SIM_CAP, Cluster, make_sessions, new_gaps
+    from fastsim.kernels.loop import _PH, DEAD_END, NARRIVED, NDONE, SIM_CAP, Cluster, make_sessions, new_gaps
     from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, make_ranks, make_pass_acc
     from fastsim.perf import engine_perf_model
     from fastsim.report import build_report
@@ -147,7 +147,7 @@ def simulate_disagg(
     ss = make_sessions(workload, concurrency)
     G = P + D
     ctree, cdue = new_tourney(G)
-    ptree, pdue = new_tourney(1)
+    ptree, pdue = new_tourney(G)
     cl = Cluster(
         dp=1, concurrency=concurrency, single_path=False,
         max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
@@ -157,8 +157,8 @@ def simulate_disagg(
         dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),
         pass_commit=np.zeros(G, np.int64),
         state=np.zeros(7, np.int64), light=np.zeros(G, np.int64),
-        # (no phantom events: the disaggregated loop runs no worker ahead of it, see kernels/loop.py)
-        ph=np.zeros(0), ph_head=np.zeros(G, np.int64), ph_n=np.zeros(G, np.int64),
+        # phantom events: the pass ends of decode workers' steady runs (kernels/disagg.py)
+        ph=np.zeros(G * _PH), ph_head=np.zeros(G, np.int64), ph_n=np.zeros(G, np.int64),
         ptree=ptree, pdue=pdue, tlog=np.zeros(0),
     )
     gaps = new_gaps(G, skip=gap_skip)

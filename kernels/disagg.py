@@ -57,8 +57,11 @@ from fastsim.kernels.loop import (
     SIM_CAP,
     _fill_prompt_keys,
     _next_arrival,
+    _turns_follow,
     pop_arrival_nb,
+    run_ahead_nb,
     start_arrivals_nb,
+    step_phantoms_nb,
     _on_terminal,
     _stamp_tokens,
 )
@@ -649,6 +652,32 @@ def _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p, fl_
     return True
 
 
+@inline
+def _steady_run_decode(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, dg, g, now):
+    """After a light tick of decode worker ``g``: its following steady passes, run ahead of the
+    loop as in ``kernels/loop.py`` (``_steady_run``), the pass ends the loop does not stop at kept
+    as phantom events for the worker-seconds. Work reaches a decode worker only through a handoff
+    at a prefill pass end, whose reservation and transfer follow it: the run ends before the next
+    prefill pass end, finished transfer or arrival (which may start a prefill pass), and, when a
+    turn's end can release a follow-up turn, before any other worker's next pass end; a pass may
+    start at the time cap, not after."""
+    E = cl.cdue[g]
+    tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
+    limit = _next_arrival(ss, cl)[1]
+    for h in range(dg.n_pre):
+        if cl.cdue[h] < limit:
+            limit = cl.cdue[h]
+    if dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] < limit:
+        limit = dg.xready[dg.xheap[0]]
+    if _turns_follow(ss, cl) and cl.cdue[cl.ctree[1]] < limit:
+        limit = cl.cdue[cl.ctree[1]]
+    if cl.max_sim_time >= 0.0 and not cl.max_sim_time >= limit:
+        limit = np.nextafter(cl.max_sim_time, np.inf)
+    # (the ws arguments are unused: with several workers a run only records phantom events)
+    run_ahead_nb(pd, perf_d, pool_d, rq_d, rk_d, cl, gaps, g, g - dg.n_pre, E, limit, now, 0.0,
+                 np.int64(0))
+
+
 @kernel_noalloc
 def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps,
                   rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out):
@@ -684,12 +713,27 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
             break
         if cl.max_sim_time >= 0.0 and t > cl.max_sim_time:
             status = SIM_CAP
+            t = np.nextafter(cl.max_sim_time, np.inf)  # the pass ends run ahead up to the cap
+            while True:
+                pt = step_phantoms_nb(cl, t)
+                if pt == t:
+                    break
+                ws_p += fl_p.fs[NLIVE] * (pt - now) / 1000.0
+                ws_d += fl_d.fs[NLIVE] * (pt - now) / 1000.0
+                now = pt
             break
-        ws_p += fl_p.fs[NLIVE] * (t - now) / 1000.0
-        ws_d += fl_d.fs[NLIVE] * (t - now) / 1000.0
-        now = t
+        while True:  # the pass ends of steady runs before ``t`` are events too
+            pt = step_phantoms_nb(cl, t)
+            ws_p += fl_p.fs[NLIVE] * (pt - now) / 1000.0
+            ws_d += fl_d.fs[NLIVE] * (pt - now) / 1000.0
+            now = pt
+            if pt == t:
+                break
+        g = cl.ctree[1]
         light = pd.fast and _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p,
                                         fl_d, dg, pa, now)
+        if light and rk_d.sechead[g - dg.n_pre] < 0:
+            _steady_run_decode(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, dg, g, now)
         if (pd.fast and not light and t_arr == now and cl.cdue[cl.ctree[1]] > now
                 and not (dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now)
                 and at_rest_nb(fl_p) and at_rest_nb(fl_d)):

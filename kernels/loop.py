@@ -15,6 +15,7 @@ Then ``now`` moves to the earliest pending completion or arrival. No future even
 are unfinished is a dead end (returned as a status, never a hang).
 """
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -25,6 +26,7 @@ from fastsim.kernels.fleet import (
     ACTIVE,
     DRAINING,
     NACT,
+    NCREATED,
     NDRAINING,
     NEXTPLAN,
     NEXTTEL,
@@ -67,6 +69,7 @@ from fastsim.kernels.scheduler import (
     TERM_COMPLETED,
     TIMING_161,
     _fill_keys,
+    decode_ms_161,
     enqueue_waiting_nb,
     key_span,
     materialize_nb,
@@ -80,7 +83,8 @@ from fastsim.kernels.scheduler import (
     steady_pass_ok,
 )
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
-from fastsim.kernels.stats import DD_NBINS, dd_index_nb
+from fastsim.kernels.stats import (DD_GAMMA, DD_GAMMA_LN, DD_KEY_MAX, DD_KEY_MIN, DD_NBINS, DD_OFFSET,
+                                    dd_index_nb)
 
 OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL = range(8)
 
@@ -367,6 +371,50 @@ def _pool_gaps(gaps, gap, c, g):
     _pool_value(gaps.itl, gaps.itl_n, g, gaps.itl_hist, gap, i, c)
     if gap > 0.0:
         _pool_value(gaps.otpu, gaps.otpu_n, g, gaps.otpu_hist, inv, oi, c)
+
+
+# A steady run's gaps differ from pass to pass under 1.6.1's rules (the decode time grows with the
+# batch's lengths), so the cache above misses on almost every one; but they creep up by a few
+# hundred-thousandths a pass, and the histogram's buckets are 0.2% wide. A *window* of gaps
+# [lo, hi] inside one bucket of the gap's histogram and whose 1000 / gap stay inside one bucket of
+# theirs serves a run's passes without a logarithm. Its ends are the buckets' edges (gamma^key,
+# by ``exp``) pulled in by 2^-28 of their value: ``log`` and ``exp`` are off by a few ulps at
+# most, a hundred million times less, so every gap in the window gets the indices that ``log``
+# gives its first one. A gap that close to an edge gets no window (it is its own).
+_WIN_SHRINK = 1.0 / (1 << 28)
+
+
+@inline
+def _gap_window(gap):
+    """``(hi, i, oi)``: every gap in ``[gap, hi]`` has the histogram index ``i``, and its
+    1000 / gap the index ``oi`` (``gap > 0``, finite); ``hi`` is ``gap`` when no wider window is
+    certain."""
+    i = dd_index_nb(gap)
+    inv = 1000.0 / gap
+    oi = dd_index_nb(inv)
+    k = i - DD_OFFSET  # bucket keys: key k holds the values in (gamma^(k-1), gamma^k]
+    ko = oi - DD_OFFSET
+    if k <= DD_KEY_MIN or k >= DD_KEY_MAX or ko <= DD_KEY_MIN or ko >= DD_KEY_MAX or i <= 0:
+        return gap, i, oi  # (clamped keys, the zero bucket)
+    g_hi = math.exp(k * DD_GAMMA_LN)
+    g_lo = g_hi / DD_GAMMA
+    o_hi = math.exp(ko * DD_GAMMA_LN)
+    o_lo = o_hi / DD_GAMMA
+    if (gap < g_lo * (1.0 + _WIN_SHRINK) or gap > g_hi * (1.0 - _WIN_SHRINK)
+            or inv < o_lo * (1.0 + _WIN_SHRINK) or inv > o_hi * (1.0 - _WIN_SHRINK)):
+        return gap, i, oi  # on an edge, as far as these can tell
+    hi = min(g_hi, 1000.0 / o_lo) * (1.0 - _WIN_SHRINK)
+    if hi < gap:
+        hi = gap
+    return hi, i, oi
+
+
+@inline
+def _pool_gaps_at(gaps, gap, c, g, i, oi):
+    """``_pool_gaps`` with the histogram indices known: ``i`` of ``gap`` (> 0), ``oi`` of
+    1000 / gap."""
+    _pool_value(gaps.itl, gaps.itl_n, g, gaps.itl_hist, gap, i, c)
+    _pool_value(gaps.otpu, gaps.otpu_n, g, gaps.otpu_hist, 1000.0 / gap, oi, c)
 
 
 @inner
@@ -662,6 +710,28 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
 
 
 @inline
+def _next_arrival_at(ss, cl, rt, fl, g):
+    """The time of the next arrival that can reach group ``g``. Round robin over a fleet that
+    cannot change, with every arrival known from the start (an open loop of single turns), sends
+    the arrivals to the workers in turn: the next one for ``g`` is a fixed number of arrivals
+    ahead (``_route``'s counter). Otherwise any arrival may reach it: the next arrival."""
+    if (rt.mode == KV_ROUTER or _turns_follow(ss, cl) or not at_rest_nb(fl)
+            or fl.fs[NCREATED] != fl.fs[NACT]):
+        return _next_arrival(ss, cl)[1]
+    nact = fl.fs[NACT]
+    c = cl.state[RR]
+    idx = c if c < nact else (0 if c == nact else c % nact)  # (as ``_route``)
+    d = g - idx
+    if d < 0:
+        d += nact
+    pos = cl.state[STATIC] + d
+    if pos >= ss.n_static:
+        return np.inf
+    s = ss.order[pos] if ss.order.shape[0] > 0 else pos
+    return ss.first_arrival[s]
+
+
+@inline
 def _light_refused(rk, ss, cl, rt, fl, g, now):
     """The quick refusals of ``_light_tick`` for group ``g`` at ``now`` (True: not a light tick):
     the loop tests them before calling ``_light_ticks``, whose call costs more than the test."""
@@ -768,15 +838,15 @@ def _step_ws(cl, fl, ws, now, t):
 
 
 @inline
-def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
+def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
     """After a light tick of one-rank group ``g``: the steady passes that follow it on that rank,
     run at once, ahead of the event loop, in one loop over the rank's counters held in locals.
 
-    Another group's events cannot reach ``g``, nor see it, before the next arrival: they only
-    finish their own requests (the sums that pass ends add to are kept per group: ``Gaps``; the
-    worker-seconds are kept exact by phantom events, below). So ``g``
-    runs every pass that starts before the next arrival (strictly: an arrival at a pass's start
-    joins before it), at or before the next telemetry tick (a tick samples every group) and
+    Another group's events cannot reach ``g``, nor see it, before the next arrival that can reach
+    ``g`` (``_next_arrival_at``): they only finish their own requests (the sums that pass ends
+    add to are kept per group: ``Gaps``; the worker-seconds are kept exact by phantom events,
+    below). So ``g`` runs every pass that starts before that arrival (strictly: an arrival at a
+    pass's start joins before it), at or before the next telemetry tick (a tick samples every group) and
     within the time cap, while its next pass is again a steady pass (``steady_next_ok``: a rank
     of steady members only stays so, as no such pass admits or finishes anyone). When a turn's
     end can release a follow-up turn (sessions of several turns, a closed loop), the next pass
@@ -790,9 +860,8 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
     With one group there is nothing to interleave: the run steps the clock and worker-seconds
     itself, as the loop would, and returns ``(now, ws)`` (the time of its last pass start);
     otherwise they come back unchanged."""
-    k = g
     E = cl.cdue[g]
-    limit = _next_arrival(ss, cl)[1]
+    limit = _next_arrival_at(ss, cl, rt, fl, g)
     tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
     if _turns_follow(ss, cl):
         if cl.cdue[cl.ctree[1]] < limit:
@@ -801,6 +870,16 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
         limit = np.nextafter(fl.ff[NEXTTEL], np.inf)  # a pass may start at the tick, not after
     if cl.max_sim_time >= 0.0 and not cl.max_sim_time >= limit:
         limit = np.nextafter(cl.max_sim_time, np.inf)  # ... and at the cap, not after
+    now, ws, n = run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, g, E, limit, now, ws, fl.fs[NLIVE])
+    fl.passes[g] += n
+    return now, ws
+
+
+@inline
+def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live):
+    """The loop of a steady run (``_steady_run``) of group ``g``, one rank ``k``, whose pass ends
+    at ``E`` (``g`` is off the tournament): every steady pass that starts before ``limit``, then
+    ``g`` back in the tournament at the end of the last one. Returns ``(now, ws, passes run)``."""
     P = rk.rpass[k]
     ns = rk.nsteady[k]
     slen = rk.slen[k]
@@ -811,11 +890,30 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
     head = cl.ph_head[g]
     m = cl.ph_n[g]
     alone = cl.ctree.shape[0] == 2
-    live = fl.fs[NLIVE]
     room = _tick_room(cl)  # (alone, each pass start is logged)
+    wlo = np.inf  # the gap window (``_gap_window``): none yet
+    whi = -np.inf
+    wi = 0
+    woi = 0
+    # Under 1.6.1's rules each pass's decode time is a new value, from the batch's total length
+    # (which grows by ``ns`` a pass): four are worked out at a time, whose chains of divisions and
+    # roundings do not depend on each other (the last ones may go unused).
+    t161 = p.timing_rules == TIMING_161
+    d0 = d1 = d2 = d3 = 0.0
+    dj = 4
     while E < limit and m < _PH and n < room and steady_next_ok(p, pool, rq, rk, k, P, nact):
         nb = rk.bcnt[k * bs + _block_mod(p, P)]
-        dms = _step_ms(p, perf, rk, k, nact + nb, slen, ns)
+        if t161:
+            if dj == 4:
+                d0 = decode_ms_161(p, perf, slen, ns)
+                d1 = decode_ms_161(p, perf, slen + ns, ns)
+                d2 = decode_ms_161(p, perf, slen + 2 * ns, ns)
+                d3 = decode_ms_161(p, perf, slen + 3 * ns, ns)
+                dj = 0
+            dms = d0 if dj == 0 else (d1 if dj == 1 else (d2 if dj == 2 else d3))
+            dj += 1
+        else:
+            dms = _step_ms(p, perf, rk, k, nact + nb, slen, ns)
         e = (E + 0.0) + dms
         if not e > E:
             break  # a zero-length pass: the drain's business
@@ -825,7 +923,11 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
         slen += ns
         P += 1
         n += 1
-        _pool_gaps(gaps, e - E, ns, g)  # (the pass's tokens: the group's last stamp was ``E``)
+        d = e - E  # the pass's gap: the group's last stamp was ``E``
+        if not (d >= wlo and d <= whi):
+            wlo = d
+            whi, wi, woi = _gap_window(d)
+        _pool_gaps_at(gaps, d, ns, g, wi, woi)
         if alone:
             ws += live * (E - now) / 1000.0
             _log_tick(cl, E)
@@ -842,11 +944,128 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws):
         rk.slen[k] = slen
         rk.seqc[2] += n
         rk.seqc[3] += n
+        rk.seqc[6] += n
+        cl.last_stamp[g] = E
+    tourney_set_nb(cl.ctree, cl.cdue, g, E)
+    return now, ws, n
+
+
+@inline
+def step_phantoms_nb(cl, t):
+    """Take the earliest phantom event before ``t`` off its group's ring (``_steady_run``):
+    returns its time, or ``t`` when there is none (the caller steps its sums to it)."""
+    g = cl.ptree[1]
+    pt = cl.pdue[g]
+    if not pt < t:
+        return t
+    m = cl.ph_n[g] - 1
+    head = (cl.ph_head[g] + 1) % _PH
+    cl.ph_n[g] = m
+    cl.ph_head[g] = head
+    tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[g * _PH + head] if m > 0 else np.inf)
+    return pt
+
+
+@inline
+def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
+    """``_steady_run`` for a group of several attention-DP ranks: every rank with work runs its
+    steady pass, the group's pass ends at the slowest rank's end (the DP barrier, as in
+    ``_light_tick``) and all its members share that one gap. A rank without work stays so (no
+    arrival reaches the group before the run's limit). The ranks' counters stay in their arrays;
+    a pass is checked whole (every rank's next pass steady, the group's end after its start)
+    before any rank allocates."""
+    dp = cl.dp
+    k0 = g * dp
+    E = cl.cdue[g]
+    limit = _next_arrival_at(ss, cl, rt, fl, g)
+    tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
+    if _turns_follow(ss, cl):
+        if cl.cdue[cl.ctree[1]] < limit:
+            limit = cl.cdue[cl.ctree[1]]
+    if fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < limit:
+        limit = np.nextafter(fl.ff[NEXTTEL], np.inf)  # a pass may start at the tick, not after
+    if cl.max_sim_time >= 0.0 and not cl.max_sim_time >= limit:
+        limit = np.nextafter(cl.max_sim_time, np.inf)  # ... and at the cap, not after
+    bs = p.block_size
+    common = 0  # the members that share each pass's gap
+    for k in range(k0, k0 + dp):
+        if rk.n_run[k] + rk.n_wait[k] > 0:
+            common += rk.nsteady[k]
+    n = 0
+    nrank = 0
+    base = g * _PH
+    head = cl.ph_head[g]
+    m = cl.ph_n[g]
+    alone = cl.ctree.shape[0] == 2
+    live = fl.fs[NLIVE]
+    room = _tick_room(cl)  # (alone, each pass start is logged)
+    wlo = np.inf  # the gap window (``_gap_window``): none yet
+    whi = -np.inf
+    wi = 0
+    woi = 0
+    while E < limit and m < _PH and n < room:
+        end = E
+        ok = True
+        for k in range(k0, k0 + dp):
+            if rk.n_run[k] + rk.n_wait[k] == 0:
+                continue
+            P = rk.rpass[k]
+            nact = pool.meta[k, NACTIVE]
+            if not steady_next_ok(p, pool, rq, rk, k, P, nact):
+                ok = False
+                break
+            nb = rk.bcnt[k * bs + _block_mod(p, P)]
+            e = (E + 0.0) + _step_ms(p, perf, rk, k, nact + nb, rk.slen[k], rk.nsteady[k])
+            if e > end:
+                end = e
+        if not ok or not end > E:
+            break  # (a zero-length pass: the drain's business)
+        for k in range(k0, k0 + dp):
+            if rk.n_run[k] + rk.n_wait[k] == 0:
+                continue
+            P = rk.rpass[k]
+            nb = rk.bcnt[k * bs + _block_mod(p, P)]
+            if nb > 0:
+                alloc_anon_nb(pool, k, nb)
+            rk.slen[k] += rk.nsteady[k]
+            rk.rpass[k] = P + 1
+            nrank += 1
+        n += 1
+        d = end - E  # the pass's gap: the group's last stamp was ``E``
+        if not (d >= wlo and d <= whi):
+            wlo = d
+            whi, wi, woi = _gap_window(d)
+        _pool_gaps_at(gaps, d, common, g, wi, woi)
+        if alone:
+            ws += live * (E - now) / 1000.0
+            _log_tick(cl, E)
+            now = E
+        else:
+            cl.ph[base + (head + m) % _PH] = E  # the loop will not stop at E: a phantom event
+            m += 1
+        E = end
+    if n > 0:
+        if cl.ph_n[g] == 0 and m > 0:
+            tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[base + head])
+        cl.ph_n[g] = m
+        rk.seqc[2] += nrank
+        rk.seqc[3] += n
+        rk.seqc[6] += n
         fl.passes[g] += n
         cl.last_stamp[g] = E
         cl.pass_commit[g] = 0
     tourney_set_nb(cl.ctree, cl.cdue, g, E)
     return now, ws
+
+
+@inline
+def _steady_members_only(rk, cl, g):
+    """No rank of group ``g`` has a steady member whose next token is its second (those are
+    stamped one by one: a steady run leaves them to the light tick)."""
+    for k in range(g * cl.dp, (g + 1) * cl.dp):
+        if rk.sechead[k] >= 0:
+            return False
+    return True
 
 
 @inner
@@ -862,8 +1081,11 @@ def _light_ticks(tabs, now, ws):
         g = cl.ctree[1]
         if not _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             return now, ws, True
-        if cl.dp == 1 and rk.sechead[g] < 0:
-            now, ws = _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, fl, g, now, ws)
+        if cl.dp == 1:
+            if rk.sechead[g] < 0:
+                now, ws = _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws)
+        elif _steady_members_only(rk, cl, g):
+            now, ws = _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws)
         # the loop's next event (light ticks leave no fleet event pending: see _light_tick)
         t = cl.cdue[cl.ctree[1]]
         t_arr = _next_arrival(ss, cl)[1]

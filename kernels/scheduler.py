@@ -131,9 +131,10 @@ class Ranks(NamedTuple):
     shold: np.ndarray  # int64[R]: no new steady members before this rank pass
     sback: np.ndarray  # int64[R]: current hold length after a fallback
     smax: np.ndarray  # int64[R]: at least the largest running order (seq) of a steady member
-    seqc: np.ndarray  # int64[6]: [admission counter, fallbacks, steady passes, light ticks,
+    seqc: np.ndarray  # int64[7]: [admission counter, fallbacks, steady passes, light ticks,
     #                   arrival ticks on the light path (kernels/loop.py), tokens of the schedules
-    #                   that compute prompt tokens (1.6.1 rules only)]
+    #                   that compute prompt tokens (1.6.1 rules only), group passes run ahead in
+    #                   steady runs (kernels/loop.py, also counted as light ticks)]
     # the last step times of each rank, reused while their inputs repeat (they often do)
     dkey: np.ndarray  # int64[R]: active blocks of the last decode time (-1: none)
     dctx: np.ndarray  # int64[R]: its mean context (grid timing only)
@@ -169,7 +170,7 @@ def make_ranks(n_ranks, block_size, cap, budget):
         bcnt=np.zeros(n_ranks * block_size, dtype=np.int64), sechead=heads(), secdue=heads(),
         shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, _HOLD0, dtype=np.int64),
         smax=np.full(n_ranks, -1, dtype=np.int64),
-        seqc=np.zeros(6, dtype=np.int64),
+        seqc=np.zeros(7, dtype=np.int64),
         dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
@@ -1015,6 +1016,15 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
 
 
 @inline
+def decode_ms_161(p, perf, total_len, n_ready):
+    """A decode step's time under 1.6.1's rules, as the clock advances by it: ``n_ready``
+    decoding requests of total length ``total_len`` (``_step_ms`` without its memo)."""
+    ctx = total_len // n_ready if perf.kind != POLYNOMIAL else 0
+    raw = decode_time_nb(perf, float(total_len), float(ctx), float(p.cap * p.block_size))
+    return modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+
+
+@inline
 def _step_ms(p, perf, rk, k, nact, total_len, n_ready):
     """Decode time of a pass of rank ``k`` with ``nact`` active blocks and ``n_ready`` requests
     of total length ``total_len``, through the rank's memo (its inputs often repeat). Under
@@ -1024,8 +1034,7 @@ def _step_ms(p, perf, rk, k, nact, total_len, n_ready):
     if p.timing_rules == TIMING_161:
         if total_len == rk.dkey[k] and ctx == rk.dctx[k]:
             return rk.dms[k]
-        raw = decode_time_nb(perf, float(total_len), float(ctx), float(p.cap * p.block_size))
-        decode_ms = modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+        decode_ms = decode_ms_161(p, perf, total_len, n_ready)
         rk.dkey[k] = total_len
         rk.dctx[k] = ctx
         rk.dms[k] = decode_ms
