@@ -59,6 +59,7 @@ from fastsim.kernels.router import (
     release_blocks_nb,
     release_prefill_nb,
     score_targets_nb,
+    sync_index_nb,
 )
 from fastsim.kernels.scheduler import (
     COMPLETED,
@@ -491,6 +492,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     n_targets = rk.n_run.shape[0]
     nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
     nshare = _shareable(rq, r, nfull)
+    sync_index_nb(rt, pool, now)
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
@@ -582,6 +584,7 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
             bs = p.block_size
             nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
             nshare = _shareable(rq, r, nfull)
+            sync_index_nb(rt, pool, now)
             score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
                              fl.gstate, cl.dp)
             best = 0
