@@ -65,13 +65,13 @@ class KvPool(NamedTuple):
     # free slots on the stack, next never-used slot]
     meta: np.ndarray  # int64[R, 8]
     # The feed of KV events for a lagging router (kernels/router.py): each content key that
-    # becomes present in a rank's table (stored) or leaves it (removed), stamped with ``ev_now[0]``,
-    # the start of the pass that changed it. Empty arrays when nobody reads the feed.
+    # becomes present in a rank's table (stored) or leaves it (removed), stamped with the end of
+    # the pass that changed it (``seal_feed_nb``; +inf until then). Empty arrays when nobody reads
+    # the feed.
     ev_key: np.ndarray  # uint64[M]: ring buffer of event keys
     ev_code: np.ndarray  # int32[M]: 2 * rank + 1 for stored, 2 * rank for removed
     ev_time: np.ndarray  # float64[M]
     ev_meta: np.ndarray  # int64[3]: [first entry, entries, 1 if the ring overflowed]
-    ev_now: np.ndarray  # float64[1]: the time stamped on new events
 
 
 NFREE, NACTIVE, NINACTIVE, HEAD, TAIL, NEVICT, NSTACK, NEXTNEW = 0, 1, 2, 3, 4, 5, 6, 7
@@ -120,7 +120,6 @@ def make_pool(n_ranks, cap, n_events=0):
         ev_code=np.zeros(n_events, dtype=np.int32),
         ev_time=np.zeros(n_events),
         ev_meta=np.zeros(3, dtype=np.int64),
-        ev_now=np.zeros(1),
     )
 
 
@@ -435,8 +434,25 @@ def _feed(pool, rank, key, stored):
     i = (em[0] + em[1]) % m
     pool.ev_key[i] = key
     pool.ev_code[i] = 2 * rank + (1 if stored else 0)
-    pool.ev_time[i] = pool.ev_now[0]
+    pool.ev_time[i] = np.inf  # the pass is under way: sealed at its end
     em[1] += 1
+
+
+@inner
+def seal_feed_nb(pool, end):
+    """Stamp the feed's events of the pass just run with its end ``end``: Dynamo publishes a
+    pass's KV events when the pass completes (the newest entries, the only ones not stamped)."""
+    m = pool.ev_key.shape[0]
+    if m == 0:
+        return
+    em = pool.ev_meta
+    j = em[1] - 1
+    while j >= 0:
+        i = (em[0] + j) % m
+        if pool.ev_time[i] != np.inf:
+            break
+        pool.ev_time[i] = end
+        j -= 1
 
 
 @inline

@@ -80,7 +80,7 @@ from fastsim.kernels.scheduler import (
     steady_pass_nb,
     steady_pass_ok,
 )
-from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
+from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb, seal_feed_nb
 from fastsim.kernels.stats import DD_NBINS, dd_index_nb
 
 OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL = range(8)
@@ -528,6 +528,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         pa.acc[PROGRESS] = 0
         e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, cl.pend_head, cl.pend_tail, g,
                          prev_end)
+        seal_feed_nb(pool, e)  # (a lagging kv_router's feed of the rank's KV events)
         if e > end:
             end = e
         if pa.acc[PROGRESS] != 0:
@@ -717,7 +718,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] > 0:
             common += rk.nsteady[k]
-            steady_pass_nb(p, perf, pool, rk, k, now)
+            seal_feed_nb(pool, steady_pass_nb(p, perf, pool, rk, k, now))
     _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
                   k0 + dp)
     cl.last_stamp[g] = end

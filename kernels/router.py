@@ -19,9 +19,9 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
   ``p ~ exp(-(c - c_min) / ((c_max - c_min) * T))``;
 * with a KV event lag ``L`` (Dynamo 1.6.1's ``kv_event_lag_ms``), the overlap is read from the
   router's own index instead of the pool: the pool's feed of stored/removed blocks
-  (``kvpool._feed``), each applied once ``L`` has passed since the pass that made it, so the index
-  at ``t`` is the pool as it was at ``t - L``; prefill and completion releases, and the active
-  blocks, stay immediate (docs/decisions/0230);
+  (``kvpool._feed``), each applied once ``L`` has passed since the end of the pass that made it
+  (Dynamo publishes a pass's events when it completes); prefill and completion releases, and the
+  active blocks, stay immediate (docs/decisions/0230);
 * with ``router_queue_threshold`` set, a target is busy iff ``PF > thr * max_num_batched_tokens``
   and a request waits in the router queue while every target is busy (released at first-token and
   completion events, in fcfs, lcfs or wspt order).
@@ -185,8 +185,8 @@ def _union_prefix(rt, rank, keys, n):
 # ----------------------------------------------------------------------------- lagged index
 @inner
 def sync_index_nb(rt, pool, now):
-    """Apply to the lagging index every event of the pool's feed made at or before ``now - lag``
-    (in feed order: a rank's events keep their order)."""
+    """Apply to the lagging index every event of the pool's feed published at or before
+    ``now - lag`` (in feed order: a rank's events keep their order)."""
     if rt.lag <= 0.0:
         return
     em = pool.ev_meta

@@ -724,7 +724,6 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     tells whether the pass changed anything observable. ``prev_end`` is the end of the group's
     previous pass.
     """
-    pool.ev_now[0] = now  # the time of the KV events this pass makes (a lagging router's feed)
     # Hot loops touch only these locals: reading an array out of a NamedTuple inside a loop costs
     # an NRT incref/decref pair per access, which dominated the run time before this hoisting.
     acc = pa.acc
@@ -1083,7 +1082,6 @@ def steady_pass_nb(p, perf, pool, rk, k, now):
     """Run rank ``k``'s next pass, a steady pass (``steady_pass_ok``), starting at ``now``; returns
     its end. The caller stamps the members' tokens (``nsteady`` of them share one gap) and the
     second tokens of ``rk.secdue[k]``, as for ``rank_pass_nb``."""
-    pool.ev_now[0] = now  # (its evictions are KV events of this pass)
     P = rk.rpass[k]
     rk.rpass[k] = P + 1
     rk.sback[k] = _HOLD0
