@@ -84,11 +84,12 @@ def _initial_table_size(rq, block_size, n_ranks):
 
 
 def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed,
-                  record=False, queue_overlaps=False, kv_event_lag_ms=0.0):
+                  record=False, queue_overlaps=False, kv_event_lag_ms=None):
     """The router's configuration and state; ``record``: keep each kv_router request's routing
     figures (best overlap, router-queue release) for the per-request routing history;
     ``queue_overlaps``: keep the overlaps a queued request saw at its queue entry;
-    ``kv_event_lag_ms`` > 0: the router reads overlaps from its own lagging index."""
+    ``kv_event_lag_ms`` (not None): the router reads overlaps from its own index, which the pool's
+    KV events reach that long after their pass ends (None: from the pool, at once)."""
     from fastsim.kernels.router import FCFS, KV_ROUTER, LCFS, ROUND_ROBIN, WSPT, LaggedIndex, Router
     from fastsim.router_config import RouterConfig
 
@@ -130,8 +131,8 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
         released=np.full(m if kv and record else 0, np.nan),
         qov=np.zeros((m, n_ranks) if kv and queue_overlaps and cfg.router_queue_threshold is not None
                      else (0, 1), dtype=np.int32),
-        lag=float(kv_event_lag_ms),
-        index=_lagged_index(n_ranks * params.cap if kv_event_lag_ms > 0 else 0),
+        lag=-1.0 if kv_event_lag_ms is None else float(kv_event_lag_ms),
+        index=_lagged_index(n_ranks * params.cap if kv_event_lag_ms is not None else 0),
     )
 
 
@@ -405,6 +406,10 @@ def simulate(
     if telemetry_interval_ms is not None and not telemetry_interval_ms > 0:
         raise InputError(f"telemetry_interval_ms is {telemetry_interval_ms!r}; it must be > 0")
     lag = _check_kv_event_lag(kv_event_lag_ms, router_mode, version)
+    # Dynamo 1.6.1's kv_router learns a pass's stored and removed blocks from the KV events
+    # published when the pass ends, even without a lag (1.4.2's sees the pool at once)
+    if router_mode != "kv_router" or version != "1.6.1":
+        lag = None
 
     check_workload(workload)
     tel_cap = _check_telemetry(workload, num_workers, telemetry_interval_ms)
@@ -444,7 +449,7 @@ def simulate(
             "offline replay only supports router_mode=kv_router with more than one worker/DP-rank target"
         )
     log_cap = _readmission_log_size(workload) if history else 0
-    kv_events = _KV_EVENTS if lag > 0 else 0
+    kv_events = _KV_EVENTS if lag is not None else 0
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                       single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
                       light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap,

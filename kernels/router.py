@@ -95,7 +95,7 @@ class Router(NamedTuple):
     # the overlaps (blocks) of each target when a request entered the router queue: Dynamo
     # reports a queued request's route overlap as its queue entry saw it (int32[n, R] or empty)
     qov: np.ndarray
-    lag: float  # KV event lag in ms (0: the index is the pool itself)
+    lag: float  # KV event lag in ms (< 0: no index, the overlaps are read from the pool itself)
     index: LaggedIndex  # the lagging indexer's blocks (an empty table without a lag)
 
 
@@ -187,7 +187,7 @@ def _union_prefix(rt, rank, keys, n):
 def sync_index_nb(rt, pool, now):
     """Apply to the lagging index every event of the pool's feed published at or before
     ``now - lag`` (in feed order: a rank's events keep their order)."""
-    if rt.lag <= 0.0:
+    if rt.lag < 0.0:
         return
     em = pool.ev_meta
     m = pool.ev_key.shape[0]
@@ -230,7 +230,7 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
             continue
         if nshare == 0:
             overlap = 0
-        elif rt.lag > 0.0:
+        elif rt.lag >= 0.0:
             overlap = _union_prefix(rt.index, k, keys, nshare)
         else:
             overlap = match_prefix_nb(pool, k, keys, nshare)[0]
