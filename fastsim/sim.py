@@ -84,12 +84,14 @@ def _initial_table_size(rq, block_size, n_ranks):
 
 
 def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed,
-                  record=False, queue_overlaps=False, kv_event_lag_ms=None):
+                  record=False, queue_overlaps=False, kv_event_lag_ms=None, index_keys=1 << 62):
     """The router's configuration and state; ``record``: keep each kv_router request's routing
     figures (best overlap, router-queue release) for the per-request routing history;
     ``queue_overlaps``: keep the overlaps a queued request saw at its queue entry;
     ``kv_event_lag_ms`` (not None): the router reads overlaps from its own index, which the pool's
-    KV events reach that long after their pass ends (None: from the pool, at once)."""
+    KV events reach that long after their pass ends (None: from the pool, at once); ``index_keys``:
+    a bound on the distinct content keys of the workload (with the pools' capacity, the most
+    blocks a target's index can hold)."""
     from fastsim.kernels.router import FCFS, KV_ROUTER, LCFS, ROUND_ROBIN, WSPT, LaggedIndex, Router
     from fastsim.router_config import RouterConfig
 
@@ -132,13 +134,14 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
         qov=np.zeros((m, n_ranks) if kv and queue_overlaps and cfg.router_queue_threshold is not None
                      else (0, 1), dtype=np.int32),
         lag=-1.0 if kv_event_lag_ms is None else float(kv_event_lag_ms),
-        index=_lagged_index(n_ranks * params.cap if kv_event_lag_ms is not None else 0),
+        index=_lagged_index(n_ranks * min(params.cap, index_keys) if kv_event_lag_ms is not None else 0),
     )
 
 
 def _lagged_index(blocks):
-    """An empty lagging index with room for ``blocks`` (rank, block) entries: the pool's
-    capacity bounds the blocks present at any time, so it never fills."""
+    """An empty lagging index with room for ``blocks`` (rank, block) entries: the pools'
+    capacity and the workload's content keys bound the blocks present at any time, so it never
+    fills."""
     from fastsim.kernels.router import LaggedIndex
 
     size = 1
@@ -459,7 +462,7 @@ def simulate(
     table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
         rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed,
-                           record=history, kv_event_lag_ms=lag)
+                           record=history, kv_event_lag_ms=lag, index_keys=int(st.rq.key_ptr[-1]) + 1)
         out = np.zeros(4)
         while True:
             status = run_loop_nb(st.params, st.perf, st.pool, st.rq, st.rk, st.ss, st.cl, st.gaps,
@@ -493,6 +496,8 @@ def simulate(
                           light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap,
                           kv_events=kv_events)
     progress.untrack()
+    if rt.index.state[1]:  # (its size bounds every block it can hold: a broken invariant)
+        raise RuntimeError("the kv_router's KV-event index overflowed")
     settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
