@@ -124,3 +124,19 @@ def test_refusals(extra, words):
     kw.update(extra)
     with pytest.raises(FastsimError, match=words.replace("(", r"\(").replace(")", r"\)")):
         run_trace_replay(str(DATA / CASES["stored_lag300"]["trace"]), **kw)
+
+
+def test_cli_flag_reaches_the_router(capsys, tmp_path):
+    """``fastsim replay --kv-event-lag-ms`` gives the API's per-request overlaps."""
+    from fastsim.cli import main
+
+    case = CASES["removed_lag300"]
+    rows = tmp_path / "r.jsonl"
+    code = main(["replay", str(DATA / case["trace"]), *case["args"], "--report-jsonl", str(rows), "--quiet",
+                 "--no-progress"])
+    capsys.readouterr()
+    assert code == 0
+    best = sorted((json.loads(x)["arrival_time_ms"], json.loads(x)["routing_history"][0]["best_available_overlap_blocks"])
+                  for x in rows.read_text().splitlines())
+    want = [(r["arrival_time_ms"], r["best_overlap_blocks"]) for r in _dynamo("removed_lag300")["records"][0]]
+    assert best == sorted(want)
