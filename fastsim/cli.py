@@ -15,7 +15,7 @@ traceback, and exits with status 2. Subcommands are argparse subparsers: ``repla
 Dynamo 1.6 options (the flags of its 1.4.2-style runner): ``--dynamo-version`` picks the release
 reproduced (default 1.6.1); ``--coverage-json`` and ``--quiet`` are honoured; ``--execution-model``
 is accepted (it names the target model of an agentic trace and changes nothing for a Mooncake or
-Azure trace, as in Dynamo); ``--kv-event-lag-ms 0`` is honoured (no lag). A positive KV event lag,
+Azure trace, as in Dynamo); ``--kv-event-lag-ms`` is honoured with kv_router (a Dynamo 1.6.1 option);
 ``--agentic-lanes``, ``--weka-nested-timestamp-basis`` with a weka trace, ``--telemetry-jsonl`` and
 ``--ais-perf-config`` are refused as not supported yet; used where Dynamo itself refuses them
 (a lag with round robin, lanes or a timestamp basis with a format that has none) they get
@@ -495,8 +495,9 @@ def _check_dynamo16_options(args, nope) -> None:
             raise UsageError(f"kv_event_lag_ms must be finite and non-negative, got {lag:g}")
         if lag > 0 and args.router_mode != "kv_router":
             raise UsageError("kv_event_lag_ms only supports router_mode='kv_router'")
-        if lag > 0:
-            nope("--kv-event-lag-ms", "a KV event lag: the kv_router's indexer sees every event at once")
+        if lag > 0 and args.dynamo_version == "1.4.2":
+            raise UsageError("--kv-event-lag-ms is a Dynamo 1.6.1 option: Dynamo 1.4.2 has no KV event lag "
+                             "(use --dynamo-version 1.6.1)")
     from fastsim.traces.agentic_run import check_options
 
     try:
@@ -542,6 +543,7 @@ def _cmd_replay(args) -> int:
         sla_itl_ms=args.sla_itl_ms,
         sla_e2e_ms=args.sla_e2e_ms,
         dynamo_version=args.dynamo_version,
+        kv_event_lag_ms=args.kv_event_lag_ms,
     )
     from fastsim import progress
 

@@ -84,11 +84,15 @@ def _initial_table_size(rq, block_size, n_ranks):
 
 
 def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed,
-                  record=False, queue_overlaps=False):
+                  record=False, queue_overlaps=False, kv_event_lag_ms=None, index_keys=1 << 62):
     """The router's configuration and state; ``record``: keep each kv_router request's routing
     figures (best overlap, router-queue release) for the per-request routing history;
-    ``queue_overlaps``: keep the overlaps a queued request saw at its queue entry."""
-    from fastsim.kernels.router import FCFS, KV_ROUTER, LCFS, ROUND_ROBIN, WSPT, Router
+    ``queue_overlaps``: keep the overlaps a queued request saw at its queue entry;
+    ``kv_event_lag_ms`` (not None): the router reads overlaps from its own index, which the pool's
+    KV events reach that long after their pass ends (None: from the pool, at once); ``index_keys``:
+    a bound on the distinct content keys of the workload (with the pools' capacity, the most
+    blocks a target's index can hold)."""
+    from fastsim.kernels.router import FCFS, KV_ROUTER, LCFS, ROUND_ROBIN, WSPT, LaggedIndex, Router
     from fastsim.router_config import RouterConfig
 
     cfg = RouterConfig.coerce(router_config)
@@ -129,7 +133,46 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
         released=np.full(m if kv and record else 0, np.nan),
         qov=np.zeros((m, n_ranks) if kv and queue_overlaps and cfg.router_queue_threshold is not None
                      else (0, 1), dtype=np.int32),
+        lag=-1.0 if kv_event_lag_ms is None else float(kv_event_lag_ms),
+        index=_lagged_index(n_ranks * min(params.cap, index_keys) if kv_event_lag_ms is not None else 0),
     )
+
+
+def _lagged_index(blocks):
+    """An empty lagging index with room for ``blocks`` (rank, block) entries: the pools'
+    capacity and the workload's content keys bound the blocks present at any time, so it never
+    fills."""
+    from fastsim.kernels.router import LaggedIndex
+
+    size = 1
+    while size < 2 * blocks + 2:
+        size *= 2
+    return LaggedIndex(tab_key=np.zeros(size, dtype=np.uint64), tab_rank=np.full(size, -1, dtype=np.int32),
+                       tab_cnt=np.zeros(size, dtype=np.int32), state=np.zeros(4, dtype=np.int64))
+
+
+# Initial room in the pool's KV event feed of a lagging router: the events of a lag window
+# (it grows, and the run starts again, if a window holds more)
+_KV_EVENTS = 1 << 16
+
+
+def _check_kv_event_lag(lag, router_mode, version):
+    """Dynamo 1.6.1's rules for ``kv_event_lag_ms`` (None or 0: no lag); returns the lag."""
+    import math
+
+    if lag is None:
+        return 0.0
+    if isinstance(lag, bool) or not isinstance(lag, (int, float, np.integer, np.floating)):
+        raise InputError(f"kv_event_lag_ms is {lag!r}; it must be a number of milliseconds")
+    lag = float(lag)
+    if not math.isfinite(lag) or lag < 0:
+        raise InputError(f"kv_event_lag_ms must be finite and non-negative, got {lag:g}")
+    if lag > 0 and router_mode != "kv_router":
+        raise InputError("kv_event_lag_ms only supports router_mode='kv_router'")
+    if lag > 0 and version == "1.4.2":
+        raise InputError("kv_event_lag_ms is a Dynamo 1.6.1 option: Dynamo 1.4.2 has no KV event lag "
+                         "(use dynamo_version='1.6.1')")
+    return lag
 
 
 def max_tokens(isl, osl):
@@ -299,6 +342,7 @@ def simulate(
     threads: int | None = None,
     dynamo_version: str | None = None,
     gap_skip=None,
+    kv_event_lag_ms: float = 0.0,
 ):
     """Simulate ``workload`` on a cluster of aggregated workers; returns a :class:`Report`.
 
@@ -329,6 +373,8 @@ def simulate(
       Default: the ``FASTSIM_THREADS`` environment variable, else the cores this process may use,
       for runs of at least 50,000 requests. 1: never split (a sweep running one simulation per
       core).
+    * ``kv_event_lag_ms`` (Dynamo 1.6.1, kv_router only): the router's indexer sees the blocks
+      stored and removed on the workers that much virtual time later (docs/decisions/0230).
     * ``gap_skip`` (internal): rows whose inter-token gaps stay out of the statistics (below).
 
     A run cut short by ``max_sim_time_ms`` reports the inter-token statistics of its completed
@@ -362,6 +408,12 @@ def simulate(
         raise InputError("planner needs planner_interval_ms > 0 (how often it is called, in virtual ms)")
     if telemetry_interval_ms is not None and not telemetry_interval_ms > 0:
         raise InputError(f"telemetry_interval_ms is {telemetry_interval_ms!r}; it must be > 0")
+    lag = _check_kv_event_lag(kv_event_lag_ms, router_mode, version)
+    # Dynamo 1.6.1's kv_router learns a pass's stored and removed blocks from the KV events
+    # published when the pass ends, even without a lag (1.4.2's sees the pool at once). Not yet
+    # for mooncake-delta streams (their blocks reach the pool by other paths: see 0230)
+    if router_mode != "kv_router" or version != "1.6.1" or (lag == 0 and workload.stream_row is not None):
+        lag = None
 
     check_workload(workload)
     tel_cap = _check_telemetry(workload, num_workers, telemetry_interval_ms)
@@ -401,14 +453,16 @@ def simulate(
             "offline replay only supports router_mode=kv_router with more than one worker/DP-rank target"
         )
     log_cap = _readmission_log_size(workload) if history else 0
+    kv_events = _KV_EVENTS if lag is not None else 0
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                       single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
-                      light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap)
+                      light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap,
+                      kv_events=kv_events)
     progress.track(st.rq.isl.shape[0], lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
         rt = _router_state(router_mode, router_config, st.params, st.n, g_cap * dp, g_cap, table, seed,
-                           record=history)
+                           record=history, kv_event_lag_ms=lag, index_keys=int(st.rq.key_ptr[-1]) + 1)
         out = np.zeros(4)
         while True:
             status = run_loop_nb(st.params, st.perf, st.pool, st.rq, st.rk, st.ss, st.cl, st.gaps,
@@ -429,6 +483,9 @@ def simulate(
         if status == TABLE_FULL:
             # The router's table of active prompt blocks filled up: start again with a larger one.
             table *= 4
+        elif st.pool.ev_meta[2]:
+            # A lag window held more KV events than the feed: start again with a larger one.
+            kv_events *= 4
         elif int(st.pa.alog_n[0]) > log_cap:
             # More readmissions than the log holds: start again with room for every one of them.
             log_cap = int(st.pa.alog_n[0])
@@ -436,8 +493,11 @@ def simulate(
             break
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                           single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
-                          light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap)
+                          light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap,
+                          kv_events=kv_events)
     progress.untrack()
+    if rt.index.state[1]:  # (its size bounds every block it can hold: a broken invariant)
+        raise RuntimeError("the kv_router's KV-event index overflowed")
     settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
@@ -652,8 +712,9 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                  single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True,
                  light_ticks=True, tick_log=0, huge_pages=True, timing_rules=0, gap_skip=None,
-                 readmission_log=0):
+                 readmission_log=0, kv_events=0):
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each);
+    ``kv_events``: room in the pool's KV event feed (a lagging router), 0 for none;
     ``tick_log``: entries of the loop's tick log (a shard of a split run), 0 for none;
     ``huge_pages=False``: the request state in small pages its loop maps (a shard in a thread)."""
     from fastsim.kernels.fleet import ACTIVE, Fleet
@@ -670,7 +731,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     bs = params.block_size
     key_ptr, keys = _block_keys(workload, bs, params.caching)
     rq = _requests(workload, key_ptr, keys, bs, huge_pages=huge_pages)
-    pool = make_pool(n_ranks, params.cap)
+    pool = make_pool(n_ranks, params.cap, kv_events)
     rk = make_ranks(n_ranks, bs, params.cap, params.budget)
     concurrency = int(replay_concurrency or 0)
     ss = make_sessions(workload, concurrency)

@@ -64,6 +64,14 @@ class KvPool(NamedTuple):
     # per rank: [free blocks, active blocks, inactive blocks, lru_head, lru_tail, evicted blocks,
     # free slots on the stack, next never-used slot]
     meta: np.ndarray  # int64[R, 8]
+    # The feed of KV events for a lagging router (kernels/router.py): each content key that
+    # becomes present in a rank's table (stored) or leaves it (removed), stamped with the end of
+    # the pass that changed it (``seal_feed_nb``; +inf until then). Empty arrays when nobody reads
+    # the feed.
+    ev_key: np.ndarray  # uint64[M]: ring buffer of event keys
+    ev_code: np.ndarray  # int32[M]: 2 * rank + 1 for stored, 2 * rank for removed
+    ev_time: np.ndarray  # float64[M]
+    ev_meta: np.ndarray  # int64[3]: [first entry, entries, 1 if the ring overflowed]
 
 
 NFREE, NACTIVE, NINACTIVE, HEAD, TAIL, NEVICT, NSTACK, NEXTNEW = 0, 1, 2, 3, 4, 5, 6, 7
@@ -79,13 +87,14 @@ def _lazy_zeros(n, dtype):
     return np.frombuffer(mmap.mmap(-1, n * dtype.itemsize), dtype=dtype)
 
 
-def make_pool(n_ranks, cap):
+def make_pool(n_ranks, cap, n_events=0):
     """Allocate empty pools for ``n_ranks`` ranks of ``cap`` blocks each.
 
     Every big array starts as zeros (slots, the table and the LRU links store index + 1, 0 meaning
     none) in fresh memory, so the operating system maps their pages only when a rank first touches
     them: a large cluster whose workers use little of their KV costs little memory and set-up time
     (64 ranks of 16,384 blocks: 67 MB of tables, set up in 0.1 ms instead of 4 ms of clearing).
+    ``n_events``: room in the KV event feed (0: no feed).
     """
     tsize = 1
     while tsize < 4 * cap:  # load <= 1/4: short probe sequences (about half the time of 1/2)
@@ -107,6 +116,10 @@ def make_pool(n_ranks, cap):
         slot_cnext=_lazy_zeros(n_ranks * cap, np.int32),
         slot_run=_lazy_zeros(n_ranks * cap, np.int32),
         meta=meta,
+        ev_key=np.zeros(n_events, dtype=np.uint64),
+        ev_code=np.zeros(n_events, dtype=np.int32),
+        ev_time=np.zeros(n_events),
+        ev_meta=np.zeros(3, dtype=np.int64),
     )
 
 
@@ -294,8 +307,9 @@ def _evict(pool, rank, sbase, tbase, m):
             meta[rank, NINACTIVE] -= 1
             meta[rank, NEVICT] += 1
             if pool.slot_intab[sbase + h]:
-                _unregister(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, tbase,
-                            sbase, pool.tmask, h)
+                if _unregister(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, tbase,
+                               sbase, pool.tmask, h):
+                    _feed(pool, rank, pool.slot_key[sbase + h], False)
             pool.slot_key[sbase + h] = 0
         _lru_unlink(pool.lru_prev, pool.lru_next, meta, rank, sbase, h)
         if spare >= 0:
@@ -358,7 +372,8 @@ def can_use_nb(pool, rank, keys, n, n_hits):
 @inner
 def _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
     """Register slot ``s`` under its key: as the key's primary if the key is absent, else as its
-    newest copy (hits go to the primary; a copy takes over when the primary leaves)."""
+    newest copy (hits go to the primary; a copy takes over when the primary leaves). True if
+    the key was absent (it is now stored)."""
     key = slot_key[sbase + s]
     cnext[sbase + s] = 0
     intab[sbase + s] = 1
@@ -369,28 +384,31 @@ def _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
         e = table[tbase + i]
         if e == 0:
             table[tbase + i] = e_new
-            return
+            return True
         if (e >> np.uint64(32)) == fp:
             p = np.int64(e & np.uint64(0xFFFFFFFF)) - 1
             if slot_key[sbase + p] == key:
                 while cnext[sbase + p] != 0:
                     p = cnext[sbase + p] - 1
                 cnext[sbase + p] = s + 1
-                return
+                return False
         i = (i + 1) & tmask
 
 
 @inner
 def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
-    """Remove registered slot ``s`` from its key (its next copy becomes the primary)."""
+    """Remove registered slot ``s`` from its key (its next copy becomes the primary). True if
+    it was the key's last copy (the key is removed)."""
     key = slot_key[sbase + s]
     i = _table_pos(table, tbase, tmask, key, s)
     nxt = cnext[sbase + s] - 1
+    gone = False
     if i >= 0:  # s is the primary: the table entry moves to the next copy, or goes
         if nxt >= 0:
             table[tbase + i] = _entry(key, nxt)
         else:
             _delete_at(table, tbase, tmask, i)
+            gone = True
     else:  # a later copy: unlink it from the list
         p = _find(table, slot_key, tbase, sbase, tmask, key)
         while p >= 0 and cnext[sbase + p] != s + 1:
@@ -399,6 +417,42 @@ def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
             cnext[sbase + p] = cnext[sbase + s]
     cnext[sbase + s] = 0
     intab[sbase + s] = 0
+    return gone
+
+
+@inner
+def _feed(pool, rank, key, stored):
+    """Put a stored/removed event of ``key`` on rank ``rank`` on the KV event feed, if there is
+    one (private keys, top bit set, are left out: no other request can match them)."""
+    m = pool.ev_key.shape[0]
+    if m == 0 or (key >> np.uint64(63)) != 0:
+        return
+    em = pool.ev_meta
+    if em[1] == m:
+        em[2] = 1  # the caller re-runs with a larger feed
+        return
+    i = (em[0] + em[1]) % m
+    pool.ev_key[i] = key
+    pool.ev_code[i] = 2 * rank + (1 if stored else 0)
+    pool.ev_time[i] = np.inf  # the pass is under way: sealed at its end
+    em[1] += 1
+
+
+@inner
+def seal_feed_nb(pool, end):
+    """Stamp the feed's events of the pass just run with its end ``end``: Dynamo publishes a
+    pass's KV events when the pass completes (the newest entries, the only ones not stamped)."""
+    m = pool.ev_key.shape[0]
+    if m == 0:
+        return
+    em = pool.ev_meta
+    j = em[1] - 1
+    while j >= 0:
+        i = (em[0] + j) % m
+        if pool.ev_time[i] != np.inf:
+            break
+        pool.ev_time[i] = end
+        j -= 1
 
 
 @inline
@@ -465,8 +519,9 @@ def register_nb(pool, rank, slots, off, j0, j1):
     for j in range(j0, j1):
         s = np.int64(slots[off + j])
         if not pool.slot_intab[sbase + s]:
-            _register(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, tbase, sbase,
-                      pool.tmask, s)
+            if _register(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, tbase, sbase,
+                         pool.tmask, s):
+                _feed(pool, rank, pool.slot_key[sbase + s], True)
 
 
 @inline
@@ -546,12 +601,14 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store
             meta[rank, NACTIVE] -= 1
             if j < n_full:
                 if keep and not intab[sbase + s]:
-                    _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
+                    if _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
+                        _feed(pool, rank, slot_key[sbase + s], True)
                 _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
                 meta[rank, NINACTIVE] += 1
             else:
                 if intab[sbase + s]:
-                    _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
+                    if _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
+                        _feed(pool, rank, slot_key[sbase + s], False)
                 slot_key[sbase + s] = 0
                 _give_slot(free_stack, meta, rank, sbase, s)
                 meta[rank, NFREE] += 1

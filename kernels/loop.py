@@ -61,6 +61,7 @@ from fastsim.kernels.router import (
     release_blocks_nb,
     release_prefill_nb,
     score_targets_nb,
+    sync_index_nb,
 )
 from fastsim.kernels.scheduler import (
     COMPLETED,
@@ -82,7 +83,7 @@ from fastsim.kernels.scheduler import (
     steady_pass_nb,
     steady_pass_ok,
 )
-from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
+from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb, seal_feed_nb
 from fastsim.kernels.stats import (DD_GAMMA, DD_GAMMA_LN, DD_KEY_MAX, DD_KEY_MIN, DD_NBINS, DD_OFFSET,
                                     dd_index_nb)
 
@@ -539,6 +540,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     n_targets = rk.n_run.shape[0]
     nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
     nshare = _shareable(rq, r, nfull)
+    sync_index_nb(rt, pool, now)
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
@@ -574,6 +576,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         pa.acc[PROGRESS] = 0
         e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, cl.pend_head, cl.pend_tail, g,
                          prev_end)
+        seal_feed_nb(pool, e)  # (a lagging kv_router's feed of the rank's KV events)
         if e > end:
             end = e
         if pa.acc[PROGRESS] != 0:
@@ -630,6 +633,7 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
             bs = p.block_size
             nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
             nshare = _shareable(rq, r, nfull)
+            sync_index_nb(rt, pool, now)
             score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
                              fl.gstate, cl.dp)
             best = 0
@@ -784,7 +788,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] > 0:
             common += rk.nsteady[k]
-            steady_pass_nb(p, perf, pool, rk, k, now)
+            seal_feed_nb(pool, steady_pass_nb(p, perf, pool, rk, k, now))
     _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
                   k0 + dp)
     cl.last_stamp[g] = end
@@ -919,6 +923,7 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
             break  # a zero-length pass: the drain's business
         if nb > 0:
             alloc_anon_nb(pool, k, nb)
+            seal_feed_nb(pool, e)  # (its evictions reach a lagging kv_router at the pass end)
             nact += nb
         slen += ns
         P += 1
@@ -1027,6 +1032,7 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
             nb = rk.bcnt[k * bs + _block_mod(p, P)]
             if nb > 0:
                 alloc_anon_nb(pool, k, nb)
+                seal_feed_nb(pool, end)  # (its evictions reach a lagging kv_router at the pass end)
             rk.slen[k] += rk.nsteady[k]
             rk.rpass[k] = P + 1
             nrank += 1

@@ -17,6 +17,11 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
 * temperature 0 takes the lowest cost; exact ties (random in Dynamo) are broken by a seeded
   generator, so a seed gives bit-identical runs; T > 0 samples
   ``p ~ exp(-(c - c_min) / ((c_max - c_min) * T))``;
+* with a KV event lag ``L`` (Dynamo 1.6.1's ``kv_event_lag_ms``), the overlap is read from the
+  router's own index instead of the pool: the pool's feed of stored/removed blocks
+  (``kvpool._feed``), each applied once ``L`` has passed since the end of the pass that made it
+  (Dynamo publishes a pass's events when it completes); prefill and completion releases, and the
+  active blocks, stay immediate (docs/decisions/0230);
 * with ``router_queue_threshold`` set, a target is busy iff ``PF > thr * max_num_batched_tokens``
   and a request waits in the router queue while every target is busy (released at first-token and
   completion events, in fcfs, lcfs or wspt order).
@@ -37,6 +42,16 @@ ROUND_ROBIN, KV_ROUTER = 0, 1
 FCFS, LCFS, WSPT = 0, 1, 2
 # state slots
 NENTRIES, OVERFLOW, NQUEUE, QSEQ = 0, 1, 2, 3
+
+
+class LaggedIndex(NamedTuple):
+    """The (rank, block) set a lagging router's indexer holds; the same table layout (and
+    functions) as the router's union of active blocks."""
+
+    tab_key: np.ndarray  # uint64[T]
+    tab_rank: np.ndarray  # int32[T] (-1 = empty)
+    tab_cnt: np.ndarray  # int32[T]
+    state: np.ndarray  # int64[4] (NENTRIES, OVERFLOW as in Router.state)
 
 
 class Router(NamedTuple):
@@ -80,6 +95,8 @@ class Router(NamedTuple):
     # the overlaps (blocks) of each target when a request entered the router queue: Dynamo
     # reports a queued request's route overlap as its queue entry saw it (int32[n, R] or empty)
     qov: np.ndarray
+    lag: float  # KV event lag in ms (< 0: no index, the overlaps are read from the pool itself)
+    index: LaggedIndex  # the lagging indexer's blocks (an empty table without a lag)
 
 
 # ----------------------------------------------------------------------------- rng
@@ -165,6 +182,28 @@ def _union_prefix(rt, rank, keys, n):
     return n
 
 
+# ----------------------------------------------------------------------------- lagged index
+@inner
+def sync_index_nb(rt, pool, now):
+    """Apply to the lagging index every event of the pool's feed published at or before
+    ``now - lag`` (in feed order: a rank's events keep their order)."""
+    if rt.lag < 0.0:
+        return
+    em = pool.ev_meta
+    m = pool.ev_key.shape[0]
+    while em[1] > 0:
+        i = em[0]
+        if pool.ev_time[i] + rt.lag > now:
+            break
+        code = pool.ev_code[i]
+        if code & 1:
+            _union_add(rt.index, code >> 1, pool.ev_key[i])
+        else:
+            _union_remove(rt.index, code >> 1, pool.ev_key[i])
+        em[0] = (i + 1) % m
+        em[1] -= 1
+
+
 # ----------------------------------------------------------------------------- decisions
 @inner
 def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, dp):
@@ -189,7 +228,12 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
             rt.cost[k] = np.inf
             rt.overlap[k] = 0
             continue
-        overlap = match_prefix_nb(pool, k, keys, nshare)[0] if nshare > 0 else 0
+        if nshare == 0:
+            overlap = 0
+        elif rt.lag >= 0.0:
+            overlap = _union_prefix(rt.index, k, keys, nshare)
+        else:
+            overlap = match_prefix_nb(pool, k, keys, nshare)[0]
         rt.overlap[k] = overlap
         pf = rt.pf[k] if rt.track_prefill else 0
         credit = rt.credit

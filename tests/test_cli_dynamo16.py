@@ -57,7 +57,9 @@ def test_every_runner_flag_exists():
 @pytest.mark.parametrize(
     "argv, words",
     [
-        ([TRACE, "--kv-event-lag-ms", "500", "--router-mode", "kv_router"], "--kv-event-lag-ms is not supported yet"),
+        ([TRACE, "--kv-event-lag-ms", "500", "--router-mode", "kv_router", "--num-workers", "2",
+          "--prefill-engine-args", "{}", "--decode-engine-args", "{}"],
+         "kv_event_lag_ms is not supported yet by fastsim with disaggregated replay"),
         ([TRACE, "--telemetry-jsonl", "t.jsonl"], "--telemetry-jsonl is not supported yet"),
         ([TRACE, "--ais-perf-config", "{}"], "--ais-perf-config is not supported yet"),
     ],
@@ -72,6 +74,9 @@ def test_flags_of_other_features_are_not_supported_yet(capsys, argv, words):
     [  # Dynamo 1.6.1's own refusals, in its words
         ([TRACE, "--kv-event-lag-ms", "5"], "kv_event_lag_ms only supports router_mode='kv_router'"),
         ([TRACE, "--kv-event-lag-ms", "-1"], "kv_event_lag_ms must be finite and non-negative, got -1"),
+        # (1.4.2 has no such option)
+        ([TRACE, "--kv-event-lag-ms", "5", "--router-mode", "kv_router", "--num-workers", "2",
+          "--dynamo-version", "1.4.2"], "Dynamo 1.4.2 has no KV event lag"),
         ([TRACE, "--agentic-lanes", "2"], "agentic_lanes requires trace_format='agentic_mooncake', 'weka', or 'dynamo'"),
         ([TRACE, "--weka-nested-timestamp-basis", "auto"], "weka_nested_timestamp_basis requires trace_format='weka'"),
         ([TRACE, "--execution-model", " "], "execution_model must be non-empty"),
