@@ -379,7 +379,7 @@ def _prefill_batch(rank):
         if extend == 0 and r.mat > 0:
             rejected.append(r)
             break
-        if extend <= c.chunk:
+        if extend <= rem_chunk:
             chunk = extend
         else:
             chunk = int(rem_chunk) // ps * ps
