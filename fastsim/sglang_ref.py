@@ -508,8 +508,7 @@ def run_pass(rank, now, modeled, emit, admit):
             rank.rounds_left -= 1
     for r in completed:
         rank._finish(r)
-    for r in reversed(retracted):
-        rank.waiting.insert(0, r)
+    rank.waiting.extend(retracted)  # SGLang re-queues retracted requests at the back
     if retracted:
         rank.ratio = rank.init_ratio
     rank.ratio = max(rank.ratio - rank.step, rank.min_ratio)
