@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fastsim.errors import NotSupportedError
 from fastsim.sglang_pages import page_keys_of
+
+# Retraction (and an admission that runs out of KV) is modelled but not yet exact against Dynamo:
+# a run that reaches one is refused rather than reported wrongly (docs/decisions/0290).
+_NOT_EXACT = ("the SGLang engine ran out of KV cache (retraction under memory pressure), which fastsim "
+              "does not reproduce exactly yet; give the workers more KV (num_gpu_blocks) or fewer requests")
 
 LPM_FALLBACK = 128
 IN_BATCH_CHECK = 32
@@ -477,7 +483,7 @@ def run_pass(rank, now, modeled, emit, admit):
     else:
         can_run, adm, total_isl, total_prefix, oom = _prefill_batch(rank)
     if oom:
-        rank.ratio = rank.init_ratio
+        raise NotSupportedError(_NOT_EXACT)
     for r, prefix, computed in adm:
         admit(r, prefix, computed)
     n = len(can_run)
@@ -508,6 +514,8 @@ def run_pass(rank, now, modeled, emit, admit):
             rank.rounds_left -= 1
     for r in completed:
         rank._finish(r)
+    if retracted:
+        raise NotSupportedError(_NOT_EXACT)
     rank.waiting.extend(retracted)  # SGLang re-queues retracted requests at the back
     if retracted:
         rank.ratio = rank.init_ratio
@@ -653,4 +661,6 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
         "worker_idx": rank_of // dp if (num_workers > 1 or dp > 1) else np.full(n, -1, np.int64),
         "preemptions": np.zeros(n, np.int64),
     })
-    return cols, np.asarray(gaps), committed[0]
+    term = cols["terminal_ms"][status == 2]
+    worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
+    return cols, np.asarray(gaps), committed[0], worker_seconds

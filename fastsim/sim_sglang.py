@@ -1,0 +1,53 @@
+"""Aggregated simulation on SGLang engines (Dynamo's ``engine_type: sglang``).
+
+Runs the SGLang engine of :mod:`fastsim.sglang_ref` (radix prefix cache, fifo/lpm, chunked
+prefill, the new-token ratio, ``prefill_decode_interval``, attention DP) under round-robin routing,
+and builds the same :class:`fastsim.report.Report` as the vLLM path.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastsim.errors import NotSupportedError
+
+
+def _not_yet(what: str) -> NotSupportedError:
+    return NotSupportedError(f"{what} with engine_type=sglang is not supported yet by fastsim "
+                             "(the SGLang engine runs aggregated round-robin replays of Dynamo 1.6.1)")
+
+
+def simulate_sglang(workload, engine, *, num_workers, router_mode, version, replay_concurrency,
+                    max_sim_time_ms, scaling_schedule, planner, telemetry_interval_ms, sla):
+    from fastsim import sglang_ref
+    from fastsim.perf import engine_perf_model
+    from fastsim.report import build_report, make_gap_stats
+    from fastsim.sglang_config import sglang_settings
+
+    if version != "1.6.1":
+        raise _not_yet(f"--dynamo-version {version}")
+    if router_mode != "round_robin":
+        raise _not_yet(f"router_mode {router_mode!r}")
+    for value, what in ((replay_concurrency, "--replay-concurrency"), (max_sim_time_ms, "--max-sim-time-seconds"),
+                        (scaling_schedule, "a scaling schedule"), (planner, "a planner"),
+                        (telemetry_interval_ms, "telemetry")):
+        if value:
+            raise _not_yet(what)
+    s = sglang_settings(engine)
+    dp = max(int(engine.dp_size or 1), 1)
+    cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks), policy=s.policy,
+                         max_prefill=s.max_prefill_tokens, chunk=s.chunked_prefill_size,
+                         clip=s.clip_max_new_tokens, conservativeness=s.schedule_conservativeness,
+                         max_running=int(engine.max_num_seqs) if engine.max_num_seqs is not None else 1 << 62,
+                         interval=s.prefill_decode_interval)
+    t0 = time.perf_counter()
+    cols, gaps, committed, worker_seconds = sglang_ref.simulate(
+        workload, cfg, engine_perf_model(engine), num_workers=num_workers, dp=dp,
+        speedup=float(engine.speedup_ratio), decode_speedup=float(engine.decode_speedup_ratio))
+    wall_ms = (time.perf_counter() - t0) * 1000.0
+    single = num_workers == 1 and dp == 1
+    return build_report(cols, make_gap_stats(gaps), {
+        "num_workers": num_workers, "single_path": single, "decode_worker_seconds": worker_seconds,
+        "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
+        "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
+        "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
