@@ -319,7 +319,7 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
             path = f"engine.{name}.{key}"
             if key not in defaults:
                 raise InputError(f"{source}: unknown field '{path}' (valid fields: {', '.join(defaults)})")
-            if name == "sglang":
+            if name == "sglang" and backend == "sglang":
                 sglang[key] = value  # checked with the flat form's sglang object (fastsim/sglang_config.py)
             elif value != defaults[key]:
                 raise _not_yet(source, path, f"it configures {feature}")
