@@ -16,10 +16,11 @@ import numpy as np
 from fastsim.errors import NotSupportedError
 from fastsim.sglang_pages import page_keys_of
 
-# Retraction (and an admission that runs out of KV) is modelled but not yet exact against Dynamo:
-# a run that reaches one is refused rather than reported wrongly (docs/decisions/0290).
-_NOT_EXACT = ("the SGLang engine ran out of KV cache (retraction under memory pressure), which fastsim "
-              "does not reproduce exactly yet; give the workers more KV (num_gpu_blocks) or fewer requests")
+# An admission whose KV allocation fails after the budget check passed is not reproduced exactly
+# yet (no recorded case has one): a run that reaches one is refused rather than reported wrongly.
+_NOT_EXACT = ("the SGLang engine could not allocate KV for a request it had admitted (admission out of "
+              "memory), which fastsim does not reproduce exactly yet; give the workers more KV "
+              "(num_gpu_blocks) or fewer requests")
 
 LPM_FALLBACK = 128
 IN_BATCH_CHECK = 32
@@ -431,8 +432,45 @@ def _growth(running, ps):
     return g
 
 
+def _first_tokens(rank, batch, emit):
+    """The first token of every request of ``batch`` whose prefill ended in this pass: no time, no
+    retraction. A request whose first token is its last needs no KV slot; the others get one,
+    evicting cached pages if needed (without room, they get their token at the next decode step)."""
+    tr, ps = rank.tree, rank.c.ps
+    completed = [r for r in batch if r.remaining == 0]
+    batch[:] = [r for r in batch if r.remaining > 0]
+    for r in batch:
+        if r.remaining == 1:
+            r.gen += 1
+            emit(r)
+            completed.append(r)
+    batch[:] = [r for r in batch if r.remaining > 0]
+    g = _growth(batch, ps) // ps
+    if g > tr.free:
+        tr.evict(g - tr.free)
+    if g > tr.free:
+        return completed
+    for r in batch:
+        _append_token(rank, r)
+        emit(r)
+        rank._cache_prefix(r, r.mat)
+    return completed
+
+
+def _append_token(rank, r):
+    tr, ps = rank.tree, rank.c.ps
+    if r.mat % ps == 0:
+        tr.free -= 1
+        r.own += 1
+    if r.seq + 1 > r.alloc:
+        r.alloc += ps
+    r.mat += 1
+    r.gen += 1
+
+
 def _step(rank, batch, emit):
-    """Give one token to every request of ``batch`` (a list, changed in place); returns
+    """A decode step: one token to every request of ``batch`` (a list, changed in place), after
+    retracting requests while their next tokens do not fit; returns
     (completed, retracted, decode_len_sum, count)."""
     c, tr, ps = rank.c, rank.tree, rank.c.ps
     completed = [r for r in batch if r.remaining == 0]
@@ -455,13 +493,7 @@ def _step(rank, batch, emit):
         return completed, retracted, None, n  # reservation failed: no tokens this pass
     keep = []
     for r in batch:
-        if r.mat % ps == 0:
-            tr.free -= 1
-            r.own += 1
-        if r.seq + 1 > r.alloc:
-            r.alloc += ps
-        r.mat += 1
-        r.gen += 1
+        _append_token(rank, r)
         emit(r)
         if r.gen >= r.osl:
             completed.append(r)
@@ -470,6 +502,17 @@ def _step(rank, batch, emit):
             keep.append(r)
     batch[:] = keep
     return completed, retracted, total, n
+
+
+RETRACT_DECODE_STEPS = 20
+
+
+def _retract_ratio(running):
+    """The new-token ratio re-estimated at a retraction from the requests that stay: their decode-step
+    tokens (the prefill's first token left out) plus 20 steps each, over their output lengths."""
+    decoded = sum(r.gen - 1 for r in running)
+    max_new = sum(r.osl for r in running)
+    return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / max_new) if max_new else 1.0
 
 
 def run_pass(rank, now, modeled, emit, admit):
@@ -502,7 +545,7 @@ def run_pass(rank, now, modeled, emit, admit):
     start = now + prefill
     end = start
     if n:
-        completed, retracted, _, _ = _step(rank, fresh, emit)
+        completed, retracted = _first_tokens(rank, fresh, emit), []
         rank.running.extend(fresh)
         rank.rounds_left = c.interval
     else:
@@ -514,12 +557,11 @@ def run_pass(rank, now, modeled, emit, admit):
             rank.rounds_left -= 1
     for r in completed:
         rank._finish(r)
-    if retracted:
-        raise NotSupportedError(_NOT_EXACT)
     rank.waiting.extend(retracted)  # SGLang re-queues retracted requests at the back
     if retracted:
-        rank.ratio = rank.init_ratio
-    rank.ratio = max(rank.ratio - rank.step, rank.min_ratio)
+        rank.ratio = _retract_ratio(rank.running)
+    elif not n:  # the ratio decays in decode passes only (SGLang's update_running_batch)
+        rank.ratio = max(rank.ratio - rank.step, rank.min_ratio)
     return end, completed
 
 

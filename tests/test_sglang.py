@@ -46,8 +46,8 @@ def _run(args):
 
 
 # Recorded cases fastsim does not reproduce yet: refused (NotSupportedError) or known to differ.
-REFUSED = {"fifo_conservative", "dp4_interval"}
-DIFFERS = {"lpm_2w_trace"}  # lpm, 2 workers, block 32, chunk 4096: durations differ (decisions/0290)
+REFUSED = {"dp4_interval"}
+DIFFERS = set()
 
 
 @pytest.mark.parametrize("name,args", CASES, ids=[c[0] for c in CASES])
@@ -107,10 +107,3 @@ def test_not_yet(kw, err):
         run_synthetic_trace_replay(256, 8, 10, arrival_interval_ms=10.0, **args)
 
 
-def test_memory_pressure_is_refused_not_reported():
-    """Retraction is modelled but not exact yet (Dynamo 1.6.1's F03): the run is refused."""
-    with pytest.raises(NotSupportedError, match="retraction"):
-        run_synthetic_trace_replay(3000, 100, 60, arrival_interval_ms=150.0,
-                                   extra_engine_args={"engine_type": "sglang",
-                                                      "sglang": {"chunked_prefill_size": 2048,
-                                                                 "max_prefill_tokens": 4096}})
