@@ -40,7 +40,10 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     if s.prefill_decode_interval and dp > 1 and not _os.environ.get("H29DBG"):
         raise _not_yet("prefill_decode_interval together with dp_size > 1")
     cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks), policy=s.policy,
-                         max_prefill=s.max_prefill_tokens, chunk=s.chunked_prefill_size,
+                         max_prefill=s.max_prefill_tokens,
+                         # attention DP splits the chunk budget among the ranks (SGLang divides
+                         # chunked_prefill_size by dp_size)
+                         chunk=s.chunked_prefill_size // dp,
                          clip=s.clip_max_new_tokens, conservativeness=s.schedule_conservativeness,
                          max_running=int(engine.max_num_seqs) if engine.max_num_seqs is not None else 1 << 62,
                          interval=s.prefill_decode_interval)

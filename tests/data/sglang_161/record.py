@@ -1,6 +1,8 @@
 """Record the cases of cases.tsv with Dynamo 1.6.1 through the runner that takes Dynamo 1.4.2's flags:
 
-    DYN_LOG=error python record.py DYNAMO_PYTHON RUN_DYNAMO_161_PY [case ...]
+    DYN_LOG=error python record.py DYNAMO_PYTHON "RUNNER" [case ...]
+
+RUNNER is the 1.6.1 runner script (run_dynamo_161.py) or, for Dynamo 1.4.2, "-m dynamo.replay".
 
 Each case writes <case>.json (the report) and <case>.per_request.jsonl (per-request timelines)."""
 import subprocess
@@ -11,5 +13,5 @@ for line in open("cases.tsv"):
     name, args = line.rstrip("\n").split("\t")
     if only and name not in only:
         continue
-    subprocess.run([python, runner, *args.split(), "--report-json", f"{name}.json",
-                    "--report-jsonl", f"{name}.per_request.jsonl"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([python, *runner.split(), *args.split(), "--report-json", f"{name}.json",
+                    "--report-jsonl", f"{name}.per_request.jsonl"], check=False, stdout=subprocess.DEVNULL)
