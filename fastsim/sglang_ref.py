@@ -264,7 +264,7 @@ class Rank:
         self.ratio = self.init_ratio
         self.prefill_ms = prefill_ms
         self.decode_ms = decode_ms
-        self.rounds_left = 0
+        self.prefilled = False
         self.committed = 0
 
     def busy(self):
@@ -515,10 +515,10 @@ def _retract_ratio(running):
     return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / max_new) if max_new else 1.0
 
 
-def run_pass(rank, now, modeled, emit, admit):
-    """One forward pass of ``rank`` at ``now``; returns its end time (ms)."""
+def run_pass(rank, now, modeled, emit, admit, defer=False):
+    """One forward pass of ``rank`` at ``now``; returns (end time (ms), completed requests).
+    ``defer``: the group's prefill_decode_interval holds prefill back in this pass."""
     c, ps = rank.c, rank.c.ps
-    defer = rank.rounds_left > 0 and bool(rank.running)
     if c.policy == "lpm":
         _lpm(rank)
     if defer:
@@ -542,25 +542,25 @@ def run_pass(rank, now, modeled, emit, admit):
             rank.waiting.insert(0, r)
         else:
             fresh.append(r)
+    rank.prefilled = n > 0
     start = now + prefill
     end = start
+    idle = False
     if n:
         completed, retracted = _first_tokens(rank, fresh, emit), []
         rank.running.extend(fresh)
-        rank.rounds_left = c.interval
     else:
         batch = rank.running
+        idle = defer and not batch
         completed, retracted, total, cnt = _step(rank, batch, emit)
         if cnt and total is not None:
             end = start + modeled(rank.decode_ms(min(total, c.total_pages * ps), total // cnt), c_speed=False)
-        if defer:
-            rank.rounds_left -= 1
     for r in completed:
         rank._finish(r)
     rank.waiting.extend(retracted)  # SGLang re-queues retracted requests at the back
     if retracted:
         rank.ratio = _retract_ratio(rank.running)
-    elif not n:  # the ratio decays in decode passes only (SGLang's update_running_batch)
+    elif not n and not idle:  # the ratio decays in decode passes only (SGLang's update_running_batch)
         rank.ratio = max(rank.ratio - rank.step, rank.min_ratio)
     return end, completed
 
@@ -597,6 +597,7 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
     for rk in ranks:
         rk.modeled = modeled
     busy_until = [None] * num_workers
+    rounds_left = [0] * num_workers
     dp_next = [0] * num_workers
     rr = [0]
     arrivals = []
@@ -671,11 +672,20 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
                         reused[r.row] = prefix
 
                 end = now
+                # prefill_decode_interval is kept per group: after any rank's prefill, every rank
+                # decodes that many passes before the next prefill (unless none has anything to decode)
+                defer = rounds_left[g] > 0 and any(rk.running for rk in grp)
+                prefilled = False
                 for rk in grp:
                     if rk.busy():
-                        e, comp = run_pass(rk, now, modeled, emit, admit)
+                        e, comp = run_pass(rk, now, modeled, emit, admit, defer)
                         end = max(end, e)
                         finished += [r.row for r in comp]
+                        prefilled |= rk.prefilled
+                if prefilled:
+                    rounds_left[g] = cfg.interval
+                elif defer:
+                    rounds_left[g] -= 1
                 for row in emitted:
                     gen[row] += 1
                     k = gen[row]

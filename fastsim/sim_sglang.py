@@ -7,7 +7,6 @@ and builds the same :class:`fastsim.report.Report` as the vLLM path.
 
 from __future__ import annotations
 
-import os as _os
 import time
 
 from fastsim.errors import NotSupportedError
@@ -36,9 +35,6 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             raise _not_yet(what)
     s = sglang_settings(engine)
     dp = max(int(engine.dp_size or 1), 1)
-    # Measured against Dynamo 1.6.1 and not exact yet (docs/decisions/0290): refused, not run wrongly.
-    if s.prefill_decode_interval and dp > 1 and not _os.environ.get("H29DBG"):
-        raise _not_yet("prefill_decode_interval together with dp_size > 1")
     cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks), policy=s.policy,
                          max_prefill=s.max_prefill_tokens,
                          # attention DP splits the chunk budget among the ranks (SGLang divides

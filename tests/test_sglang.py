@@ -46,7 +46,7 @@ def _run(args):
 
 
 # Recorded cases fastsim does not reproduce yet: refused (NotSupportedError) or known to differ.
-REFUSED = {"dp4_interval"}
+REFUSED = set()
 DIFFERS = set()
 
 
