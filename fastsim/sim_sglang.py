@@ -24,7 +24,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     from fastsim.report import build_report, make_gap_stats
     from fastsim.sglang_config import sglang_settings
 
-    if version != "1.6.1" and not __import__("os").environ.get("H29V142"):
+    if version != "1.6.1":
         raise _not_yet(f"--dynamo-version {version}")
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
