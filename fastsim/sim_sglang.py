@@ -18,7 +18,9 @@ def _not_yet(what: str) -> NotSupportedError:
 
 
 def simulate_sglang(workload, engine, *, num_workers, router_mode, version, replay_concurrency,
-                    max_sim_time_ms, scaling_schedule, planner, telemetry_interval_ms, sla):
+                    max_sim_time_ms, scaling_schedule, planner, telemetry_interval_ms, sla, reference=False):
+    """The :class:`fastsim.report.Report` of ``workload`` on SGLang workers (``reference``: run the
+    plain-Python engine instead of the compiled one)."""
     from fastsim import sglang_ref
     from fastsim.perf import engine_perf_model
     from fastsim.report import build_report, make_gap_stats
@@ -43,13 +45,31 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                          clip=s.clip_max_new_tokens, conservativeness=s.schedule_conservativeness,
                          max_running=int(engine.max_num_seqs) if engine.max_num_seqs is not None else 1 << 62,
                          interval=s.prefill_decode_interval)
+    perf = engine_perf_model(engine)
     t0 = time.perf_counter()
-    cols, gaps, committed, worker_seconds = sglang_ref.simulate(
-        workload, cfg, engine_perf_model(engine), num_workers=num_workers, dp=dp,
-        speedup=float(engine.speedup_ratio), decode_speedup=float(engine.decode_speedup_ratio))
+    if reference:  # the plain-Python engine (slow; the tests compare the two)
+        cols, gap_list, committed, _ = sglang_ref.simulate(
+            workload, cfg, perf, num_workers=num_workers, dp=dp, speedup=float(engine.speedup_ratio),
+            decode_speedup=float(engine.decode_speedup_ratio))
+        gaps = make_gap_stats(gap_list)
+    else:
+        from fastsim import sglang_state
+        from fastsim.kernels.sglang import ADMIT_OOM, DEAD_END, run_sglang_nb
+
+        q, pr, fp, s, t, k = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
+                                                float(engine.decode_speedup_ratio))
+        status = run_sglang_nb(q, pr, fp, s, t, k, perf)
+        if status == ADMIT_OOM:
+            raise NotSupportedError(sglang_ref._NOT_EXACT)
+        if status == DEAD_END:
+            raise NotSupportedError("the SGLang engine stalled with requests left (a dead end), which fastsim "
+                                    "does not report yet")
+        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp)
     wall_ms = (time.perf_counter() - t0) * 1000.0
+    term = cols["terminal_ms"][cols["status"] == 2]
+    worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
     single = num_workers == 1 and dp == 1
-    return build_report(cols, make_gap_stats(gaps), {
+    return build_report(cols, gaps, {
         "num_workers": num_workers, "single_path": single, "decode_worker_seconds": worker_seconds,
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
