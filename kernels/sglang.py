@@ -22,7 +22,7 @@ from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inner, kernel
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 from fastsim.kernels.radix import (dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb, root_nb)
-from fastsim.kernels.stats import dd_insert_nb
+from fastsim.kernels.stats import dd_index_nb
 
 # Params indices (int64 array)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
@@ -352,17 +352,20 @@ def _lpm_nb(q, pr, s, t, k, r):
 
 @inner
 def _growth_nb(q, pr, k, r):
+    """(KV tokens the running requests' next tokens need beyond their pages, their total length)."""
     ps = pr[P_PS]
     g = 0
+    total = 0
     row = k.rh[r]
     while row != -1:
+        seq = q.isl[row] + q.gen[row]
+        total += seq
         if q.osl[row] - q.gen[row] > 0:
-            seq = q.isl[row] + q.gen[row]
             need = _ceil(seq + 1, ps) - q.alloc[row]
             if need > 0:
                 g += need
         row = q.rnext[row]
-    return g
+    return g, total
 
 
 @inner
@@ -495,7 +498,8 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
                 _r_remove(q, k, r, row)
                 _fin_nb(s, row)
             row = nxt
-        while (t.free[r] + t.evictable[r]) * ps < _growth_nb(q, pr, k, r) and k.rn[r] > 1:
+        grow, total = _growth_nb(q, pr, k, r)
+        while (t.free[r] + t.evictable[r]) * ps < grow and k.rn[r] > 1:
             victim = -1
             row = k.rh[r]
             while row != -1:
@@ -506,15 +510,11 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
             _release_nb(q, t, r, victim)
             s.rows2[nret] = victim
             nret += 1
-        g = _growth_nb(q, pr, k, r) // ps
+            grow, total = _growth_nb(q, pr, k, r)
+        g = grow // ps
         if g > t.free[r]:
             evict_nb(t, r, g - t.free[r])
         if k.rn[r] > 0 and g <= t.free[r]:
-            total = 0
-            row = k.rh[r]
-            while row != -1:
-                total += q.isl[row] + q.gen[row]
-                row = q.rnext[row]
             cnt = k.rn[r]
             active = min(total, pr[P_PAGES] * ps)
             end_t = start_t + modeled_ms_nb(
@@ -600,32 +600,30 @@ def _add_nb(g, i, c, x):
 
 
 @inner
-def _pool_gap_nb(s, v):
-    g = s.gaps
-    if g[0] == 0:
-        g[5] = v
-        g[3] = v
-        g[4] = v
-    d = v - g[5]
-    g[0] += 1
-    _add_nb(g, 1, 12, d)
-    _add_nb(g, 2, 13, d * d)
-    g[3] = min(g[3], v)
-    g[4] = max(g[4], v)
-    dd_insert_nb(s.itl_hist, v)
+def _pool_stat_nb(g, o, hist, v, c):
+    """Add ``c`` copies of ``v`` to the statistic at ``g[o:o+6]`` ([n, sum, sumsq about the shift,
+    min, max, shift]; compensations at ``g[12 + o // 3]``) and to ``hist``."""
+    if g[o] == 0:
+        g[o + 5] = v
+        g[o + 3] = v
+        g[o + 4] = v
+    d = v - g[o + 5]
+    g[o] += c
+    _add_nb(g, o + 1, 12 + o // 3, c * d)
+    _add_nb(g, o + 2, 13 + o // 3, c * (d * d))
+    g[o + 3] = min(g[o + 3], v)
+    g[o + 4] = max(g[o + 4], v)
+    i = dd_index_nb(v)
+    if i >= 0:
+        hist[i] += c
+
+
+@inner
+def _pool_gap_nb(s, v, c):
+    """Pool ``c`` inter-token gaps of ``v`` ms (and their 1000/gap)."""
+    _pool_stat_nb(s.gaps, 0, s.itl_hist, v, c)
     if v > 0:
-        o = 1000.0 / v
-        if g[6] == 0:
-            g[11] = o
-            g[9] = o
-            g[10] = o
-        d = o - g[11]
-        g[6] += 1
-        _add_nb(g, 7, 14, d)
-        _add_nb(g, 8, 15, d * d)
-        g[9] = min(g[9], o)
-        g[10] = max(g[10], o)
-        dd_insert_nb(s.otpu_hist, o)
+        _pool_stat_nb(s.gaps, 6, s.otpu_hist, 1000.0 / v, c)
 
 
 @inner
@@ -709,15 +707,24 @@ def run_sglang_nb(q, pr, fp, s, t, k, perf):
                     s.rounds[g] = pr[P_INTERVAL]
                 elif defer:
                     s.rounds[g] -= 1
+                run_gap = 0.0
+                run_n = 0
                 for i in range(s.cnt[1]):
                     row = s.emit[i]
                     if q.gen[row] == 1:
                         q.first_token[row] = end
                     else:
-                        _pool_gap_nb(s, end - q.last_token[row])
+                        gap = end - q.last_token[row]
+                        if run_n > 0 and gap != run_gap:  # runs of equal gaps are pooled at once
+                            _pool_gap_nb(s, run_gap, run_n)
+                            run_n = 0
+                        run_gap = gap
+                        run_n += 1
                         if q.gen[row] == 2:
                             q.second_token[row] = end
                     q.last_token[row] = end
+                if run_n > 0:
+                    _pool_gap_nb(s, run_gap, run_n)
                 for i in range(s.cnt[2]):
                     row = s.fin[i]
                     q.terminal[row] = end
