@@ -130,3 +130,8 @@ def test_compiled_engine_equals_reference(name, monkeypatch):
         if k in SKIP or isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
         assert fast.summary[k] == pytest.approx(v, rel=1e-12, abs=1e-12), k
+
+
+def test_vllm_knob_on_sglang_is_refused():
+    with pytest.raises(InputError, match="prefill_schedule_interval is supported only for backend=vllm"):
+        EngineArgs.from_json('{"engine":{"backend":"sglang","prefill_schedule_interval":4}}')
