@@ -18,6 +18,9 @@ from fastsim.sglang_pages import page_keys_of
 
 # An admission whose KV allocation fails after the budget check passed is not reproduced exactly
 # yet (no recorded case has one): a run that reaches one is refused rather than reported wrongly.
+_NOT_EXACT_DP = ("the SGLang engine ran short of KV cache on an attention-DP rank (an admission held back "
+                 "by the KV budget, or a retraction), which fastsim does not reproduce exactly yet; give "
+                 "the workers more KV (num_gpu_blocks), or run without dp_size")
 _NOT_EXACT = ("the SGLang engine could not allocate KV for a request it had admitted (admission out of "
               "memory), which fastsim does not reproduce exactly yet; give the workers more KV "
               "(num_gpu_blocks) or fewer requests")
@@ -250,6 +253,7 @@ class Cfg:
     conservativeness: float = 1.0
     max_running: int = 256
     interval: int = 0
+    dp: int = 1
 
 
 class Rank:
@@ -398,6 +402,9 @@ def _prefill_batch(rank):
         out_res = 0 if chunk < extend else min(r.remaining, c.clip)
         if charged + out_res >= rem_total or charged > rem_input or charged > rem_chunk:
             rejected.append(r)
+            if charged + out_res >= rem_total and c.dp > 1:
+                rank.waiting[0:0] = rejected
+                raise NotSupportedError(_NOT_EXACT_DP)
             break
         end = start + chunk
         if r.mat > 0:
@@ -477,6 +484,8 @@ def _step(rank, batch, emit):
     batch[:] = [r for r in batch if r.remaining > 0]
     retracted = []
     while (tr.free + tr.evictable) * ps < _growth(batch, ps) and len(batch) > 1:
+        if c.dp > 1:
+            raise NotSupportedError(_NOT_EXACT_DP)
         idx = min(range(len(batch)), key=lambda i: batch[i].gen)
         r = batch.pop(idx)
         rank._release(r)

@@ -44,11 +44,11 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                          chunk=s.chunked_prefill_size // dp,
                          clip=s.clip_max_new_tokens, conservativeness=s.schedule_conservativeness,
                          max_running=int(engine.max_num_seqs) if engine.max_num_seqs is not None else 1 << 62,
-                         interval=s.prefill_decode_interval)
+                         interval=s.prefill_decode_interval, dp=dp)
     perf = engine_perf_model(engine)
     if not reference:
         from fastsim import sglang_state
-        from fastsim.kernels.sglang import ADMIT_OOM, DEAD_END, run_sglang_nb
+        from fastsim.kernels.sglang import ADMIT_OOM, DEAD_END, DP_PRESSURE, run_sglang_nb
 
         state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
                                    float(engine.decode_speedup_ratio))
@@ -67,6 +67,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         status = run_sglang_nb(q, pr, fp, s, t, k, perf)
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
+        if status == DP_PRESSURE:
+            raise NotSupportedError(sglang_ref._NOT_EXACT_DP)
         if status == DEAD_END:
             raise NotSupportedError("the SGLang engine stalled with requests left (a dead end), which fastsim "
                                     "does not report yet")
@@ -75,6 +77,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     term = cols["terminal_ms"][cols["status"] == 2]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
     single = num_workers == 1 and dp == 1
+    from fastsim.history import identity_columns
+
+    cols.update(identity_columns(workload, False))  # 1.6.1's session names and uuids
     return build_report(cols, gaps, {
         "num_workers": num_workers, "single_path": single, "decode_worker_seconds": worker_seconds,
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,

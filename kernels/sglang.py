@@ -37,6 +37,7 @@ RETRACT_DECODE_STEPS = 20
 
 DEAD_END = 1
 ADMIT_OOM = 2
+DP_PRESSURE = 3
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -395,7 +396,7 @@ def _fin_nb(s, row):
 @inner
 def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
     """One pass of rank ``r`` at ``now``; returns its end time, or -1.0 when an admission ran out
-    of KV (not reproduced exactly yet)."""
+    of KV, -2.0 when KV ran short on a DP rank (neither reproduced exactly yet)."""
     ps = pr[P_PS]
     if pr[P_LPM]:
         _lpm_nb(q, pr, s, t, k, r)
@@ -441,6 +442,8 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
             out_res = 0 if chunk < extend else min(q.osl[row] - q.gen[row], pr[P_CLIP])
             if charged + out_res >= rem_total or charged > rem_input or charged > rem_chunk:
                 _w_push_front(q, k, r, row)
+                if charged + out_res >= rem_total and pr[P_DP] > 1:
+                    return -2.0  # KV pressure on a DP rank: not reproduced exactly yet
                 break
             end = start + chunk
             if q.mat[row] > 0:
@@ -506,6 +509,8 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
                 if victim == -1 or q.gen[row] < q.gen[victim]:
                     victim = row
                 row = q.rnext[row]
+            if pr[P_DP] > 1:
+                return -2.0
             _r_remove(q, k, r, victim)
             _release_nb(q, t, r, victim)
             s.rows2[nret] = victim
@@ -698,6 +703,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, perf):
                 for r in range(g * dp, (g + 1) * dp):
                     if k.wn[r] > 0 or k.rn[r] > 0:
                         e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf)
+                        if e == -2.0:
+                            return DP_PRESSURE
                         if e < 0.0:
                             return ADMIT_OOM
                         end = max(end, e)
