@@ -719,7 +719,7 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
         "status": status, "input_length": np.asarray(isl, np.int64),
         "requested_output_length": np.asarray(osl, np.int64), "output_length": gen,
         "reused_tokens": reused, "first_reused_tokens": reused.copy(),
-        "worker_idx": rank_of // dp if (num_workers > 1 or dp > 1) else np.full(n, -1, np.int64),
+        "worker_idx": rank_of,
         "preemptions": np.zeros(n, np.int64),
     })
     term = cols["terminal_ms"][status == 2]

@@ -10,9 +10,11 @@ from fastsim.kernels.sglang import SgRanks, SgReqs, SgScratch
 from fastsim.kernels.stats import dd_new_hist
 
 
-def build(workload, cfg, num_workers, dp, speedup, decode_speedup):
-    """(q, pr, fp, s, t, k) for ``kernels.sglang.run_sglang_nb``."""
+def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None):
+    """(q, pr, fp, s, t, k) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
+    readmissions after retractions (default: one per request)."""
     n = workload.n_requests
+    log_size = n + 16 if log_size is None else log_size
     isl = np.ascontiguousarray(workload.isl, dtype=np.int64)
     osl = np.ascontiguousarray(workload.osl, dtype=np.int64)
     session = np.ascontiguousarray(workload.session, dtype=np.int64)
@@ -52,9 +54,10 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup):
     heap = np.zeros(max(n, 1), np.int64)
     s = SgScratch(np.zeros(max_pages, np.uint64), np.zeros(n + 300, np.int64), np.zeros(2 * n + 300, np.int64),
                   np.zeros(2 * n + 300, np.int64), np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64), heap,
-                  np.zeros(6, np.int64), np.full(num_workers, np.inf), np.zeros(num_workers, np.int64),
+                  np.zeros(8, np.int64), np.full(num_workers, np.inf), np.zeros(num_workers, np.int64),
                   np.full(num_workers, -1, np.int64), np.zeros(16), dd_new_hist(), dd_new_hist(),
-                  np.zeros(num_workers, np.int64))
+                  np.zeros(num_workers, np.int64), np.zeros(log_size, np.int64), np.zeros(log_size),
+                  np.zeros(log_size, np.int64))
     first = rows[ptr[:-1]]
     ready[first] = np.asarray(workload.session_arrival_ms, dtype=np.float64)
     # the arrival heap starts as every session's first turn, in (time, session, turn) order
@@ -73,7 +76,7 @@ def columns(q, s, num_workers, dp):
         "second_token_ms": q.second_token, "last_token_ms": q.last_token, "terminal_ms": q.terminal,
         "status": q.status.astype(np.int8), "input_length": q.isl, "requested_output_length": q.osl,
         "output_length": q.gen.copy(), "reused_tokens": q.reused, "first_reused_tokens": q.reused.copy(),
-        "worker_idx": q.rank // dp if (num_workers > 1 or dp > 1) else np.full(n, -1, np.int64),
+        "worker_idx": q.rank.copy(),  # the rank: 1.6.1's records name the worker and its DP rank
         "preemptions": np.zeros(n, np.int64),
     }
     g = s.gaps
@@ -85,4 +88,9 @@ def columns(q, s, num_workers, dp):
                      f"{name}_min": float(g[off + 3]) if cnt else 0.0,
                      f"{name}_max": float(g[off + 4]) if cnt else 0.0, f"{name}_shift": float(g[off + 5]),
                      f"{name}_hist": hist})
+    m = int(s.cnt[7])
+    order = np.argsort(s.rlog_row[:m], kind="stable")
+    cols["preemptions"] = np.bincount(s.rlog_row[:m], minlength=n).astype(np.int64)
+    cols.update(readmit_row=s.rlog_row[:m][order], readmit_ms=s.rlog_ms[:m][order],
+                readmit_reused=s.rlog_reused[:m][order], readmit_stage=np.zeros(m, np.int64))
     return cols, gaps, int(s.cnt[3])

@@ -65,6 +65,10 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     else:
         q, pr, fp, s, t, k = state
         status = run_sglang_nb(q, pr, fp, s, t, k, perf)
+        if status == 0 and s.cnt[7] > s.rlog_row.shape[0]:  # more readmissions than the log held
+            q, pr, fp, s, t, k = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
+                                                    float(engine.decode_speedup_ratio), int(s.cnt[7]))
+            status = run_sglang_nb(q, pr, fp, s, t, k, perf)
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
         if status == DP_PRESSURE:

@@ -94,7 +94,7 @@ class SgScratch(NamedTuple):
     emit: np.ndarray       # int64: rows that got a token in the current group pass
     fin: np.ndarray        # int64: rows that completed in the current group pass
     heap: np.ndarray       # arrival heap
-    cnt: np.ndarray        # int64 counters: [heap, emit, fin, committed, done, rr]
+    cnt: np.ndarray        # int64 counters: [heap, emit, fin, committed, done, rr, -, readmissions]
     busy: np.ndarray       # float64[W] end of the worker's pass in flight (inf: idle)
     rounds: np.ndarray     # int64[W] prefill_decode_interval countdown
     done_head: np.ndarray  # int64[W]
@@ -102,6 +102,9 @@ class SgScratch(NamedTuple):
     itl_hist: np.ndarray
     otpu_hist: np.ndarray
     dpnext: np.ndarray     # int64[W]
+    rlog_row: np.ndarray   # readmissions after a retraction: row, time, reused tokens
+    rlog_ms: np.ndarray
+    rlog_reused: np.ndarray
 
 
 # ---------------------------------------------------------------- page keys
@@ -446,6 +449,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
                     return -2.0  # KV pressure on a DP rank: not reproduced exactly yet
                 break
             end = start + chunk
+            fresh = q.mat[row] == 0
             if q.mat[row] > 0:
                 prefix = _extend_nb(q, pr, t, r, row, end)
             else:
@@ -460,6 +464,14 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
             if math.isnan(q.first_admit[row]):
                 q.first_admit[row] = now
                 q.reused[row] = prefix
+            elif fresh and q.gen[row] > 0:
+                # a retracted request admitted again (its first chunk after the retraction)
+                i = s.cnt[7]
+                if i < s.rlog_row.shape[0]:
+                    s.rlog_row[i] = row
+                    s.rlog_ms[i] = now
+                    s.rlog_reused[i] = prefix
+                s.cnt[7] = i + 1
             total_isl += end
             total_prefix += prefix
             rem_total -= charged + out_res

@@ -145,3 +145,19 @@ def test_compiled_engine_equals_reference(name, monkeypatch):
 def test_vllm_knob_on_sglang_is_refused():
     with pytest.raises(InputError, match="prefill_schedule_interval is supported only for backend=vllm"):
         EngineArgs.from_json('{"engine":{"backend":"sglang","prefill_schedule_interval":4}}')
+
+
+@pytest.mark.parametrize("name", ["F03_pressure", "dp4_interval", "tight_page16"])
+def test_records_match_dynamo_161(name, tmp_path):
+    """1.6.1's per-request records: routing (worker and DP rank) and admission histories, the
+    readmissions after retractions included (synthetic single turns: uuids are the row + 1)."""
+    rep = _run(dict(CASES)[name])
+    rep.to_jsonl(tmp_path / "r.jsonl")
+    mine = {r["uuid"]: r for r in map(json.loads, open(tmp_path / "r.jsonl"))}
+    theirs = [json.loads(line) for line in open(DATA / f"{name}.per_request.jsonl")]
+    assert len(mine) == len(theirs)
+    for t in theirs:
+        m = mine[t["uuid"]]
+        for key in ("routing_history", "admission_history", "admission_count", "readmission_count",
+                    "decode_worker_idx", "terminal_status"):
+            assert m[key] == t[key], (t["uuid"], key)
