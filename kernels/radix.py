@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim.kernels.jit import inner
+from fastsim.kernels.jit import inline, inner
 
 _EMPTY = -1
 
@@ -89,19 +89,19 @@ def new_radix(n_ranks, total_pages):
     return t
 
 
-@inner
+@inline
 def root_nb(t, r):
     return r * t.nc[0]
 
 
-@inner
+@inline
 def now_nb(t, r):
     t.clock[r] += 1
     return t.clock[r]
 
 
 # ---------------------------------------------------------------- child table
-@inner
+@inline
 def _slot_nb(t, node, key):
     h = np.uint64(node) * np.uint64(0x9E3779B97F4A7C15) ^ key
     h ^= h >> np.uint64(29)
@@ -110,7 +110,7 @@ def _slot_nb(t, node, key):
     return np.int64(h & np.uint64(t.ht_node.shape[0] - 1))
 
 
-@inner
+@inline
 def child_get_nb(t, node, key):
     m = t.ht_node.shape[0] - 1
     i = _slot_nb(t, node, key)
@@ -189,7 +189,7 @@ def _free_node_nb(t, r, n):
     t.nstack_n[r] += 1
 
 
-@inner
+@inline
 def _new_page_nb(t, r, key):
     t.pstack_n[r] -= 1
     p = t.pstack[r * t.pc[0] + t.pstack_n[r]]
@@ -198,19 +198,19 @@ def _new_page_nb(t, r, key):
     return p
 
 
-@inner
+@inline
 def _free_page_nb(t, r, p):
     t.pstack[r * t.pc[0] + t.pstack_n[r]] = p
     t.pstack_n[r] += 1
 
 
 # ---------------------------------------------------------------- LRU of evictable leaves
-@inner
+@inline
 def _is_evictable_leaf_nb(t, r, n):
     return n != root_nb(t, r) and t.length[n] > 0 and t.lock[n] == 0 and t.nchild[n] == 0
 
 
-@inner
+@inline
 def _heap_less_nb(t, a_t, a_v, b_t, b_v):
     return a_t < b_t or (a_t == b_t and a_v < b_v)
 
@@ -303,14 +303,14 @@ def _heap_rebuild_nb(t, r):
         t.heap_v[base + i] = vv
 
 
-@inner
+@inline
 def index_nb(t, r, n):
     """File ``n`` in the LRU if it is an evictable leaf (at its current time)."""
     if _is_evictable_leaf_nb(t, r, n):
         _heap_push_nb(t, r, t.time[n], n)
 
 
-@inner
+@inline
 def touch_nb(t, r, n, time):
     t.time[n] = time
     index_nb(t, r, n)
@@ -363,7 +363,7 @@ def split_nb(t, r, child, pos):
     return inter
 
 
-@inner
+@inline
 def common_nb(t, n, keys, off, nkeys):
     """How many of ``n``'s pages equal ``keys[off:nkeys]`` from the start."""
     k = 0

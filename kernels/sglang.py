@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.jit import inner, kernel
+from fastsim.kernels.jit import inline, inner, kernel
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 from fastsim.kernels.radix import (dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb, root_nb)
 from fastsim.kernels.stats import dd_index_nb
@@ -108,14 +108,14 @@ class SgScratch(NamedTuple):
 
 
 # ---------------------------------------------------------------- page keys
-@inner
+@inline
 def _mix_nb(h, v):
     h ^= (v + np.uint64(0x9E3779B97F4A7C15) + (h << np.uint64(6)) + (h >> np.uint64(2)))
     h *= np.uint64(0xBF58476D1CE4E5B9)
     return h ^ (h >> np.uint64(31))
 
 
-@inner
+@inline
 def page_key_nb(q, pr, row, p):
     """Content key of page ``p`` of request ``row`` (see ``fastsim/sglang_pages.py``)."""
     ps = pr[P_PS]
@@ -142,14 +142,14 @@ def page_key_nb(q, pr, row, p):
     return h
 
 
-@inner
+@inline
 def _keys_nb(q, pr, s, row, npages):
     for p in range(npages):
         s.keys[p] = page_key_nb(q, pr, row, p)
 
 
 # ---------------------------------------------------------------- queues
-@inner
+@inline
 def _w_push_back(q, k, r, row):
     q.wprev[row] = k.wt[r]
     q.wnext[row] = -1
@@ -161,7 +161,7 @@ def _w_push_back(q, k, r, row):
     k.wn[r] += 1
 
 
-@inner
+@inline
 def _w_push_front(q, k, r, row):
     q.wnext[row] = k.wh[r]
     q.wprev[row] = -1
@@ -173,7 +173,7 @@ def _w_push_front(q, k, r, row):
     k.wn[r] += 1
 
 
-@inner
+@inline
 def _w_pop_front(q, k, r):
     row = k.wh[r]
     k.wh[r] = q.wnext[row]
@@ -185,7 +185,7 @@ def _w_pop_front(q, k, r):
     return row
 
 
-@inner
+@inline
 def _r_push_back(q, k, r, row):
     q.rprev[row] = k.rt[r]
     q.rnext[row] = -1
@@ -197,7 +197,7 @@ def _r_push_back(q, k, r, row):
     k.rn[r] += 1
 
 
-@inner
+@inline
 def _r_remove(q, k, r, row):
     a, b = q.rprev[row], q.rnext[row]
     if a == -1:
@@ -212,7 +212,7 @@ def _r_remove(q, k, r, row):
 
 
 # ---------------------------------------------------------------- KV lease operations
-@inner
+@inline
 def _ceil(t, ps):
     return -(-t // ps) * ps
 
@@ -249,7 +249,7 @@ def _extend_nb(q, pr, t, r, row, end):
     return q.mat[row]
 
 
-@inner
+@inline
 def _cache_prefix_nb(q, pr, s, t, r, row, upto):
     ps = pr[P_PS]
     aligned = upto // ps * ps
@@ -354,7 +354,7 @@ def _lpm_nb(q, pr, s, t, k, r):
         _w_push_back(q, k, r, s.rows[j])
 
 
-@inner
+@inline
 def _growth_nb(q, pr, k, r):
     """(KV tokens the running requests' next tokens need beyond their pages, their total length)."""
     ps = pr[P_PS]
@@ -372,7 +372,7 @@ def _growth_nb(q, pr, k, r):
     return g, total
 
 
-@inner
+@inline
 def _append_token_nb(q, pr, t, r, row):
     ps = pr[P_PS]
     if q.mat[row] % ps == 0:
@@ -384,13 +384,13 @@ def _append_token_nb(q, pr, t, r, row):
     q.gen[row] += 1
 
 
-@inner
+@inline
 def _emit_nb(s, row):
     s.emit[s.cnt[1]] = row
     s.cnt[1] += 1
 
 
-@inner
+@inline
 def _fin_nb(s, row):
     s.fin[s.cnt[2]] = row
     s.cnt[2] += 1
@@ -603,7 +603,7 @@ def _first_tokens_nb(q, pr, s, t, k, r, nf):
 
 
 # ---------------------------------------------------------------- the event loop
-@inner
+@inline
 def _add_nb(g, i, c, x):
     """``g[i] += x`` with Neumaier's compensation kept in ``g[c]`` (the sums of squared gaps lose
     digits otherwise: std_itl was 1.4e-9 off on a 500-request trace)."""
@@ -616,7 +616,7 @@ def _add_nb(g, i, c, x):
     g[i] = b
 
 
-@inner
+@inline
 def _pool_stat_nb(g, o, hist, v, c):
     """Add ``c`` copies of ``v`` to the statistic at ``g[o:o+6]`` ([n, sum, sumsq about the shift,
     min, max, shift]; compensations at ``g[12 + o // 3]``) and to ``hist``."""
@@ -635,7 +635,7 @@ def _pool_stat_nb(g, o, hist, v, c):
         hist[i] += c
 
 
-@inner
+@inline
 def _pool_gap_nb(s, v, c):
     """Pool ``c`` inter-token gaps of ``v`` ms (and their 1000/gap)."""
     _pool_stat_nb(s.gaps, 0, s.itl_hist, v, c)
