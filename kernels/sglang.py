@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.jit import inline, inner, kernel
+from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 from fastsim.kernels.radix import (dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb, root_nb)
 from fastsim.kernels.stats import dd_index_nb
@@ -271,7 +271,7 @@ def _cache_prefix_nb(q, pr, s, t, r, row, upto):
     q.cached[row] = aligned
 
 
-@inner
+@llvm_inline
 def _finish_nb(q, pr, s, t, r, row):
     ps = pr[P_PS]
     seq = q.isl[row] + q.gen[row]
@@ -396,7 +396,7 @@ def _fin_nb(s, row):
     s.cnt[2] += 1
 
 
-@inner
+@llvm_inline
 def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
     """One pass of rank ``r`` at ``now``; returns its end time, or -1.0 when an admission ran out
     of KV, -2.0 when KV ran short on a DP rank (neither reproduced exactly yet)."""
