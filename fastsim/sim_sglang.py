@@ -74,8 +74,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         if status == DP_PRESSURE:
             raise NotSupportedError(sglang_ref._NOT_EXACT_DP)
         if status == DEAD_END:
-            raise NotSupportedError("the SGLang engine stalled with requests left (a dead end), which fastsim "
-                                    "does not report yet")
+            raise _dead_end(workload, q, cfg)
         cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     term = cols["terminal_ms"][cols["status"] == 2]
@@ -89,3 +88,26 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
+
+
+def _dead_end(workload, q, cfg):
+    """The error of a run in which no SGLang rank can ever make progress (Dynamo stops there too,
+    with "replay invariant violated: ... effect-free zero-duration pass")."""
+    import numpy as np
+
+    from fastsim.errors import InputError
+
+    stuck = np.flatnonzero(q.status == 1)
+    blocked = np.flatnonzero((q.status == 1) & np.isnan(q.first_admit))
+    where = ""
+    if blocked.shape[0]:
+        r = int(blocked[np.argmin(q.arrival[blocked])])
+        line = int(workload.line[r])
+        where = (f"; the first one waiting is {workload.source}" + (f" line {line}" if line else f" request {r}")
+                 + f" ({int(q.isl[r])} prompt tokens)")
+    return InputError(
+        f"the SGLang engine is stuck with {stuck.shape[0]} request(s) left{where}: a prompt must fit the "
+        f"KV cache of a rank ({cfg.total_pages * cfg.ps} tokens: num_gpu_blocks x block_size) and "
+        f"max_prefill_tokens ({cfg.max_prefill}) when it is not chunked (chunked_prefill_size "
+        f"{cfg.chunk} per rank); Dynamo stops such a replay too")
+

@@ -161,3 +161,13 @@ def test_records_match_dynamo_161(name, tmp_path):
         for key in ("routing_history", "admission_history", "admission_count", "readmission_count",
                     "decode_worker_idx", "terminal_status"):
             assert m[key] == t[key], (t["uuid"], key)
+
+
+def test_prompt_that_never_fits_is_an_error():
+    """A prompt over max_prefill_tokens that is not chunked can never run: Dynamo stops with an
+    invariant error, fastsim names the request and the limits."""
+    with pytest.raises(InputError, match=r"stuck with 3 request\(s\) left; the first one waiting is .* \(5000 prompt "
+                                         r"tokens\).*max_prefill_tokens \(4096\)"):
+        run_synthetic_trace_replay(5000, 10, 3, arrival_interval_ms=10.0,
+                                   extra_engine_args={"engine_type": "sglang", "block_size": 64,
+                                                      "sglang": {"max_prefill_tokens": 4096}})
