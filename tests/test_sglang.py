@@ -69,7 +69,7 @@ def test_case_matches_dynamo_161(name, args):
         if k in SKIP or isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
         assert rep.summary[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
-    rows = [json.loads(line) for line in open(DATA / f"{name}.per_request.jsonl")]
+    rows = [json.loads(line) for line in gzip.open(DATA / f"{name}.per_request.jsonl.gz", "rt")]
     mine = rep.requests
     if rows[0]["session_id"] is not None:  # multi-turn synthetic: session K's turn t is row K * turns + t
         turns = int(args.split("--turns-per-session")[1].split()[0]) if "--turns-per-session" in args else 1
@@ -154,7 +154,7 @@ def test_records_match_dynamo_161(name, tmp_path):
     rep = _run(dict(CASES)[name])
     rep.to_jsonl(tmp_path / "r.jsonl")
     mine = {r["uuid"]: r for r in map(json.loads, open(tmp_path / "r.jsonl"))}
-    theirs = [json.loads(line) for line in open(DATA / f"{name}.per_request.jsonl")]
+    theirs = [json.loads(line) for line in gzip.open(DATA / f"{name}.per_request.jsonl.gz", "rt")]
     assert len(mine) == len(theirs)
     for t in theirs:
         m = mine[t["uuid"]]

@@ -4,8 +4,11 @@
 
 RUNNER is the 1.6.1 runner script (run_dynamo_161.py) or, for Dynamo 1.4.2, "-m dynamo.replay".
 
-Each case writes <case>.json (the report) and <case>.per_request.jsonl (per-request timelines;
+Each case writes <case>.json (the report) and <case>.per_request.jsonl.gz (per-request timelines;
 Dynamo 1.4.2 writes them for trace replays only, its synthetic cases get the report alone)."""
+import gzip
+import os
+import shutil
 import subprocess
 import sys
 
@@ -18,3 +21,8 @@ for line in open("cases.tsv"):
     done = subprocess.run(cmd + ["--report-jsonl", f"{name}.per_request.jsonl"], stdout=subprocess.DEVNULL)
     if done.returncode:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    else:
+        with open(f"{name}.per_request.jsonl", "rb") as src, gzip.GzipFile(f"{name}.per_request.jsonl.gz", "wb",
+                                                                           mtime=0) as dst:
+            shutil.copyfileobj(src, dst)
+        os.remove(f"{name}.per_request.jsonl")
