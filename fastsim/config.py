@@ -279,7 +279,7 @@ ENGINE_ARG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(EngineArgs))
 _DEFAULTS = {f.name: f.default for f in fields(EngineArgs)}
 # JSON-only spellings Dynamo accepts besides the dataclass fields.
 _JSON_EXTRA = ("is_prefill", "is_decode", "has_perf_model")
-_ALL_JSON_FIELDS = ENGINE_ARG_FIELDS + _JSON_EXTRA
+_ALL_JSON_FIELDS = ENGINE_ARG_FIELDS + _JSON_EXTRA + ("prefill_decode_interval",)
 
 FIELD_GROUPS: dict[str, tuple[str, ...]] = {
     "modelled": ENGINE_ARG_FIELDS[: ENGINE_ARG_FIELDS.index("startup_time")],
@@ -386,6 +386,10 @@ def _build(cls, raw: dict, source: str) -> "EngineArgs":
             raise InputError(f"{source}: choose one timing provider: planner_profile_data or timing_model")
         raw.update(timing)
     raw.pop("has_perf_model", None)  # legacy field, ignored by Dynamo 1.4.2 as well
+    if "prefill_decode_interval" in raw:
+        from fastsim.sglang_config import move_flat_interval
+
+        move_flat_interval(raw, source)
     is_prefill = raw.pop("is_prefill", False)
     is_decode = raw.pop("is_decode", False)
     for flag, val in (("is_prefill", is_prefill), ("is_decode", is_decode)):
@@ -506,17 +510,21 @@ def _validate(obj: EngineArgs, source: str) -> None:
             checked = _check_value(name, value, source, spec)
             if checked != value or type(checked) is not type(value):
                 object.__setattr__(obj, name, checked)
-        elif value != _DEFAULTS[name]:
+        elif value != _DEFAULTS[name] and name != "sglang":
             reason = _UNSUPPORTED_REASON[_UNSUPPORTED[name]]
             raise NotSupportedError(
                 f"{source}: field '{name}' is not supported yet by fastsim ({reason}); "
                 f"remove it or set it to its default {json.dumps(_DEFAULTS[name])}"
             )
-    if obj.engine_type != "vllm":
+    if obj.engine_type == "trtllm":
         raise NotSupportedError(
-            f"{source}: engine_type '{obj.engine_type}' is not supported yet by fastsim "
-            "(only the vLLM-style core is modelled)"
+            f"{source}: engine_type 'trtllm' is not supported yet by fastsim "
+            "(the vLLM and SGLang cores are modelled)"
         )
+    if obj.engine_type == "sglang" or obj.sglang is not None:
+        from fastsim.sglang_config import check_sglang_args
+
+        check_sglang_args(obj, source)
     if obj.block_size == 0:
         object.__setattr__(obj, "block_size", _DEFAULT_BLOCK_SIZE[obj.engine_type])
     if obj.g1_backend != "native":

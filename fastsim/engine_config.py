@@ -256,11 +256,13 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
     if backend not in ("vllm", "sglang", "trtllm"):
         raise InputError(f"{source}: field 'engine.backend' must be one of 'vllm', 'sglang', 'trtllm' "
                          f"(case-sensitive), got {_jtype(backend)}")
-    if backend != "vllm":
+    if backend == "trtllm":
         raise NotSupportedError(
-            f"{source}: engine.backend '{backend}' is not supported yet by fastsim (only the vLLM core is "
-            "modelled)"
+            f"{source}: engine.backend 'trtllm' is not supported yet by fastsim (the vLLM and SGLang cores "
+            "are modelled)"
         )
+    if backend != "vllm":
+        flat["engine_type"] = backend
     for name in _SAME_NAME:
         if name in engine:
             path = f"engine.{name}"
@@ -279,12 +281,20 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
             flat["kv_bytes_per_token"] = _check("kv_bytes_per_token", f"engine.{alias}", engine[alias], source)
     if "prefill_schedule_interval" in engine:
         interval = _uint(engine["prefill_schedule_interval"], source, "engine.prefill_schedule_interval", lo=1)
+        if backend == "sglang":
+            raise InputError(f"{source}: field 'engine.prefill_schedule_interval': prefill_schedule_interval is "
+                             "supported only for backend=vllm (SGLang's counterpart is "
+                             "engine.prefill_decode_interval)")
         if interval != 1:
             raise _not_yet(source, "engine.prefill_schedule_interval", "vLLM prefill scheduling cadence")
+    sglang = {}
     if "prefill_decode_interval" in engine:
-        if _uint(engine["prefill_decode_interval"], source, "engine.prefill_decode_interval") != 0:
+        interval = _uint(engine["prefill_decode_interval"], source, "engine.prefill_decode_interval")
+        if interval != 0 and backend != "sglang":
             raise InputError(f"{source}: field 'engine.prefill_decode_interval': prefill_decode_interval is "
                              "supported only for backend=sglang")
+        if backend == "sglang":
+            sglang["prefill_decode_interval"] = interval
     for name in ("emit_kv_events", "emit_kv_token_ids"):
         # Live-mocker KV event publishing: nothing to publish to in offline replay.
         if name in engine and not isinstance(engine[name], bool):
@@ -313,8 +323,12 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
             path = f"engine.{name}.{key}"
             if key not in defaults:
                 raise InputError(f"{source}: unknown field '{path}' (valid fields: {', '.join(defaults)})")
-            if value != defaults[key]:
+            if name == "sglang" and backend == "sglang":
+                sglang[key] = value  # checked with the flat form's sglang object (fastsim/sglang_config.py)
+            elif value != defaults[key]:
                 raise _not_yet(source, path, f"it configures {feature}")
+    if sglang:
+        flat["sglang"] = sglang
     if "timing_model" in engine:
         flat.update(timing_fields(engine["timing_model"], source, "engine.timing_model"))
 

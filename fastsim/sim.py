@@ -416,6 +416,13 @@ def simulate(
         lag = None
 
     check_workload(workload)
+    if engine.engine_type == "sglang":  # the SGLang engine has its own driver
+        from fastsim.sim_sglang import simulate_sglang
+
+        return simulate_sglang(workload, engine, num_workers=num_workers, router_mode=router_mode, version=version,
+                               replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
+                               scaling_schedule=schedule, planner=planner,
+                               telemetry_interval_ms=telemetry_interval_ms, sla=sla)
     tel_cap = _check_telemetry(workload, num_workers, telemetry_interval_ms)
     check_memory(workload, engine, _worker_rows(num_workers, schedule, planner, max_workers),
                  telemetry=bool(telemetry_interval_ms), kv_router=router_mode == "kv_router",

@@ -145,7 +145,7 @@ def test_unknown_flag_is_an_argparse_error(capsys):
         ('{"block_sz": 16}', "did you mean 'block_size'"),
         ("{bad", "--extra-engine-args: malformed JSON at line 1 column 2"),
         ('{"block_size": 1.5}', "--extra-engine-args: field 'block_size' must be an integer"),
-        ('{"engine_type": "sglang"}', "not supported yet"),
+        ('{"engine_type": "trtllm"}', "not supported yet"),
         ('{"worker_type": "prefill"}', "trace replay only supports aggregated workers"),
     ],
 )

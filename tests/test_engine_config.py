@@ -163,7 +163,6 @@ def test_bad_nested_config_names_the_field(obj, pattern):
 @pytest.mark.parametrize(
     "obj, words",
     [
-        ({"engine": {"backend": "sglang"}}, "engine.backend 'sglang'"),
         ({"engine": {"backend": "trtllm"}}, "engine.backend 'trtllm'"),
         ({"engine": {"native_host_offload": {"num_host_blocks": 100}}}, "host KV offload"),
         ({"engine": {"g3_offload": {"scope": "x"}}}, "shared KV offload"),

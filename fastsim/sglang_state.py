@@ -1,0 +1,96 @@
+"""The arrays of a compiled SGLang simulation (``kernels/sglang.py``), built from a workload, and the
+per-request columns and gap statistics read back from them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fastsim.kernels.radix import new_radix
+from fastsim.kernels.sglang import SgRanks, SgReqs, SgScratch
+from fastsim.kernels.stats import dd_new_hist
+
+
+def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None):
+    """(q, pr, fp, s, t, k) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
+    readmissions after retractions (default: one per request)."""
+    n = workload.n_requests
+    log_size = n + 16 if log_size is None else log_size
+    isl = np.ascontiguousarray(workload.isl, dtype=np.int64)
+    osl = np.ascontiguousarray(workload.osl, dtype=np.int64)
+    session = np.ascontiguousarray(workload.session, dtype=np.int64)
+    turn = np.ascontiguousarray(workload.turn, dtype=np.int64)
+    next_row = np.full(n, -1, np.int64)
+    ptr, rows = workload.session_ptr, workload.session_rows
+    for sidx in range(workload.n_sessions):
+        rs = rows[ptr[sidx]:ptr[sidx + 1]]
+        if rs.shape[0] > 1:
+            next_row[rs[:-1]] = rs[1:]
+    tie = session * (int(turn.max(initial=0)) + 1) + turn
+    ready = np.full(n, np.inf)
+    hashed = workload.hash_ptr is not None
+    hash_ptr = np.ascontiguousarray(workload.hash_ptr if hashed else np.zeros(n + 1, np.int64), dtype=np.int64)
+    hash_ids = np.ascontiguousarray(workload.hash_ids if hashed else np.zeros(1, np.int64), dtype=np.int64)
+
+    def full(v, dtype=np.int64):
+        return np.full(n, v, dtype)
+
+    nan = np.nan
+    q = SgReqs(isl, osl, session, turn, np.ascontiguousarray(workload.delay_ms, dtype=np.float64), next_row, tie,
+               ready, hash_ptr, hash_ids, full(0), full(0), full(0), full(0), full(0), full(-1), full(-1),
+               np.zeros(n, np.int8), full(-1), full(-1), full(-1), full(-1), full(nan, np.float64),
+               full(nan, np.float64), full(nan, np.float64), full(nan, np.float64), full(nan, np.float64),
+               full(nan, np.float64), full(0), full(-1))
+    n_ranks = num_workers * dp
+    init = 0.7 * cfg.conservativeness
+    mn = init * 0.14
+    k = SgRanks(np.full(n_ranks, -1, np.int64), np.full(n_ranks, -1, np.int64), np.zeros(n_ranks, np.int64),
+                np.full(n_ranks, -1, np.int64), np.full(n_ranks, -1, np.int64), np.zeros(n_ranks, np.int64),
+                np.full(n_ranks, init), np.zeros(n_ranks, np.int64))
+    pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
+                   min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
+                   hashed], dtype=np.int64)
+    fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup], dtype=np.float64)
+    max_pages = int(((isl + osl).max(initial=0)) // cfg.ps) + 2
+    heap = np.zeros(max(n, 1), np.int64)
+    s = SgScratch(np.zeros(max_pages, np.uint64), np.zeros(n + 300, np.int64), np.zeros(2 * n + 300, np.int64),
+                  np.zeros(2 * n + 300, np.int64), np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64), heap,
+                  np.zeros(8, np.int64), np.full(num_workers, np.inf), np.zeros(num_workers, np.int64),
+                  np.full(num_workers, -1, np.int64), np.zeros(16), dd_new_hist(), dd_new_hist(),
+                  np.zeros(num_workers, np.int64), np.zeros(log_size, np.int64), np.zeros(log_size),
+                  np.zeros(log_size, np.int64))
+    first = rows[ptr[:-1]]
+    ready[first] = np.asarray(workload.session_arrival_ms, dtype=np.float64)
+    # the arrival heap starts as every session's first turn, in (time, session, turn) order
+    order = np.lexsort((tie[first], ready[first]))
+    heap[:first.shape[0]] = first[order]
+    s.cnt[0] = first.shape[0]
+    t = new_radix(n_ranks, cfg.total_pages)
+    return q, pr, fp, s, t, k
+
+
+def columns(q, s, num_workers, dp):
+    """The per-request columns of ``fastsim.report.build_report`` and the gap statistics."""
+    n = q.isl.shape[0]
+    cols = {
+        "arrival_ms": q.arrival, "first_admit_ms": q.first_admit, "first_token_ms": q.first_token,
+        "second_token_ms": q.second_token, "last_token_ms": q.last_token, "terminal_ms": q.terminal,
+        "status": q.status.astype(np.int8), "input_length": q.isl, "requested_output_length": q.osl,
+        "output_length": q.gen.copy(), "reused_tokens": q.reused, "first_reused_tokens": q.reused.copy(),
+        "worker_idx": q.rank.copy(),  # the rank: 1.6.1's records name the worker and its DP rank
+        "preemptions": np.zeros(n, np.int64),
+    }
+    g = s.gaps
+    gaps = {}
+    for name, off, comp, hist in (("itl", 0, 12, s.itl_hist), ("otpu", 6, 14, s.otpu_hist)):
+        cnt = int(g[off])
+        gaps.update({f"{name}_count": cnt, f"{name}_sum": float(g[off + 1] + g[comp]),
+                     f"{name}_sumsq": float(g[off + 2] + g[comp + 1]),
+                     f"{name}_min": float(g[off + 3]) if cnt else 0.0,
+                     f"{name}_max": float(g[off + 4]) if cnt else 0.0, f"{name}_shift": float(g[off + 5]),
+                     f"{name}_hist": hist})
+    m = int(s.cnt[7])
+    order = np.argsort(s.rlog_row[:m], kind="stable")
+    cols["preemptions"] = np.bincount(s.rlog_row[:m], minlength=n).astype(np.int64)
+    cols.update(readmit_row=s.rlog_row[:m][order], readmit_ms=s.rlog_ms[:m][order],
+                readmit_reused=s.rlog_reused[:m][order], readmit_stage=np.zeros(m, np.int64))
+    return cols, gaps, int(s.cnt[3])

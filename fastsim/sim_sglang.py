@@ -1,0 +1,113 @@
+"""Aggregated simulation on SGLang engines (Dynamo's ``engine_type: sglang``).
+
+Runs the SGLang engine of :mod:`fastsim.sglang_ref` (radix prefix cache, fifo/lpm, chunked
+prefill, the new-token ratio, ``prefill_decode_interval``, attention DP) under round-robin routing,
+and builds the same :class:`fastsim.report.Report` as the vLLM path.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastsim.errors import NotSupportedError
+
+
+def _not_yet(what: str) -> NotSupportedError:
+    return NotSupportedError(f"{what} with engine_type=sglang is not supported yet by fastsim "
+                             "(the SGLang engine runs aggregated round-robin replays of Dynamo 1.6.1)")
+
+
+def simulate_sglang(workload, engine, *, num_workers, router_mode, version, replay_concurrency,
+                    max_sim_time_ms, scaling_schedule, planner, telemetry_interval_ms, sla, reference=False):
+    """The :class:`fastsim.report.Report` of ``workload`` on SGLang workers (``reference``: run the
+    plain-Python engine instead of the compiled one)."""
+    from fastsim import sglang_ref
+    from fastsim.perf import engine_perf_model
+    from fastsim.report import build_report, make_gap_stats
+    from fastsim.sglang_config import sglang_settings
+
+    if version != "1.6.1":
+        raise _not_yet(f"--dynamo-version {version}")
+    if router_mode != "round_robin":
+        raise _not_yet(f"router_mode {router_mode!r}")
+    for value, what in ((replay_concurrency, "--replay-concurrency"), (max_sim_time_ms, "--max-sim-time-seconds"),
+                        (scaling_schedule, "a scaling schedule"), (planner, "a planner"),
+                        (telemetry_interval_ms, "telemetry")):
+        if value:
+            raise _not_yet(what)
+    s = sglang_settings(engine)
+    dp = max(int(engine.dp_size or 1), 1)
+    cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks), policy=s.policy,
+                         max_prefill=s.max_prefill_tokens,
+                         # attention DP splits the chunk budget among the ranks (SGLang divides
+                         # chunked_prefill_size by dp_size)
+                         chunk=s.chunked_prefill_size // dp,
+                         clip=s.clip_max_new_tokens, conservativeness=s.schedule_conservativeness,
+                         max_running=int(engine.max_num_seqs) if engine.max_num_seqs is not None else 1 << 62,
+                         interval=s.prefill_decode_interval, dp=dp)
+    perf = engine_perf_model(engine)
+    if not reference:
+        from fastsim import sglang_state
+        from fastsim.kernels.sglang import ADMIT_OOM, DEAD_END, DP_PRESSURE, run_sglang_nb
+
+        state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
+                                   float(engine.decode_speedup_ratio))
+        # load (or compile) the loop before the clock starts, as the vLLM path does
+        from numba import typeof
+
+        run_sglang_nb.compile(tuple(typeof(a) for a in (*state, perf)))
+    t0 = time.perf_counter()
+    if reference:  # the plain-Python engine (slow; the tests compare the two)
+        cols, gap_list, committed, _ = sglang_ref.simulate(
+            workload, cfg, perf, num_workers=num_workers, dp=dp, speedup=float(engine.speedup_ratio),
+            decode_speedup=float(engine.decode_speedup_ratio))
+        gaps = make_gap_stats(gap_list)
+    else:
+        q, pr, fp, s, t, k = state
+        status = run_sglang_nb(q, pr, fp, s, t, k, perf)
+        if status == 0 and s.cnt[7] > s.rlog_row.shape[0]:  # more readmissions than the log held
+            q, pr, fp, s, t, k = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
+                                                    float(engine.decode_speedup_ratio), int(s.cnt[7]))
+            status = run_sglang_nb(q, pr, fp, s, t, k, perf)
+        if status == ADMIT_OOM:
+            raise NotSupportedError(sglang_ref._NOT_EXACT)
+        if status == DP_PRESSURE:
+            raise NotSupportedError(sglang_ref._NOT_EXACT_DP)
+        if status == DEAD_END:
+            raise _dead_end(workload, q, cfg)
+        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp)
+    wall_ms = (time.perf_counter() - t0) * 1000.0
+    term = cols["terminal_ms"][cols["status"] == 2]
+    worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
+    single = num_workers == 1 and dp == 1
+    from fastsim.history import identity_columns
+
+    cols.update(identity_columns(workload, False))  # 1.6.1's session names and uuids
+    return build_report(cols, gaps, {
+        "num_workers": num_workers, "single_path": single, "decode_worker_seconds": worker_seconds,
+        "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
+        "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
+        "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
+
+
+def _dead_end(workload, q, cfg):
+    """The error of a run in which no SGLang rank can ever make progress (Dynamo stops there too,
+    with "replay invariant violated: ... effect-free zero-duration pass")."""
+    import numpy as np
+
+    from fastsim.errors import InputError
+
+    stuck = np.flatnonzero(q.status == 1)
+    blocked = np.flatnonzero((q.status == 1) & np.isnan(q.first_admit))
+    where = ""
+    if blocked.shape[0]:
+        r = int(blocked[np.argmin(q.arrival[blocked])])
+        line = int(workload.line[r])
+        where = (f"; the first one waiting is {workload.source}" + (f" line {line}" if line else f" request {r}")
+                 + f" ({int(q.isl[r])} prompt tokens)")
+    return InputError(
+        f"the SGLang engine is stuck with {stuck.shape[0]} request(s) left{where}: a prompt must fit the "
+        f"KV cache of a rank ({cfg.total_pages * cfg.ps} tokens: num_gpu_blocks x block_size) and "
+        f"max_prefill_tokens ({cfg.max_prefill}) when it is not chunked (chunked_prefill_size "
+        f"{cfg.chunk} per rank); Dynamo stops such a replay too")
+

@@ -1,0 +1,756 @@
+"""The SGLang engine (Dynamo 1.6.1's SGLang scheduler core) and its event loop, compiled.
+
+The same rules as the plain-Python reference ``fastsim/sglang_ref.py`` (which the tests compare it
+with), on arrays: the waiting and running queues of each DP rank are doubly linked lists over
+request rows, the radix cache is ``kernels/radix.py``. One pass of a rank (``rank_pass_nb``):
+the lpm order if asked; a prefill batch under the token budgets (unless the group's
+prefill_decode_interval holds prefill back); if anything was admitted, a pure prefill pass whose
+finished prompts get their first token at its end; otherwise a decode pass over every running
+request, retracting the ones with the fewest output tokens while the next tokens do not fit. The
+loop (``run_sglang_nb``) routes arrivals round robin (worker, then its DP rank), runs each idle
+worker's ranks together and stamps their tokens at the slowest rank's end, and pools the
+inter-token gaps.
+"""
+
+from typing import NamedTuple
+
+import math
+
+import numpy as np
+
+from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
+from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
+from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
+from fastsim.kernels.radix import (dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb, root_nb)
+from fastsim.kernels.stats import dd_index_nb
+
+# Params indices (int64 array)
+P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
+    P_HASHED = range(12)
+# FParams indices (float64 array)
+F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED = range(5)
+
+LPM_FALLBACK = 128
+IN_BATCH_CHECK = 32
+IN_BATCH_DEPRIORITIZE = 32
+RETRACT_DECODE_STEPS = 20
+
+DEAD_END = 1
+ADMIT_OOM = 2
+DP_PRESSURE = 3
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+class SgReqs(NamedTuple):
+    isl: np.ndarray
+    osl: np.ndarray
+    session: np.ndarray
+    turn: np.ndarray
+    delay: np.ndarray
+    next_row: np.ndarray   # the session's next turn, -1
+    tie: np.ndarray        # arrival order among equal times (session, turn)
+    ready: np.ndarray      # float64 arrival time once known
+    hash_ptr: np.ndarray
+    hash_ids: np.ndarray
+    gen: np.ndarray
+    mat: np.ndarray
+    alloc: np.ndarray
+    own: np.ndarray
+    cached: np.ndarray
+    last: np.ndarray
+    rank: np.ndarray
+    status: np.ndarray     # 0 pending, 1 in flight, 2 completed
+    wprev: np.ndarray
+    wnext: np.ndarray
+    rprev: np.ndarray
+    rnext: np.ndarray
+    arrival: np.ndarray
+    first_admit: np.ndarray
+    first_token: np.ndarray
+    second_token: np.ndarray
+    last_token: np.ndarray
+    terminal: np.ndarray
+    reused: np.ndarray
+    done_next: np.ndarray  # chain of the rows a worker's pass completed
+
+
+class SgRanks(NamedTuple):
+    wh: np.ndarray
+    wt: np.ndarray
+    wn: np.ndarray
+    rh: np.ndarray
+    rt: np.ndarray
+    rn: np.ndarray
+    ratio: np.ndarray
+    prefilled: np.ndarray
+
+
+class SgScratch(NamedTuple):
+    keys: np.ndarray       # uint64: one request's page keys
+    rows: np.ndarray       # int64: rows of a pass (can_run, then fresh)
+    rows2: np.ndarray      # int64: retracted / completed / lpm order
+    score: np.ndarray      # int64: lpm sort keys
+    emit: np.ndarray       # int64: rows that got a token in the current group pass
+    fin: np.ndarray        # int64: rows that completed in the current group pass
+    heap: np.ndarray       # arrival heap
+    cnt: np.ndarray        # int64 counters: [heap, emit, fin, committed, done, rr, -, readmissions]
+    busy: np.ndarray       # float64[W] end of the worker's pass in flight (inf: idle)
+    rounds: np.ndarray     # int64[W] prefill_decode_interval countdown
+    done_head: np.ndarray  # int64[W]
+    gaps: np.ndarray       # float64[16]: itl [n, sum, sumsq, min, max, shift], otpu [...], compensations
+    itl_hist: np.ndarray
+    otpu_hist: np.ndarray
+    dpnext: np.ndarray     # int64[W]
+    rlog_row: np.ndarray   # readmissions after a retraction: row, time, reused tokens
+    rlog_ms: np.ndarray
+    rlog_reused: np.ndarray
+
+
+# ---------------------------------------------------------------- page keys
+@inline
+def _mix_nb(h, v):
+    h ^= (v + np.uint64(0x9E3779B97F4A7C15) + (h << np.uint64(6)) + (h >> np.uint64(2)))
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    return h ^ (h >> np.uint64(31))
+
+
+@inline
+def page_key_nb(q, pr, row, p):
+    """Content key of page ``p`` of request ``row`` (see ``fastsim/sglang_pages.py``)."""
+    ps = pr[P_PS]
+    tbs = pr[P_TBS]
+    isl = q.isl[row]
+    h = np.uint64(0)
+    t = p * ps
+    end = t + ps
+    while t < end:
+        if t < isl:
+            if pr[P_HASHED]:
+                tok = np.uint64(q.hash_ids[q.hash_ptr[row] + t // tbs]) & np.uint64(0xFFFFFFFF)
+                run_end = min(end, isl, (t // tbs + 1) * tbs)
+                h = _mix_nb(_mix_nb(h, np.uint64(0x9E3779B97F4A7C15) ^ tok), np.uint64(run_end - t))
+            else:
+                run_end = min(end, isl)
+                h = _mix_nb(_mix_nb(h, np.uint64(0xC2B2AE3D27D4EB4F) ^ np.uint64(row)), np.uint64(run_end - t))
+                h = _mix_nb(h, np.uint64(t))
+        else:
+            run_end = end
+            h = _mix_nb(_mix_nb(h, np.uint64(0x165667B19E3779F9) ^ np.uint64(row)), np.uint64(t))
+            h = _mix_nb(h, np.uint64(run_end - t))
+        t = run_end
+    return h
+
+
+@inline
+def _keys_nb(q, pr, s, row, npages):
+    for p in range(npages):
+        s.keys[p] = page_key_nb(q, pr, row, p)
+
+
+# ---------------------------------------------------------------- queues
+@inline
+def _w_push_back(q, k, r, row):
+    q.wprev[row] = k.wt[r]
+    q.wnext[row] = -1
+    if k.wt[r] == -1:
+        k.wh[r] = row
+    else:
+        q.wnext[k.wt[r]] = row
+    k.wt[r] = row
+    k.wn[r] += 1
+
+
+@inline
+def _w_push_front(q, k, r, row):
+    q.wnext[row] = k.wh[r]
+    q.wprev[row] = -1
+    if k.wh[r] == -1:
+        k.wt[r] = row
+    else:
+        q.wprev[k.wh[r]] = row
+    k.wh[r] = row
+    k.wn[r] += 1
+
+
+@inline
+def _w_pop_front(q, k, r):
+    row = k.wh[r]
+    k.wh[r] = q.wnext[row]
+    if k.wh[r] == -1:
+        k.wt[r] = -1
+    else:
+        q.wprev[k.wh[r]] = -1
+    k.wn[r] -= 1
+    return row
+
+
+@inline
+def _r_push_back(q, k, r, row):
+    q.rprev[row] = k.rt[r]
+    q.rnext[row] = -1
+    if k.rt[r] == -1:
+        k.rh[r] = row
+    else:
+        q.rnext[k.rt[r]] = row
+    k.rt[r] = row
+    k.rn[r] += 1
+
+
+@inline
+def _r_remove(q, k, r, row):
+    a, b = q.rprev[row], q.rnext[row]
+    if a == -1:
+        k.rh[r] = b
+    else:
+        q.rnext[a] = b
+    if b == -1:
+        k.rt[r] = a
+    else:
+        q.rprev[b] = a
+    k.rn[r] -= 1
+
+
+# ---------------------------------------------------------------- KV lease operations
+@inline
+def _ceil(t, ps):
+    return -(-t // ps) * ps
+
+
+@inner
+def _alloc_new_nb(q, pr, s, t, r, row, end):
+    ps = pr[P_PS]
+    npg = end // ps
+    _keys_nb(q, pr, s, row, npg)
+    m, last = match_nb(t, r, s.keys, npg, True, False)
+    need = -(-end // ps) - m
+    if need > t.free[r] + t.evictable[r]:
+        dec_lock_nb(t, r, last)
+        return -1
+    if need > t.free[r]:
+        evict_nb(t, r, need - t.free[r])
+    t.free[r] -= need
+    q.own[row] = need
+    q.cached[row] = m * ps
+    q.last[row] = last
+    return m * ps
+
+
+@inner
+def _extend_nb(q, pr, t, r, row, end):
+    ps = pr[P_PS]
+    new = -(-end // ps) - (q.cached[row] // ps + q.own[row])
+    if new > t.free[r] + t.evictable[r]:
+        return -1
+    if new > t.free[r]:
+        evict_nb(t, r, new - t.free[r])
+    t.free[r] -= new
+    q.own[row] += new
+    return q.mat[row]
+
+
+@inline
+def _cache_prefix_nb(q, pr, s, t, r, row, upto):
+    ps = pr[P_PS]
+    aligned = upto // ps * ps
+    if aligned <= q.cached[row]:
+        return
+    first, npg = q.cached[row] // ps, aligned // ps
+    for p in range(first, npg):
+        s.keys[p] = page_key_nb(q, pr, row, p)
+    old = q.last[row]
+    last, gained = insert_nb(t, r, old, s.keys, first, npg, True)
+    if last != old:
+        inc_lock_nb(t, r, last)
+    moved = npg - first
+    q.own[row] -= moved
+    t.free[r] += moved - gained
+    if last != old:
+        dec_lock_nb(t, r, old)
+    q.last[row] = last
+    q.cached[row] = aligned
+
+
+@llvm_inline
+def _finish_nb(q, pr, s, t, r, row):
+    ps = pr[P_PS]
+    seq = q.isl[row] + q.gen[row]
+    complete = min(seq, q.mat[row]) // ps * ps
+    npg = complete // ps
+    held = q.cached[row] // ps + q.own[row]
+    t.free[r] += held - npg
+    q.own[row] -= held - npg
+    if complete > q.cached[row]:
+        first = q.cached[row] // ps
+        for p in range(first, npg):
+            s.keys[p] = page_key_nb(q, pr, row, p)
+        _, gained = insert_nb(t, r, q.last[row], s.keys, first, npg, True)
+        t.free[r] += (npg - first) - gained
+        q.own[row] -= npg - first
+    dec_lock_nb(t, r, q.last[row])
+    q.last[row] = -1
+
+
+@inner
+def _release_nb(q, t, r, row):
+    t.free[r] += q.own[row]
+    q.own[row] = 0
+    dec_lock_nb(t, r, q.last[row])
+    q.last[row] = -1
+    q.mat[row] = 0
+    q.alloc[row] = 0
+    q.cached[row] = 0
+
+
+# ---------------------------------------------------------------- one pass of a rank
+@inner
+def _lpm_nb(q, pr, s, t, k, r):
+    """Longest-prefix-match order of the waiting queue (stable; near-duplicate heads last)."""
+    n = k.wn[r]
+    if n > LPM_FALLBACK or n == 0:
+        return
+    ps = pr[P_PS]
+    dup_pages = -(-IN_BATCH_DEPRIORITIZE // ps)
+    i = 0
+    row = k.wh[r]
+    while row != -1:
+        seq = q.isl[row] + q.gen[row]
+        npg = seq // ps
+        _keys_nb(q, pr, s, row, npg)
+        m, _ = match_nb(t, r, s.keys, npg, False, True)
+        m *= ps
+        dep = 0
+        if m <= IN_BATCH_CHECK and seq >= dup_pages * ps:
+            # the head's chained content key; seen before in this queue -> deprioritised
+            h = np.uint64(0)
+            for p in range(dup_pages):
+                h = _mix_nb(h, s.keys[p])
+            for j in range(i):
+                if s.rows2[n + j] == 1 and s.score[n + j] == np.int64(h):
+                    dep = 1
+                    break
+            s.rows2[n + i] = 1
+            s.score[n + i] = np.int64(h)
+        else:
+            s.rows2[n + i] = 0
+        s.rows[i] = row
+        # sort key: deprioritised last, longest match first, queue order to break ties
+        s.score[i] = (dep * (1 << 40) - m) * (1 << 20) + i
+        i += 1
+        row = q.wnext[row]
+    for a in range(1, n):  # insertion sort of (score, row); at most 128 of them
+        sc, rw = s.score[a], s.rows[a]
+        b = a - 1
+        while b >= 0 and s.score[b] > sc:
+            s.score[b + 1] = s.score[b]
+            s.rows[b + 1] = s.rows[b]
+            b -= 1
+        s.score[b + 1] = sc
+        s.rows[b + 1] = rw
+    k.wh[r] = -1
+    k.wt[r] = -1
+    k.wn[r] = 0
+    for j in range(n):
+        _w_push_back(q, k, r, s.rows[j])
+
+
+@inline
+def _growth_nb(q, pr, k, r):
+    """(KV tokens the running requests' next tokens need beyond their pages, their total length)."""
+    ps = pr[P_PS]
+    g = 0
+    total = 0
+    row = k.rh[r]
+    while row != -1:
+        seq = q.isl[row] + q.gen[row]
+        total += seq
+        if q.osl[row] - q.gen[row] > 0:
+            need = _ceil(seq + 1, ps) - q.alloc[row]
+            if need > 0:
+                g += need
+        row = q.rnext[row]
+    return g, total
+
+
+@inline
+def _append_token_nb(q, pr, t, r, row):
+    ps = pr[P_PS]
+    if q.mat[row] % ps == 0:
+        t.free[r] -= 1
+        q.own[row] += 1
+    if q.isl[row] + q.gen[row] + 1 > q.alloc[row]:
+        q.alloc[row] += ps
+    q.mat[row] += 1
+    q.gen[row] += 1
+
+
+@inline
+def _emit_nb(s, row):
+    s.emit[s.cnt[1]] = row
+    s.cnt[1] += 1
+
+
+@inline
+def _fin_nb(s, row):
+    s.fin[s.cnt[2]] = row
+    s.cnt[2] += 1
+
+
+@llvm_inline
+def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
+    """One pass of rank ``r`` at ``now``; returns its end time, or -1.0 when an admission ran out
+    of KV, -2.0 when KV ran short on a DP rank (neither reproduced exactly yet)."""
+    ps = pr[P_PS]
+    if pr[P_LPM]:
+        _lpm_nb(q, pr, s, t, k, r)
+    ratio = k.ratio[r]
+    n = 0
+    total_isl = 0
+    total_prefix = 0
+    if not defer:
+        reserved = 0.0
+        row = k.rh[r]
+        while row != -1:
+            rem = q.osl[row] - q.gen[row]
+            reserved += min(rem, pr[P_CLIP]) * ratio
+            row = q.rnext[row]
+        rem_total = float((t.free[r] + t.evictable[r]) * ps) - reserved
+        rem_input = float(pr[P_MAXPREFILL])
+        rem_chunk = float(pr[P_CHUNK])
+        slots = max(pr[P_MAXRUN] - k.rn[r], 0)
+        while n < slots and k.wn[r] > 0:
+            row = _w_pop_front(q, k, r)
+            seq = q.isl[row] + q.gen[row]
+            cached = 0
+            if q.mat[row] == 0:
+                match_len = seq if q.osl[row] == 0 else seq - 1
+                npg = min(match_len // ps, seq // ps)
+                _keys_nb(q, pr, s, row, npg)
+                m, _ = match_nb(t, r, s.keys, npg, False, True)
+                cached = m * ps
+            start = max(q.mat[row], cached)
+            extend = seq - start
+            if extend == 0 and q.mat[row] > 0:
+                _w_push_front(q, k, r, row)
+                break
+            if extend <= rem_chunk:
+                chunk = extend
+            else:
+                chunk = int(rem_chunk) // ps * ps
+                if chunk == 0:
+                    _w_push_front(q, k, r, row)
+                    break
+                chunk = min(chunk, extend)
+            charged = float(_ceil(chunk, ps))
+            out_res = 0 if chunk < extend else min(q.osl[row] - q.gen[row], pr[P_CLIP])
+            if charged + out_res >= rem_total or charged > rem_input or charged > rem_chunk:
+                _w_push_front(q, k, r, row)
+                if charged + out_res >= rem_total and pr[P_DP] > 1:
+                    return -2.0  # KV pressure on a DP rank: not reproduced exactly yet
+                break
+            end = start + chunk
+            fresh = q.mat[row] == 0
+            if q.mat[row] > 0:
+                prefix = _extend_nb(q, pr, t, r, row, end)
+            else:
+                prefix = _alloc_new_nb(q, pr, s, t, r, row, end)
+                if prefix >= 0:
+                    prefix = min(prefix, start)
+            if prefix < 0:
+                return -1.0
+            q.mat[row] = end
+            q.alloc[row] = _ceil(end, ps)
+            s.cnt[3] += end - prefix  # committed prefill tokens
+            if math.isnan(q.first_admit[row]):
+                q.first_admit[row] = now
+                q.reused[row] = prefix
+            elif fresh and q.gen[row] > 0:
+                # a retracted request admitted again (its first chunk after the retraction)
+                i = s.cnt[7]
+                if i < s.rlog_row.shape[0]:
+                    s.rlog_row[i] = row
+                    s.rlog_ms[i] = now
+                    s.rlog_reused[i] = prefix
+                s.cnt[7] = i + 1
+            total_isl += end
+            total_prefix += prefix
+            rem_total -= charged + out_res
+            rem_input -= charged
+            rem_chunk -= charged
+            s.rows[n] = row
+            n += 1
+            if rem_chunk <= 0.0:
+                break
+    prefill = 0.0
+    if n > 0:
+        new = total_isl // n - total_prefix // n
+        if new > 0:
+            prefill = modeled_ms_nb(prefill_time_nb(perf, n * new), fp[F_SPEED])
+    # partly prefilled requests go back to the front; the others are fresh
+    nf = 0
+    for i in range(n):
+        row = s.rows[i]
+        if q.mat[row] < q.isl[row] + q.gen[row]:
+            _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+            _w_push_front(q, k, r, row)
+        else:
+            s.rows[nf] = row
+            nf += 1
+    k.prefilled[r] = 1 if n > 0 else 0
+    start_t = now + prefill
+    end_t = start_t
+    nret = 0
+    fin0 = s.cnt[2]  # this pass's completions are cached after its tokens, in order
+    if n > 0:
+        _first_tokens_nb(q, pr, s, t, k, r, nf)
+    else:
+        idle = defer and k.rn[r] == 0
+        # decode step over the running requests
+        row = k.rh[r]
+        while row != -1:  # requests with nothing left (zero-output) complete now
+            nxt = q.rnext[row]
+            if q.osl[row] - q.gen[row] <= 0:
+                _r_remove(q, k, r, row)
+                _fin_nb(s, row)
+            row = nxt
+        grow, total = _growth_nb(q, pr, k, r)
+        while (t.free[r] + t.evictable[r]) * ps < grow and k.rn[r] > 1:
+            victim = -1
+            row = k.rh[r]
+            while row != -1:
+                if victim == -1 or q.gen[row] < q.gen[victim]:
+                    victim = row
+                row = q.rnext[row]
+            if pr[P_DP] > 1:
+                return -2.0
+            _r_remove(q, k, r, victim)
+            _release_nb(q, t, r, victim)
+            s.rows2[nret] = victim
+            nret += 1
+            grow, total = _growth_nb(q, pr, k, r)
+        g = grow // ps
+        if g > t.free[r]:
+            evict_nb(t, r, g - t.free[r])
+        if k.rn[r] > 0 and g <= t.free[r]:
+            cnt = k.rn[r]
+            active = min(total, pr[P_PAGES] * ps)
+            end_t = start_t + modeled_ms_nb(
+                decode_time_nb(perf, active, total // cnt, pr[P_PAGES] * ps), fp[F_SPEED] * fp[F_DSPEED])
+            row = k.rh[r]
+            while row != -1:
+                nxt = q.rnext[row]
+                _append_token_nb(q, pr, t, r, row)
+                _emit_nb(s, row)
+                if q.gen[row] >= q.osl[row]:
+                    _r_remove(q, k, r, row)
+                    _fin_nb(s, row)
+                else:
+                    _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+                row = nxt
+    for i in range(fin0, s.cnt[2]):
+        _finish_nb(q, pr, s, t, r, s.fin[i])
+    if n == 0:
+        for i in range(nret):  # SGLang re-queues retracted requests at the back
+            _w_push_back(q, k, r, s.rows2[i])
+        if nret > 0:
+            decoded = 0
+            max_new = 0
+            row = k.rh[r]
+            while row != -1:
+                decoded += q.gen[row] - 1
+                max_new += q.osl[row]
+                row = q.rnext[row]
+            est = 1.0
+            if max_new > 0:
+                est = min(1.0, (decoded + RETRACT_DECODE_STEPS * k.rn[r]) / max_new)
+            k.ratio[r] = est
+        elif not idle:
+            k.ratio[r] = max(k.ratio[r] - fp[F_STEP], fp[F_MIN])
+    return end_t
+
+
+@inner
+def _first_tokens_nb(q, pr, s, t, k, r, nf):
+    """The first tokens of the ``nf`` fresh rows in ``s.rows``: no time, no retraction."""
+    ps = pr[P_PS]
+    g = 0
+    for i in range(nf):
+        row = s.rows[i]
+        if q.osl[row] - q.gen[row] <= 0:
+            _fin_nb(s, row)
+    for i in range(nf):
+        row = s.rows[i]
+        rem = q.osl[row] - q.gen[row]
+        if rem == 1:
+            q.gen[row] += 1
+            _emit_nb(s, row)
+            _fin_nb(s, row)
+        if rem > 1:
+            g += max(_ceil(q.isl[row] + q.gen[row] + 1, ps) - q.alloc[row], 0)
+    g //= ps
+    if g > t.free[r]:
+        evict_nb(t, r, g - t.free[r])
+    room = g <= t.free[r]
+    for i in range(nf):
+        row = s.rows[i]
+        if q.osl[row] - q.gen[row] <= 0:  # zero-output or finished with its first token
+            continue
+        if room:
+            _append_token_nb(q, pr, t, r, row)
+            _emit_nb(s, row)
+            _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+        _r_push_back(q, k, r, row)
+
+
+# ---------------------------------------------------------------- the event loop
+@inline
+def _add_nb(g, i, c, x):
+    """``g[i] += x`` with Neumaier's compensation kept in ``g[c]`` (the sums of squared gaps lose
+    digits otherwise: std_itl was 1.4e-9 off on a 500-request trace)."""
+    a = g[i]
+    b = a + x
+    if abs(a) >= abs(x):
+        g[c] += (a - b) + x
+    else:
+        g[c] += (x - b) + a
+    g[i] = b
+
+
+@inline
+def _pool_stat_nb(g, o, hist, v, c):
+    """Add ``c`` copies of ``v`` to the statistic at ``g[o:o+6]`` ([n, sum, sumsq about the shift,
+    min, max, shift]; compensations at ``g[12 + o // 3]``) and to ``hist``."""
+    if g[o] == 0:
+        g[o + 5] = v
+        g[o + 3] = v
+        g[o + 4] = v
+    d = v - g[o + 5]
+    g[o] += c
+    _add_nb(g, o + 1, 12 + o // 3, c * d)
+    _add_nb(g, o + 2, 13 + o // 3, c * (d * d))
+    g[o + 3] = min(g[o + 3], v)
+    g[o + 4] = max(g[o + 4], v)
+    i = dd_index_nb(v)
+    if i >= 0:
+        hist[i] += c
+
+
+@inline
+def _pool_gap_nb(s, v, c):
+    """Pool ``c`` inter-token gaps of ``v`` ms (and their 1000/gap)."""
+    _pool_stat_nb(s.gaps, 0, s.itl_hist, v, c)
+    if v > 0:
+        _pool_stat_nb(s.gaps, 6, s.otpu_hist, 1000.0 / v, c)
+
+
+@inner
+def _arrive_nb(q, pr, s, k, row, now):
+    g = s.cnt[5] % pr[P_WORKERS]
+    s.cnt[5] += 1
+    d = s.dpnext[g]
+    s.dpnext[g] = (d + 1) % pr[P_DP]
+    r = g * pr[P_DP] + d
+    q.arrival[row] = now
+    q.status[row] = 1
+    q.rank[row] = r
+    _w_push_back(q, k, r, row)
+
+
+@kernel
+def run_sglang_nb(q, pr, fp, s, t, k, perf):
+    """Run the whole simulation; returns 0, DEAD_END or ADMIT_OOM."""
+    n = q.isl.shape[0]
+    W = pr[P_WORKERS]
+    dp = pr[P_DP]
+    inf = np.inf
+    while s.cnt[4] < n:
+        t_arr = q.ready[s.heap[0]] if s.cnt[0] > 0 else inf
+        t_end = inf
+        for g in range(W):
+            if s.busy[g] < t_end:
+                t_end = s.busy[g]
+        now = min(t_arr, t_end)
+        if now == inf:
+            return DEAD_END
+        # 1. pass completions
+        for g in range(W):
+            if s.busy[g] <= now:
+                s.busy[g] = inf
+                row = s.done_head[g]
+                s.done_head[g] = -1
+                while row != -1:
+                    nxt = q.done_next[row]
+                    s.cnt[4] += 1
+                    q.status[row] = 2
+                    nt = q.next_row[row]
+                    if nt != -1:
+                        q.ready[nt] = now + q.delay[nt]
+                        heap_push_nb(s.heap, s.cnt, 0, q.ready, q.tie, nt)
+                    row = nxt
+        # 2. arrivals
+        while s.cnt[0] > 0 and q.ready[s.heap[0]] <= now:
+            row = heap_pop_nb(s.heap, s.cnt, 0, q.ready, q.tie)
+            _arrive_nb(q, pr, s, k, row, now)
+        # 3. idle workers with work run a pass on each rank with work
+        progress = True
+        while progress:
+            progress = False
+            for g in range(W):
+                if s.busy[g] != inf:
+                    continue
+                any_work = False
+                any_running = False
+                for r in range(g * dp, (g + 1) * dp):
+                    if k.wn[r] > 0 or k.rn[r] > 0:
+                        any_work = True
+                    if k.rn[r] > 0:
+                        any_running = True
+                if not any_work:
+                    continue
+                defer = s.rounds[g] > 0 and any_running
+                s.cnt[1] = 0
+                s.cnt[2] = 0
+                end = now
+                prefilled = False
+                for r in range(g * dp, (g + 1) * dp):
+                    if k.wn[r] > 0 or k.rn[r] > 0:
+                        e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf)
+                        if e == -2.0:
+                            return DP_PRESSURE
+                        if e < 0.0:
+                            return ADMIT_OOM
+                        end = max(end, e)
+                        if k.prefilled[r]:
+                            prefilled = True
+                if prefilled:
+                    s.rounds[g] = pr[P_INTERVAL]
+                elif defer:
+                    s.rounds[g] -= 1
+                run_gap = 0.0
+                run_n = 0
+                for i in range(s.cnt[1]):
+                    row = s.emit[i]
+                    if q.gen[row] == 1:
+                        q.first_token[row] = end
+                    else:
+                        gap = end - q.last_token[row]
+                        if run_n > 0 and gap != run_gap:  # runs of equal gaps are pooled at once
+                            _pool_gap_nb(s, run_gap, run_n)
+                            run_n = 0
+                        run_gap = gap
+                        run_n += 1
+                        if q.gen[row] == 2:
+                            q.second_token[row] = end
+                    q.last_token[row] = end
+                if run_n > 0:
+                    _pool_gap_nb(s, run_gap, run_n)
+                for i in range(s.cnt[2]):
+                    row = s.fin[i]
+                    q.terminal[row] = end
+                    q.done_next[row] = s.done_head[g]
+                    s.done_head[g] = row
+                if end > now or s.cnt[1] > 0 or s.cnt[2] > 0:
+                    s.busy[g] = end
+                    if end <= now:
+                        progress = True
+    return 0
