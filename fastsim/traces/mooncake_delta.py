@@ -74,12 +74,11 @@ def accumulate_deltas(base: Workload) -> Workload:
     )
 
 
-def check_stream_options(trace_format, disagg, router_mode, engine, closed_loop=False, dynamo_version="1.6.1"):
+def check_stream_options(trace_format, disagg, router_mode, engine):
     """Refuse (NotSupportedError, naming the option) what fastsim does not model for growing
     session streams yet: a disaggregated copy would have to carry their generated blocks, and a
     model-length cap makes a turn's output, hence the next turn's prompt, depend on the run
-    (docs/decisions/0301). ``closed_loop`` and ``dynamo_version`` are accepted for the callers'
-    sake and refuse nothing any more (docs/decisions/0240)."""
+    (docs/decisions/0301). Closed loops run in both releases (docs/decisions/0240)."""
     from fastsim.errors import NotSupportedError
 
     what = None
