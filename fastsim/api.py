@@ -368,8 +368,7 @@ def run_trace_replay(
         from fastsim.traces.mooncake_delta import check_stream_options
 
         check_stream_options(trace_format, disagg=opts["disagg"] is not None, router_mode=opts["router_mode"],
-                             engine=opts["engine"], closed_loop=opts["replay_concurrency"] is not None,
-                             dynamo_version=dynamo_version)
+                             engine=opts["engine"])
     if opts["disagg"] is not None:
         _no_disagg_telemetry(telemetry_interval_ms)
         return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)

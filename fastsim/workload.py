@@ -829,9 +829,6 @@ def load_trace(
     elif fmt == "mooncake":
         loader, extra = load_mooncake, {"dynamo_version": dynamo_version}
     elif fmt == "applied_compute_agentic":
-        if check_dynamo_version(dynamo_version) == "1.4.2":
-            raise NotSupportedError("trace_format 'applied_compute_agentic' with --dynamo-version 1.4.2 is not supported "
-                                    "yet by fastsim (1.4.2's closed loop of multi-turn sessions is not reproduced)")
         if not concurrency_mode:
             raise InputError("trace_format='applied_compute_agentic' requires replay_concurrency because the "
                              "source traces do not include first-turn timestamps")

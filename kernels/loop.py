@@ -654,8 +654,22 @@ def _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now):
         r, t_arr = pop_arrival_nb(ss, cl, now)
         if r < 0:
             return
+        if cl.single_path and cl.concurrency > 0 and p.timing_rules != TIMING_161:
+            t_arr = _single_worker_dispatch_ms(cl, now)
         arrive_nb(rq, r, t_arr)
         _route(p, pool, rq, rk, cl, rt, fl, pa, r, now)
+
+
+@inner
+def _single_worker_dispatch_ms(cl, now):
+    """The arrival Dynamo 1.4.2's single-worker runtime stamps on a closed loop's request released
+    at ``now``: that runtime wakes only for its worker's pass ends while the worker is busy, so a
+    turn whose think time ends mid-pass is dispatched, and arrives, at the end of that pass (it is
+    admitted there anyway); on an idle worker, at ``now`` (docs/decisions/0240)."""
+    end = cl.cdue[cl.ctree[1]]
+    if end > now and end < np.inf:
+        return end
+    return now
 
 
 @inline

@@ -74,12 +74,11 @@ def accumulate_deltas(base: Workload) -> Workload:
     )
 
 
-def check_stream_options(trace_format, disagg, router_mode, engine, closed_loop=False, dynamo_version="1.6.1"):
+def check_stream_options(trace_format, disagg, router_mode, engine):
     """Refuse (NotSupportedError, naming the option) what fastsim does not model for growing
-    session streams yet: a disaggregated copy would have to carry their generated blocks, a
-    model-length cap makes a turn's output, hence the next turn's prompt, depend on the run, and
-    Dynamo 1.4.2 plays closed loops of multi-turn sessions by rules fastsim does not reproduce
-    (docs/decisions/0301)."""
+    session streams yet: a disaggregated copy would have to carry their generated blocks, and a
+    model-length cap makes a turn's output, hence the next turn's prompt, depend on the run
+    (docs/decisions/0301). Closed loops run in both releases (docs/decisions/0240)."""
     from fastsim.errors import NotSupportedError
 
     what = None
@@ -87,7 +86,5 @@ def check_stream_options(trace_format, disagg, router_mode, engine, closed_loop=
         what = "disaggregated replay"
     elif getattr(engine, "max_model_len", None) is not None:
         what = "max_model_len (a cut output would shorten the next turn's prompt)"
-    elif closed_loop and dynamo_version == "1.4.2":
-        what = "--replay-concurrency and --dynamo-version 1.4.2 (1.4.2's closed loop of multi-turn sessions)"
     if what is not None:
         raise NotSupportedError(f"trace_format '{trace_format}' with {what} is not supported yet by fastsim")
