@@ -7,11 +7,18 @@
   shards of a split run go on side by side in threads, ``fastsim/shards.py``).
 * ``inner``: only ever called from other kernels (no Python entry point is generated).
 * ``inline``: inlined into its callers at numba's IR level.
-* ``llvm_inline``: ``inner``, left for LLVM to inline into its callers (a rank's pass).
+* ``llvm_inline``: ``inner``, compiled on its own and marked for LLVM to inline into its callers
+  (a rank's pass: left to LLVM's own judgement, it stays a call, which passes every table field).
 
 All use numba's numpy error model (an integer division by zero gives 0: no zero test and no
-exception path on any division) and none has a C entry point. Two things are set for fastsim's
-kernels only, and only while numba works on them:
+exception path on any division) and none has a C entry point. Every kernel is compiled by
+numba's own pipeline with one step added through numba's ``pipeline_class`` option
+(:class:`FastsimCompiler`): its LLVM code library (:class:`FastsimCodeLibrary`, a subclass of
+numba's) skips LLVM's per-function pipeline, leaving the optimisation to the module pipeline that
+runs after inlining (faster code and a shorter compile), marks the ``llvm_inline`` kernels
+``alwaysinline`` and leaves the Python entry points unoptimised (``optnone``: they run once per
+call). Numba's own functions, and any other code, keep numba's library. Two settings are made for
+fastsim's kernels only, and only while numba works on them:
 
 * the cache: every kernel caches its machine code under :func:`cache_dir`, a directory named after
   a hash of the numba version, the options below and every kernel source file, so that a change to
@@ -30,7 +37,11 @@ from pathlib import Path
 
 from numba import njit
 from numba.core import config
+from numba.core.codegen import JITCodeLibrary
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.core.compiler_lock import global_compiler_lock
+from numba.core.compiler_machinery import LoweringPass, register_pass
+from numba.core.typed_passes import IRLegalization
 
 OPT_LEVEL = 2
 
@@ -38,8 +49,58 @@ OPT_LEVEL = 2
 # (``kernels/indirect.py`` adds them): the opt-in patches keep their machine code
 MACHINE_CODE = set()
 
-# mangled-name fragments of the ``llvm_inline`` kernels (the opt-in patches mark them)
+# mangled-name fragments of the ``llvm_inline`` kernels (:class:`FastsimCodeLibrary` marks them)
 ALWAYS_INLINE = set()
+_WRAPPERS = ("_ZN7cpython", "cfunc.")  # numba's Python and C entry points of a kernel
+# FASTSIM_FUNCTION_PASSES=1: LLVM's per-function pipeline too, as numba runs it (a cache of its own)
+FUNCTION_PASSES = os.environ.get("FASTSIM_FUNCTION_PASSES", "") not in ("", "0")
+
+
+class FastsimCodeLibrary(JITCodeLibrary):
+    """numba's JIT code library for fastsim's kernels: without LLVM's per-function pipeline (the
+    module pipeline does that work again after inlining), with the ``llvm_inline`` kernels marked
+    ``alwaysinline`` and the entry points ``optnone`` (decision 0280)."""
+
+    def _optimize_functions(self, ll_module):
+        ll_module.data_layout = self._codegen._data_layout  # (what numba's does besides passes)
+        for f in ll_module.functions:
+            if f.is_declaration:
+                continue
+            if any(x in f.name for x in ALWAYS_INLINE):
+                f.add_function_attribute("alwaysinline")
+            elif f.name.startswith(_WRAPPERS):
+                f.add_function_attribute("noinline")  # (which optnone requires)
+                f.add_function_attribute("optnone")
+        if FUNCTION_PASSES:
+            super()._optimize_functions(ll_module)
+
+
+@register_pass(mutates_CFG=False, analysis_only=True)
+class UseFastsimCodeLibrary(LoweringPass):
+    """Lower the kernel into a :class:`FastsimCodeLibrary` (numba's lowering makes its own
+    library only when the state has none)."""
+
+    _name = "fastsim_code_library"
+
+    def __init__(self):
+        LoweringPass.__init__(self)
+
+    def run_pass(self, state):
+        if state.library is None:
+            state.library = FastsimCodeLibrary(state.targetctx.codegen(),
+                                               state.func_id.func_qualname)
+            state.library.enable_object_caching()
+        return False
+
+
+class FastsimCompiler(CompilerBase):
+    """numba's nopython pipeline, lowering into a :class:`FastsimCodeLibrary`."""
+
+    def define_pipelines(self):
+        pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
+        pm.add_pass_after(UseFastsimCodeLibrary, IRLegalization)
+        pm.finalize()
+        return [pm]
 
 _cache_dir = None
 
@@ -58,6 +119,7 @@ def cache_dir() -> str:
 
             here = Path(__file__).resolve().parent
             h = hashlib.sha256(f"{numba.__version__} opt{OPT_LEVEL} "
+                               f"{'function-passes ' if FUNCTION_PASSES else ''}"
                                f"{' '.join(numba_patches.INSTALLED)}".encode())
             for src in sorted(here.glob("*.py")):
                 h.update(src.name.encode())
@@ -72,6 +134,10 @@ def _numba_settings(**values):
     """Set numba's ``config`` attributes ``values`` and restore them afterwards, under numba's
     compiler lock (so no other thread compiles under them)."""
     with global_compiler_lock:
+        # numba re-reads its configuration when the NUMBA_ environment has changed since it last
+        # did (at the start of every compile): read it now, so that the compile keeps the values
+        # set here and the ones restored afterwards are the environment's
+        config.reload_config()
         saved = {k: getattr(config, k) for k in values}
         try:
             for k, v in values.items():
@@ -106,7 +172,8 @@ def _own_compiles(dispatcher):
 def compiled(**options):
     """A decorator for a kernel with numba ``options`` of its own (over ``cache=True``, the numpy
     error model and no C entry point), in fastsim's cache and at its optimisation level."""
-    options = dict(dict(cache=True, error_model="numpy", no_cfunc_wrapper=True), **options)
+    options = dict(dict(cache=True, error_model="numpy", no_cfunc_wrapper=True,
+                        pipeline_class=FastsimCompiler), **options)
 
     def decorate(fn):
         # numba picks a function's cache directory when it makes the dispatcher

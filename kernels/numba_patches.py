@@ -26,7 +26,6 @@ def requested():
 
 
 _OWN = "7fastsim7kernels"  # in the mangled name of every function compiled from this package
-_WRAPPERS = ("_ZN7cpython", "cfunc.")  # numba's Python and C entry points of a kernel
 _OWN_MODULE = "fastsim.kernels."  # the prefix of the module name of every kernel of this package
 
 
@@ -103,46 +102,6 @@ def _inline_sharing_scopes():
     scope.__deepcopy__ = scope_deepcopy
     worker.inline_ir = inline_ir
     return True
-
-
-def _llvm_passes():
-    """Have fastsim's kernels optimised by LLVM's module pipeline only, without numba's function
-    pipeline first, mark the ``llvm_inline`` kernels ``alwaysinline`` and the kernels' Python
-    and C entry points ``optnone`` (docs/decisions/0281). Returns
-    True if the function pipeline is skipped (False: numba's code generator is not as this was
-    written for, or ``FASTSIM_FUNCTION_PASSES`` is set)."""
-    skip = os.environ.get("FASTSIM_FUNCTION_PASSES", "") in ("", "0")
-    try:
-        from numba.core import codegen
-    except ImportError:
-        return False
-    library = getattr(codegen, "CPUCodeLibrary", None)
-    usual = getattr(library, "_optimize_functions", None)
-    if usual is None:
-        return False
-    if getattr(usual, "fastsim", None) is not None:
-        return usual.fastsim
-    from fastsim.kernels.jit import ALWAYS_INLINE
-
-    def _optimize_functions(self, ll_module):
-        own = False
-        for f in ll_module.functions:
-            if not f.is_declaration and _OWN in f.name:
-                own = True
-                if any(x in f.name for x in ALWAYS_INLINE):
-                    f.add_function_attribute("alwaysinline")
-                elif f.name.startswith(_WRAPPERS):
-                    f.add_function_attribute("noinline")  # (which optnone requires)
-                    f.add_function_attribute("optnone")
-        if own and skip:
-            # what numba's version does besides running the passes
-            ll_module.data_layout = self._codegen._data_layout
-            return
-        usual(self, ll_module)
-
-    _optimize_functions.fastsim = skip
-    library._optimize_functions = _optimize_functions
-    return skip
 
 
 def _quick_flag_compare():
@@ -538,8 +497,8 @@ def install_if_requested():
     # no colours in numba's error messages: typing meets tens of thousands of failed candidates,
     # each formatted (takes effect only if numba's errors module was not imported yet)
     os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
-    steps = (("index-as-written", _index_as_written), ("module-passes", _llvm_passes),
-             ("shared-scopes", _inline_sharing_scopes), ("flag-compare", _quick_flag_compare),
+    steps = (("index-as-written", _index_as_written), ("shared-scopes", _inline_sharing_scopes),
+             ("flag-compare", _quick_flag_compare),
              ("lean-postproc", _lean_postproc), ("rewrites-on-match", _rewrites_only_on_match),
              ("typed-call-memo", _typed_call_memo), ("load-without-refresh", _load_without_refresh),
              ("inner-ir-only", _inner_without_machine_code),
