@@ -54,12 +54,20 @@ ALWAYS_INLINE = set()
 _WRAPPERS = ("_ZN7cpython", "cfunc.")  # numba's Python and C entry points of a kernel
 # FASTSIM_FUNCTION_PASSES=1: LLVM's per-function pipeline too, as numba runs it (a cache of its own)
 FUNCTION_PASSES = os.environ.get("FASTSIM_FUNCTION_PASSES", "") not in ("", "0")
+# FASTSIM_INDEX_WRAPAROUND=1: numba's negative-index wraparound kept (a cache of its own)
+AS_WRITTEN = os.environ.get("FASTSIM_INDEX_WRAPAROUND", "") in ("", "0")
 
 
 class FastsimCodeLibrary(JITCodeLibrary):
-    """numba's JIT code library for fastsim's kernels: without LLVM's per-function pipeline (the
-    module pipeline does that work again after inlining), with the ``llvm_inline`` kernels marked
-    ``alwaysinline`` and the entry points ``optnone`` (decision 0280)."""
+    """numba's JIT code library for fastsim's kernels: their indices used as written
+    (:func:`_unwrapped_indices`), without LLVM's per-function pipeline (the module pipeline does
+    that work again after inlining), with the ``llvm_inline`` kernels marked ``alwaysinline`` and
+    the entry points ``optnone`` (decision 0280)."""
+
+    def add_ir_module(self, ir_module):
+        if AS_WRITTEN:
+            _unwrapped_indices(ir_module)
+        super().add_ir_module(ir_module)
 
     def _optimize_functions(self, ll_module):
         ll_module.data_layout = self._codegen._data_layout  # (what numba's does besides passes)
@@ -73,6 +81,39 @@ class FastsimCodeLibrary(JITCodeLibrary):
                 f.add_function_attribute("optnone")
         if FUNCTION_PASSES:
             super()._optimize_functions(ll_module)
+
+
+def _unwrapped_indices(ir_module):
+    """Leave out numba's negative-index wraparound in ``ir_module``, one of fastsim's kernels as
+    numba lowered it: each ``select(i < 0, i + n, i)`` numba emits for an integer index becomes
+    ``i`` (decision 0280). fastsim's kernels never index with a negative number; the bounds-checked
+    simulations of ``tests/test_index_bounds.py`` check it, as numba's bounds check then sees the
+    index as written. A slice bound's wraparound, which numba stores into the slice before
+    clamping it, is left alone. Returns the number of indices rewritten."""
+    from llvmlite import ir
+
+    stored = set()  # ids of the values some instruction stores
+    for fn in ir_module.functions:
+        for block in fn.blocks:
+            for instr in block.instructions:
+                if isinstance(instr, ir.StoreInstr):
+                    stored.add(id(instr.operands[0]))
+    count = 0
+    for fn in ir_module.functions:
+        for block in fn.blocks:
+            for instr in block.instructions:
+                if not isinstance(instr, ir.SelectInstr) or id(instr) in stored:
+                    continue
+                cond, wrapped, idx = instr.operands
+                if (isinstance(cond, ir.ICMPInstr) and cond.op == "slt"
+                        and cond.operands[0] is idx
+                        and isinstance(cond.operands[1], ir.Constant)
+                        and cond.operands[1].constant == 0
+                        and type(wrapped) is ir.Instruction and wrapped.opname == "add"
+                        and wrapped.operands[0] is idx):
+                    instr.operands[1] = idx  # select(c, i, i): LLVM folds it to i
+                    count += 1
+    return count
 
 
 @register_pass(mutates_CFG=False, analysis_only=True)
@@ -120,6 +161,7 @@ def cache_dir() -> str:
             here = Path(__file__).resolve().parent
             h = hashlib.sha256(f"{numba.__version__} opt{OPT_LEVEL} "
                                f"{'function-passes ' if FUNCTION_PASSES else ''}"
+                               f"{'as-written ' if AS_WRITTEN else 'wraparound '}"
                                f"{' '.join(numba_patches.INSTALLED)}".encode())
             for src in sorted(here.glob("*.py")):
                 h.update(src.name.encode())

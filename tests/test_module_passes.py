@@ -62,3 +62,32 @@ def test_entry_points_are_left_unoptimised():
     assert "optnone" in entry and "noinline" in entry
     assert "optnone" not in _optimized(f"_ZN{_OWN}4loop11run_loop_nbB2v7E",
                                        jit.FastsimCodeLibrary)
+
+
+def _wraparound(store_result):
+    """A function with numba's wraparound of an integer index (``fix_index``); with
+    ``store_result`` the fixed index is stored, as numba does with a slice bound."""
+    from llvmlite import ir
+
+    i64 = ir.IntType(64)
+    module = ir.Module()
+    fn = ir.Function(module, ir.FunctionType(i64, [i64, i64, i64.as_pointer()]), "f")
+    b = ir.IRBuilder(fn.append_basic_block())
+    idx, size, slot = fn.args
+    fixed = b.select(b.icmp_signed("<", idx, ir.Constant(i64, 0)), b.add(idx, size), idx)
+    if store_result:
+        b.store(fixed, slot)
+    b.ret(fixed)
+    return module, fixed, idx
+
+
+def test_integer_indices_are_used_as_written():
+    module, fixed, idx = _wraparound(False)
+    assert jit._unwrapped_indices(module) == 1
+    assert fixed.operands[1] is idx and fixed.operands[2] is idx
+
+
+def test_slice_bounds_keep_their_wraparound():
+    module, fixed, idx = _wraparound(True)
+    assert jit._unwrapped_indices(module) == 0
+    assert fixed.operands[1] is not idx
