@@ -14,7 +14,8 @@ All use numba's numpy error model (an integer division by zero gives 0: no zero 
 exception path on any division) and none has a C entry point. Every kernel is compiled by
 numba's own pipeline with one step added through numba's ``pipeline_class`` option
 (:class:`FastsimCompiler`): its LLVM code library (:class:`FastsimCodeLibrary`, a subclass of
-numba's) skips LLVM's per-function pipeline, leaving the optimisation to the module pipeline that
+numba's) uses each integer index as written, without numba's negative-index wraparound (the
+kernels never index below zero), skips LLVM's per-function pipeline, leaving the optimisation to the module pipeline that
 runs after inlining (faster code and a shorter compile), marks the ``llvm_inline`` kernels
 ``alwaysinline`` and leaves the Python entry points unoptimised (``optnone``: they run once per
 call). Numba's own functions, and any other code, keep numba's library. Two settings are made for
@@ -143,6 +144,7 @@ class FastsimCompiler(CompilerBase):
         pm.finalize()
         return [pm]
 
+
 _cache_dir = None
 
 
@@ -202,7 +204,8 @@ def _own_compiles(dispatcher):
     def compile(sig):
         from numba.core.registry import cpu_target
 
-        # numba's code generator reads the level once, when it is first made: made first
+        # numba's code generator sets its target machine's level when it is first made: make it
+        # under the process's own setting, before ours
         cpu_target.target_context  # noqa: B018
         with _numba_settings(OPT=_opt_level()):
             return usual(sig)
