@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``fastsim`` parser with its subcommands."""
     parser = _Parser(
         prog="fastsim",
-        usage="%(prog)s [--version] {replay,sweep,plot} ...",
+        usage="%(prog)s [--version] {replay,predict,sweep,plot,plan,warmup} ...",
         description="Fast re-implementation of NVIDIA Dynamo 1.4.2's offline replay simulator.",
     )
     parser.add_argument("--version", action="version", version=f"fastsim {__version__} (fastsim-llm)")
@@ -280,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_parser(sub)
     _add_plot_parser(sub)
     _add_plan_parser(sub)
+    _add_warmup_parser(sub)
     return parser
 
 
@@ -809,6 +810,31 @@ def _cmd_plan(args) -> int:
                          "worker count missed an SLO a smaller one met (see plan.json)\n")
     sys.stdout.write(f"Saved plan to: {args.out} ({', '.join(result.files)})\n")
     return 0 if result.feasible else 1
+
+
+def _add_warmup_parser(sub) -> None:
+    p = sub.add_parser(
+        "warmup",
+        help="compile every simulation kernel for this machine once, ahead of the first replay",
+        usage="%(prog)s",
+        description="Compile (on an empty cache) or load every numba kernel fastsim runs, and say "
+                    "how long it took. Later replays, sweeps and their workers load the kernels "
+                    "from the cache. Processes that share NUMBA_CACHE_DIR share the compile.",
+    )
+    p.set_defaults(func=_cmd_warmup)
+
+
+def _cmd_warmup(args) -> int:
+    from fastsim import warmup
+
+    print(f"numba cache: {warmup.cache_dir()}", flush=True)
+
+    def report(step, seconds):
+        print(f"{seconds:8.1f} s  {step}", flush=True)
+
+    total = warmup.warm_up(report)
+    print(f"{total:8.1f} s  in all", flush=True)
+    return 0
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):

@@ -30,7 +30,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from fastsim.kernels.jit import compiled
 
 __all__ = [
     "seed_from_u64",
@@ -195,7 +196,7 @@ class StdRng:
         return int(result)
 
 
-@njit(cache=True, _nrt=False)
+@compiled(_nrt=False, error_model="python", no_cfunc_wrapper=False)
 def _exp_arrivals(x, mean_ms, out):  # pragma: no cover - numba
     # Rust's f64::ln is libm's log; numba's math.log is the same call (numpy's SIMD log is not:
     # it differs in the last bit for ~0.3% of inputs).
@@ -211,7 +212,7 @@ def _exp_arrivals(x, mean_ms, out):  # pragma: no cover - numba
         out[i + 1] = t
 
 
-@njit(cache=True, _nrt=False)
+@compiled(_nrt=False, error_model="python", no_cfunc_wrapper=False)
 def _exp_gaps(x, mean_ms, out):  # pragma: no cover - numba
     for i in range(x.shape[0]):
         u = 1.0 - float(x[i] >> np.uint64(11)) * 1.1102230246251565e-16
@@ -243,7 +244,7 @@ def poisson_arrivals_ms(seed: int, mean_ms: float, count: int) -> np.ndarray:
     return out
 
 
-@njit(cache=True, _nrt=False)
+@compiled(_nrt=False, error_model="python", no_cfunc_wrapper=False)
 def _canon_u32(words, n, out):  # pragma: no cover - numba
     # rand 0.9 UniformInt<u32>::sample_single_inclusive (Canon's method); returns words used or -1
     n64 = np.uint64(n)

@@ -293,30 +293,22 @@ def _load_kernels():
     _KERNELS_LOADED = True
     import sys
 
-    from fastsim import precompile
+    from fastsim import warmup
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
 
-    helper = None
-    if not precompile.cached("run_loop_nb"):
+    if not warmup.cached("run_loop_nb"):
         sys.stderr.write("fastsim: compiling the simulation kernels for this machine "
-                         "(first run only, about 20-40 s; later runs load them from the cache)\n")
+                         "(first run only, under a minute; later runs load them from the cache; "
+                         "'fastsim warmup' does it ahead)\n")
         sys.stderr.flush()
-        helper = precompile.start()  # shares the loop's callees with this process
     w = synthetic(16, 2, 1, arrival_interval_ms=1.0)
     # a one-row trace too, so that the block-identity kernel of trace replays is loaded as well
     w.hash_ptr = np.array([0, 1], dtype=np.int64)
     w.hash_ids = np.array([1], dtype=np.int64)
     w.trace_block_size = 16
-    try:
-        if helper is not None:
-            helper.compile_first()
-        simulate(w, EngineArgs(block_size=16))
-        simulate(w, EngineArgs(block_size=16), num_workers=2, threads=2)  # a split run's kernels
-    except BaseException:
-        precompile.finish(helper, abandon=True)
-        raise
-    precompile.finish(helper)
+    simulate(w, EngineArgs(block_size=16))
+    simulate(w, EngineArgs(block_size=16), num_workers=2, threads=2)  # a split run's kernels
 
 
 @with_small_pages

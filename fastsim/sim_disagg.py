@@ -364,25 +364,16 @@ def _load_disagg_kernels():
     _LOADED = True
     import sys
 
-    from fastsim import precompile
+    from fastsim import warmup
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
 
-    helper = None
-    if not precompile.cached("run_disagg_nb"):
+    if not warmup.cached("run_disagg_nb"):
         sys.stderr.write("fastsim: compiling the disaggregated simulation kernels for this machine "
-                         "(first run only, about 40-60 s; later runs load them from the cache)\n")
+                         "(first run only; later runs load them from the cache; 'fastsim warmup' "
+                         "does it ahead)\n")
         sys.stderr.flush()
-        if not precompile.cached("run_loop_nb"):
-            # the aggregated loop (and the kernels both loops call) in a second process meanwhile
-            helper = precompile.start(aggregated=True)
-    if helper is None:
-        _load_kernels()
-    try:
-        simulate_disagg(synthetic(16, 2, 1, arrival_interval_ms=1.0),
-                        EngineArgs(block_size=16, worker_type="prefill"),
-                        EngineArgs(block_size=16, worker_type="decode"))
-    except BaseException:
-        precompile.finish(helper, abandon=True)
-        raise
-    precompile.finish(helper)
+    _load_kernels()
+    simulate_disagg(synthetic(16, 2, 1, arrival_interval_ms=1.0),
+                    EngineArgs(block_size=16, worker_type="prefill"),
+                    EngineArgs(block_size=16, worker_type="decode"))

@@ -393,11 +393,12 @@ def load_spec(spec) -> SweepSpec:
 
 
 def _warm_worker():
-    """Load (once, from numba's disk cache; compile if it is cold) the kernels in a worker process."""
+    """Load every kernel in a worker process (once, from numba's disk cache; compile it if the
+    cache is cold: ``fastsim warmup``, which the sweep's own process runs first)."""
     try:
-        from fastsim.api import run_synthetic_trace_replay
+        from fastsim.warmup import warm_up
 
-        run_synthetic_trace_replay(16, 2, 1, arrival_interval_ms=1.0, extra_engine_args={"block_size": 16})
+        warm_up()
     except Exception:  # a broken install shows up in the first real configuration instead
         pass
 

@@ -16,11 +16,9 @@ made here instead:
   compiled with finds no slot and is refused. An unlinked slot is null, and the call raises
   ``RuntimeError`` rather than jump through it.
 
-A call costs the callee's frame set-up and a load of every table field it reads, on every call,
-where an inlined piece reads the caller's copies: it pays for a kernel that does much work per
-call (the light ticks, ``loop._light_ticks``), not for one called once per pass (a rank's pass
-called this way made simulations 40-55% slower: 100k requests on 4 workers 49-50 ms against
-32-35).
+A call costs the callee's frame set-up and a reload of the table fields it reads: it pays for a
+kernel that does much work per call (the light ticks, ``loop._light_ticks``), not for one called
+once per pass (docs/decisions/0281 has the figures).
 
 The argument spelling (:func:`parse_type`) names the caller's parameters (``rq``, ``pool``, ...),
 numba scalar types, ``array(dtype, 1d, C)``, ``type*n`` for a tuple of ``n`` and
@@ -127,7 +125,7 @@ class Indirect:
         self.restype = restype
         self.args = tuple(args)
         self.label = entry.py_func.__qualname__
-        MACHINE_CODE.add(entry.py_func)  # (which an ``inner`` kernel otherwise has not)
+        MACHINE_CODE.add(entry.py_func)  # (the opt-in patches keep its machine code)
         me = self
 
         @intrinsic

@@ -9,10 +9,11 @@ bit. (Events at one time add zero, in any order.)
 """
 
 import numpy as np
-from numba import njit
 
-fold_kernel = njit(cache=True, error_model="numpy", _nrt=False, nogil=True, no_cfunc_wrapper=True)
-merge_kernel = njit(cache=True, error_model="numpy", nogil=True, no_cfunc_wrapper=True)
+from fastsim.kernels.jit import compiled
+
+fold_kernel = compiled(_nrt=False, nogil=True)
+merge_kernel = compiled(nogil=True)
 
 
 @fold_kernel

@@ -28,7 +28,10 @@ def start_bounds_runs():
     if "proc" in _bounds:
         return _bounds
     d = tempfile.mkdtemp(prefix="fastsim-bounds-")
-    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=os.path.join(d, "cache"))
+    # with the opt-in patches, whose indexing leaves out numba's negative-index wraparound: the
+    # bounds check then rejects any negative index
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=os.path.join(d, "cache"),
+               FASTSIM_NUMBA_PATCHES="1")
     env.pop("FASTSIM_INDEX_WRAPAROUND", None)
     out = open(os.path.join(d, "out.txt"), "w+")
     _bounds.update(dir=d, out=out, proc=subprocess.Popen(

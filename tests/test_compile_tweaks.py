@@ -1,5 +1,5 @@
 """fastsim's ``inner`` kernels are compiled to optimised LLVM IR only and cached as that IR
-(``kernels/__init__.py``: ``_inner_without_machine_code``); the kernels Python calls and those
+(``kernels/numba_patches.py``, opt-in: ``_inner_without_machine_code``); the kernels Python calls and those
 called through a pointer keep their machine code. For fastsim's kernels only, numba's IR
 post-processing leaves out the per-block live variables (``_lean_postproc``), the typing of a
 call to one of numba's functions is looked up when it was found before (``_typed_call_memo``),
@@ -18,12 +18,12 @@ import textwrap
 import pytest
 from numba.core import compiler, postproc
 
-import fastsim.kernels as kernels
+import fastsim.kernels.numba_patches as kernels
 from fastsim.kernels import jit, loop
 
 pytestmark = pytest.mark.skipif(
-    os.environ.get("FASTSIM_INNER_MACHINE_CODE", "") not in ("", "0"),
-    reason="numba's usual machine code for every kernel asked for")
+    "inner-ir-only" not in kernels.INSTALLED,
+    reason="the opt-in numba patches are not installed, or numba's usual machine code asked for")
 
 # A probe module loaded under the kernels' package name (so that the compile options apply to
 # it): an inner kernel and three callers, each of which can be compiled on its own.
@@ -71,7 +71,7 @@ print(json.dumps(out))
 
 
 def _run(tmp_path, caller, **env_):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), FASTSIM_PRECOMPILE="0",
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
                **env_)
     done = subprocess.run([sys.executable, "-c", _RUN, str(tmp_path / "probe.py"), caller],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -172,7 +172,7 @@ def test_post_processing_elsewhere_is_numbas():
     fir.block_entry_vars.clear()
     postproc.PostProcessor(fir).run()
     assert set(fir.block_entry_vars) == set(fir.blocks.values())
-    assert kernels.__name__ == "fastsim.kernels"
+    assert kernels.__name__ == "fastsim.kernels.numba_patches"
 
 
 # A probe module of fastsim's kernels, compiled in this process (without the cache): the typing

@@ -1,4 +1,4 @@
-"""numba's compile flags compare and hash through ``kernels/__init__.py``'s quicker functions
+"""numba's compile flags compare and hash through ``kernels/numba_patches.py``'s quicker functions
 (``_quick_flag_compare``) exactly as through numba's own: equal when every option reads the same
 (set or default), and the hash numba gives."""
 
@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from numba.core.compiler import Flags
 from numba.core.targetconfig import TargetConfig
 
-import fastsim.kernels  # noqa: F401  (installs them)
+import fastsim.kernels  # noqa: F401  (installs them when asked for)
+
+from fastsim.kernels import numba_patches
+
+pytestmark = pytest.mark.skipif(not numba_patches.INSTALLED,
+                                reason="the opt-in numba patches are not installed "
+                                       "(FASTSIM_NUMBA_PATCHES=1 on a tested numba)")
 
 
 def _read(flags):

@@ -1,5 +1,5 @@
-"""fastsim's kernels are compiled without numba's negative-index wraparound (``kernels/__init__.py``:
-an index is used as written). That is right only if no kernel ever indexes an array with a
+"""With the opt-in numba patches (``kernels/numba_patches.py``), fastsim's kernels are compiled without
+numba's negative-index wraparound (an index is used as written). That is right only if no kernel ever indexes an array with a
 negative number. With numba's bounds checking on, an index outside ``[0, len)`` raises
 ``IndexError``; with the wraparound gone that includes every negative index, which would
 otherwise have been mapped into range first. ``bounds_runs.py`` runs simulations of every kind
@@ -16,13 +16,14 @@ import os
 import numba.np.arrayobj
 import pytest
 
-import fastsim.kernels  # noqa: F401  (installs the indexing)
+from fastsim.kernels import numba_patches
 
 from conftest import start_bounds_runs
 
 
-@pytest.mark.skipif(os.environ.get("FASTSIM_INDEX_WRAPAROUND", "") not in ("", "0"),
-                    reason="numba's usual indexing asked for")
+@pytest.mark.skipif("index-as-written" not in numba_patches.INSTALLED,
+                    reason="the opt-in numba patches are not installed, or numba's usual indexing "
+                           "asked for")
 def test_indexing_installed():
     assert getattr(numba.np.arrayobj.fix_integer_index, "fastsim", False)
 

@@ -1,0 +1,75 @@
+"""Compile every kernel once for this machine, or load it from the cache: ``fastsim warmup``,
+sweep workers, and the first simulation of a process.
+
+The kernels are compiled by numba on first use and cached on disk (``kernels/jit.py``: the cache
+directory). :func:`warm_up` runs one tiny simulation of each kind (a single worker, a cluster split
+into shards, a trace with prefix caching, KV-aware routing, disaggregated serving), so that every
+kernel a replay or a sweep needs is compiled (on an empty cache) or loaded before the first real
+run. Processes that share one cache directory (``NUMBA_CACHE_DIR``, e.g. on a shared file system
+for Dask workers) compile it once between them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+# one row of a Mooncake trace (two blocks of 16 tokens, the second shared with nothing)
+_TRACE_ROWS = ('{"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [0, 1, 2]}\n'
+               '{"timestamp": 1, "input_length": 40, "output_length": 4, "hash_ids": [0, 1, 3]}\n')
+
+
+def cache_dir() -> str:
+    """The numba cache directory of fastsim's kernels in this process."""
+    from fastsim.kernels.jit import cache_dir as kernels_cache_dir
+
+    return kernels_cache_dir()
+
+
+def cached(kernel: str) -> bool:
+    """True if the cache has machine code of ``kernel`` (a kernel's function name)."""
+    cache = Path(cache_dir())
+    return cache.is_dir() and any(cache.rglob(f"*.{kernel}-*.nbi"))
+
+
+def _aggregated():
+    from fastsim.sim import _load_kernels
+
+    _load_kernels()
+
+
+def _trace_and_kv_router():
+    from fastsim.api import run_trace_replay
+
+    with tempfile.TemporaryDirectory(prefix="fastsim-warmup-") as d:
+        path = os.path.join(d, "trace.jsonl")
+        with open(path, "w") as f:
+            f.write(_TRACE_ROWS)
+        for router in ("round_robin", "kv_router"):
+            run_trace_replay(path, num_workers=2, router_mode=router, trace_block_size=16,
+                             extra_engine_args={"block_size": 16})
+
+
+def _disaggregated():
+    from fastsim.sim_disagg import _load_disagg_kernels
+
+    _load_disagg_kernels()
+
+
+STEPS = (("aggregated loop (one worker, a split cluster)", _aggregated),
+         ("trace replay, prefix caching, KV-aware routing", _trace_and_kv_router),
+         ("disaggregated loop", _disaggregated))
+
+
+def warm_up(report=None) -> float:
+    """Compile (or load) every kernel; ``report(step, seconds)`` is called after each step.
+    Returns the total seconds."""
+    start = time.perf_counter()
+    for name, step in STEPS:
+        t = time.perf_counter()
+        step()
+        if report is not None:
+            report(name, time.perf_counter() - t)
+    return time.perf_counter() - start
