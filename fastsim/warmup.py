@@ -3,7 +3,7 @@ sweep workers, and the first simulation of a process.
 
 The kernels are compiled by numba on first use and cached on disk (``kernels/jit.py``: the cache
 directory). :func:`warm_up` runs one tiny simulation of each kind (a single worker, a cluster split
-into shards, a trace with prefix caching, KV-aware routing, disaggregated serving), so that every
+into shards, a trace with prefix caching, KV-aware routing, disaggregated serving, the SGLang engine), so that every
 kernel a replay or a sweep needs is compiled (on an empty cache) or loaded before the first real
 run. Processes that share one cache directory (``NUMBA_CACHE_DIR``, e.g. on a shared file system
 for Dask workers) compile it once between them.
@@ -58,9 +58,17 @@ def _disaggregated():
     _load_disagg_kernels()
 
 
+def _sglang():
+    from fastsim.api import run_synthetic_trace_replay
+
+    run_synthetic_trace_replay(40, 4, 2, arrival_interval_ms=1.0,
+                               extra_engine_args={"engine_type": "sglang", "block_size": 16})
+
+
 STEPS = (("aggregated loop (one worker, a split cluster)", _aggregated),
          ("trace replay, prefix caching, KV-aware routing", _trace_and_kv_router),
-         ("disaggregated loop", _disaggregated))
+         ("disaggregated loop", _disaggregated),
+         ("SGLang engine", _sglang))
 
 
 def warm_up(report=None) -> float:

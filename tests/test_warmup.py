@@ -15,10 +15,12 @@ def test_warmup_reports_each_step_and_the_total(tmp_path):
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("numba cache: ")
     steps = [ln for ln in lines[1:] if re.match(r"^\s*\d+\.\d s  \S", ln)]
-    assert len(steps) == 4 and steps[-1].endswith("in all"), done.stdout
+    from fastsim.warmup import STEPS
+
+    assert len(steps) == len(STEPS) + 1 and steps[-1].endswith("in all"), done.stdout
     from fastsim import warmup
 
-    assert warmup.cached("run_loop_nb") and warmup.cached("run_disagg_nb")
+    assert warmup.cached("run_loop_nb") and warmup.cached("run_disagg_nb") and warmup.cached("run_sglang_nb")
 
 
 def test_warmup_help_names_the_command():
