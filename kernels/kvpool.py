@@ -362,7 +362,11 @@ def can_use_nb(pool, rank, keys, n, n_hits):
     tmask = pool.tmask
     tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
+    for i in range(min(_KEYS_AHEAD, n_hits)):
+        _prefetch_home(table, tbase, tmask, keys[i])
     for i in range(n_hits):
+        if i + _KEYS_AHEAD < n_hits:
+            _prefetch_home(table, tbase, tmask, keys[i + _KEYS_AHEAD])
         s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
         if s < 0 or slot_ref[sbase + s] == 0:
             extra += 1
