@@ -121,17 +121,6 @@ def _entry(key, s):
     return (_fp(key) << np.uint64(32)) | np.uint64(s + 1)
 
 
-@inner
-def _prefetch_home(table, tbase, tmask, key):
-    """Have the table position where a probe for ``key`` starts fetched into the caches (no
-    effect on results): a loop over many keys issues it a few keys ahead of its probes, so their
-    cache misses overlap instead of following one another."""
-    prefetch_nb(table, tbase + np.int64(_fp(key) & np.uint64(tmask)))
-
-
-_KEYS_AHEAD = 8  # keys a probing loop fetches the table ahead of itself (``_prefetch_home``)
-
-
 # The helpers below take plain arrays (borrowed, no reference counting); the public kernels unpack
 # the pool once per call. Reading arrays out of the NamedTuple inside loops would cost an NRT
 # incref/decref pair per access.
@@ -286,9 +275,6 @@ def _evict(pool, rank, sbase, tbase, m):
             if far >= 0:
                 prefetch_nb(slot_key, sbase + far)
                 prefetch_nb(intab, sbase + far)
-                prefetch_nb(run, sbase + far)
-                prefetch_nb(pool.slot_cnext, sbase + far)
-                prefetch_nb(pool.lru_prev, sbase + far)
                 far = lru_next[sbase + far] - 1
             if intab[sbase + near]:
                 prefetch_nb(pool.table, tbase + np.int64(_fp(slot_key[sbase + near]) & np.uint64(pool.tmask)))
@@ -362,11 +348,7 @@ def can_use_nb(pool, rank, keys, n, n_hits):
     tmask = pool.tmask
     tbase = rank * (tmask + 1)
     sbase = rank * pool.cap
-    for i in range(min(_KEYS_AHEAD, n_hits)):
-        _prefetch_home(table, tbase, tmask, keys[i])
     for i in range(n_hits):
-        if i + _KEYS_AHEAD < n_hits:
-            _prefetch_home(table, tbase, tmask, keys[i + _KEYS_AHEAD])
         s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
         if s < 0 or slot_ref[sbase + s] == 0:
             extra += 1
@@ -480,13 +462,7 @@ def register_nb(pool, rank, slots, off, j0, j1):
     yet registered (a private block is registered only at a preemption: ``free_slots_nb``)."""
     sbase = rank * pool.cap
     tbase = rank * (pool.tmask + 1)
-    slot_key = pool.slot_key
-    for j in range(j0, min(j0 + _KEYS_AHEAD, j1)):
-        _prefetch_home(pool.table, tbase, pool.tmask, slot_key[sbase + slots[off + j]])
     for j in range(j0, j1):
-        if j + _KEYS_AHEAD < j1:
-            _prefetch_home(pool.table, tbase, pool.tmask,
-                           slot_key[sbase + slots[off + j + _KEYS_AHEAD]])
         s = np.int64(slots[off + j])
         if not pool.slot_intab[sbase + s]:
             _register(pool.table, pool.slot_key, pool.slot_cnext, pool.slot_intab, tbase, sbase,
@@ -561,8 +537,6 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store
             meta[rank, NINACTIVE] += 1
         j -= 1
     while j >= 0:
-        if _KEYS_AHEAD <= j < n_store + _KEYS_AHEAD:  # the refcount a few blocks on
-            prefetch_nb(slot_ref, sbase + slots[off + j - _KEYS_AHEAD])
         if j < n_store:
             s = np.int64(slots[off + j])
         else:  # a private block hit again after a preemption: the primary of its key (held)
@@ -617,11 +591,7 @@ def _match(pool, rank, keys, n, out, keep):
     sbase = rank * pool.cap
     matched = 0
     active = 0
-    for i in range(min(_KEYS_AHEAD, n)):
-        _prefetch_home(table, tbase, tmask, keys[i])
     for i in range(n):
-        if i + _KEYS_AHEAD < n:
-            _prefetch_home(table, tbase, tmask, keys[i + _KEYS_AHEAD])
         s = _find(table, slot_key, tbase, sbase, tmask, keys[i])
         if s < 0:
             break
