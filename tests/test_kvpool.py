@@ -4,15 +4,18 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+from numba import njit
 
 from fastsim.kernels.kvpool import (
     NACTIVE,
     NEVICT,
     NINACTIVE,
+    alloc_nb,
     can_use_nb,
     lookup_nb,
     make_pool,
     match_prefix_nb,
+    register_nb,
     release_nb,
     use_nb,
 )
@@ -147,6 +150,62 @@ def test_random_operations_match_slow_reference(seed):
         assert pool.meta[0, NINACTIVE] == len(ref.inactive)
     for k in range(1, 40):
         assert (lookup_nb(pool, 0, np.uint64(k)) >= 0) == (k in ref.active or k in ref.inactive)
+
+
+@njit
+def _alloc_new_and_register(pool, keys, n):
+    """``n`` new blocks at once (as an admission takes them: one eviction of many blocks), then
+    registered (``register_nb`` is callable only from kernels)."""
+    slots = np.zeros(n, dtype=np.int64)
+    alloc_nb(pool, 0, keys, n, slots, 0, 0, n, n, np.full(1, -1, dtype=np.int64))
+    register_nb(pool, 0, slots, 0, 0, n)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_long_prompts_match_slow_reference(seed):
+    """Key lists longer than the pool's look-ahead (matches, all-or-nothing checks and evictions
+    fetch memory several keys ahead of themselves): every length from 0 up, same answers."""
+    rng = np.random.default_rng(100 + seed)
+    cap = 48
+    pool = make_pool(1, cap)
+    ref = SlowPool(cap)
+    held = []
+    fresh = 1000  # keys never seen: a long allocation of new blocks evicts many at once
+    for _ in range(1500):
+        op = rng.integers(0, 4)
+        if op == 3:
+            n = int(rng.integers(1, 30))
+            keys = list(range(fresh, fresh + n))
+            fresh += n
+            if can_use_nb(pool, 0, _keys(keys), n, 0):
+                assert ref.can_use(keys)
+                _alloc_new_and_register(pool, _keys(keys), n)
+                ref.use(keys)
+                held.extend(keys)
+        elif op == 0:
+            n = int(rng.integers(0, 30))
+            keys = list(dict.fromkeys(int(k) for k in rng.integers(1, 90, size=n)))
+            arr = _keys(keys) if keys else np.zeros(0, dtype=np.uint64)
+            ok = can_use_nb(pool, 0, arr, len(keys), len(keys))
+            assert ok == ref.can_use(keys)
+            if ok:
+                use_nb(pool, 0, arr, len(keys))
+                ref.use(keys)
+                held.extend(keys)
+        elif op == 1 and held:
+            for _ in range(int(rng.integers(1, 12))):
+                if held:
+                    k = held.pop(int(rng.integers(0, len(held))))
+                    release_nb(pool, 0, np.uint64(k), True)
+                    ref.release(k, True)
+        else:
+            n = int(rng.integers(0, 30))
+            keys = [int(k) for k in rng.integers(1, 90, size=n)]
+            arr = _keys(keys) if keys else np.zeros(0, dtype=np.uint64)
+            assert match_prefix_nb(pool, 0, arr, n) == ref.match(keys)
+        assert pool.meta[0, NACTIVE] == len(ref.active)
+        assert pool.meta[0, NINACTIVE] == len(ref.inactive)
+        assert pool.meta[0, NEVICT] == ref.evicted
 
 
 def test_anonymous_blocks_keep_their_lru_place():
