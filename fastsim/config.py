@@ -373,6 +373,9 @@ def _build(cls, raw: dict, source: str) -> "EngineArgs":
     if is_nested(raw):
         raw = nested_to_flat(raw, source)
     for name in raw:
+        if name == "prefill_schedule_interval":  # Dynamo 1.6.1 takes it flat too (vllm only)
+            raise InputError(f"{source}: field 'prefill_schedule_interval' is not supported yet by fastsim "
+                             "(vLLM prefill scheduling cadence); remove it or leave it at its default")
         if name not in _ALL_JSON_FIELDS:
             hint = misplaced_flat_field_hint(name)
             if hint:
