@@ -2,7 +2,7 @@
 
 The two releases differ in how a pass's decode time is charged (``kernels/scheduler.py``,
 ``_step_ms`` and ``rank_pass_nb``; the rules and the experiments that settled them are in
-``docs/decisions/0001-dynamo-1.6.1-timing-rules.md``) and in the summary fields they report
+``docs/decisions/0025-dynamo-1.6.1-timing-rules.md``) and in the summary fields they report
 (``fastsim/report.py``).
 """
 

@@ -1,7 +1,7 @@
 """Dynamo 1.6.1's per-request routing and admission histories, as JSONL text.
 
 1.6.1 adds to each per-request record (settled by experiment on Dynamo 1.6.1, see
-``docs/decisions/0001-per-request-histories-161.md``):
+``docs/decisions/0105-per-request-histories-161.md``):
 
 * ``routing_history``: one entry per pool the request was routed in (``agg``; ``prefill`` then
   ``decode`` when disaggregated): outcome ``immediate`` or ``queued`` (the kv_router's queue, with

@@ -2,7 +2,7 @@
 
 The compiled event loop releases the GIL while it runs and keeps its counters in numpy arrays
 (requests finished, each worker's last pass end): a watcher thread reads them a few times a
-second, so the loop carries no per-tick Python and no extra pauses (docs/decisions/0002).
+second, so the loop carries no per-tick Python and no extra pauses (docs/decisions/0322).
 Nothing is shown for a run that ends within ``DELAY_S`` (2 s). Then, on a terminal, a tqdm bar
 (requests done, simulated time, ETA) that is erased when the run ends; into a file or a pipe, a
 plain line every ``LINE_EVERY_S`` (10 s), never a carriage-return stream.

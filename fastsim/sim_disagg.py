@@ -134,7 +134,7 @@ def simulate_disagg(
     # Dynamo 1.4.2 replays a flat synthetic request list through a path whose prefill copy
     # generates one token (V06 reproduces only so); trace and session workloads run the copy for
     # the full output length (cluster doc C5). Dynamo 1.6.1's prefill copy generates one token
-    # for every workload (docs/decisions/0001).
+    # for every workload (docs/decisions/0025).
     one_token = version == "1.6.1" or _flat_synthetic(workload)
     osl_p = np.minimum(workload.osl, 1) if one_token else None
     rq_p = _requests(workload, *keys_p, bs, osl_p)

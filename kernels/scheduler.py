@@ -909,7 +909,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             rk.pkey[k] = t
             rk.pms[k] = prefill_ms
     # 1.6.1 charges decode time only for the emitters that had emitted a token before this pass:
-    # those whose prompt completes in it are left out of the decode batch (docs/decisions/0001).
+    # those whose prompt completes in it are left out of the decode batch (docs/decisions/0025).
     # It also counts the tokens of every schedule that computes prompt tokens (a recomputation
     # after preemption with its generated tokens): ``committed_prefill_tokens``.
     pf_n = 0
