@@ -251,6 +251,24 @@ def _reject_constant(name):
     raise ValueError(f"{name} is not valid JSON")
 
 
+def trace_json_decoder() -> json.JSONDecoder:
+    """The JSON decoder of every trace reader: Dynamo's rule for decimals, no NaN or Infinity,
+    no key given twice."""
+    return json.JSONDecoder(parse_constant=_reject_constant, parse_float=_serde_float,
+                            object_pairs_hook=no_duplicate_keys)
+
+
+def trace_json(text: str, where: str, what: str = ""):
+    """One JSON value of a trace file (a line, a document), or an InputError naming ``where``
+    (``file:line``) and, if given, ``what`` the value should have been."""
+    try:
+        return trace_json_decoder().decode(text)
+    except DuplicateKeyError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    except ValueError as exc:
+        raise InputError(f"{where}: not valid JSON{' for ' + what if what else ''} ({exc})") from None
+
+
 def _pick(row: dict, name: str, alias: str, where: str):
     """Value of a field that has a serde alias; both spellings present is an error (as in Dynamo)."""
     if alias in row:
@@ -511,8 +529,7 @@ def _mooncake_by_line(text: str, path: str, concurrency_mode: bool) -> _Rows:
     """The rows of a trace read line by line with Python's JSON decoder, checking every field:
     the reader of any file the scanner does not take, and the one that names a bad line's file,
     line and field (InputError)."""
-    raw_decode = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_serde_float,
-                                  object_pairs_hook=no_duplicate_keys).raw_decode
+    raw_decode = trace_json_decoder().raw_decode
 
     isl_l, osl_l, sess_l, turn_l, delay_l, line_l, hlists = [], [], [], [], [], [], []
     sess_index: dict = {}

@@ -255,3 +255,16 @@ def test_closed_loops_of_sessions_run_under_142(tmp_path):
         rep = run_trace_replay(applied, trace_format="applied_compute_agentic", replay_concurrency=2,
                                dynamo_version=version)
         assert rep.summary["completed_requests"] == 1
+
+
+@pytest.mark.parametrize("fmt, name", [("agentic_mooncake", "a.jsonl"), ("dynamo", "a.jsonl"),
+                                       ("applied_compute_agentic", "a.jsonl"), ("weka", "w.json")])
+@pytest.mark.parametrize("bad, words", [('{"a": 1, "a": 2}', ["duplicate key 'a'"]),
+                                        ('{"a": NaN}', ["NaN is not valid JSON"])])
+def test_every_format_reads_json_as_strictly_as_mooncake(tmp_path, fmt, name, bad, words):
+    """One JSON decoder for every trace format: a key given twice, or NaN, names the file."""
+    p = tmp_path / name
+    p.write_text(bad + "\n")
+    with pytest.raises(InputError) as e:
+        load_trace(p, trace_format=fmt, concurrency_mode=fmt == "applied_compute_agentic")
+    assert str(p) in str(e.value) and all(w in str(e.value) for w in words), str(e.value)

@@ -12,7 +12,6 @@ needing exactly ceil(input_length / B) ``hash_ids``), ``output_length``, ``not_b
 
 from __future__ import annotations
 
-import json
 import math
 
 from fastsim.errors import InputError, NotSupportedError
@@ -29,12 +28,9 @@ _FIELDS = {"request_id", "play_id", "source_play_ordinal", "session_id", "model"
 
 
 def _json(text, where, what):
-    from fastsim.workload import _serde_float
+    from fastsim.workload import trace_json
 
-    try:
-        return json.loads(text, parse_float=_serde_float)
-    except ValueError as exc:
-        raise InputError(f"{where}: not valid JSON for {what} ({exc})") from None
+    return trace_json(text, where, what)
 
 
 def _string(row, name, where):

@@ -17,7 +17,6 @@ the group's. The traces carry no timestamps: Dynamo replays them in closed loop 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 
@@ -41,7 +40,7 @@ def _count(row, name, where, lo=0):
 def load_applied_compute_agentic(path, trace_block_size=512, arrival_speedup_ratio=1.0,
                                  shared_prefix_ratio=0.0, num_prefix_groups=0):
     """Read an applied-compute agentic trace into a Workload of closed-loop sessions."""
-    from fastsim.workload import Workload, _check_ratio, _check_tbs, _open_text, _serde_float
+    from fastsim.workload import Workload, _check_ratio, _check_tbs, _open_text, trace_json
 
     path = os.fspath(path)
     tbs = _check_tbs(trace_block_size)
@@ -59,10 +58,7 @@ def load_applied_compute_agentic(path, trace_block_size=512, arrival_speedup_rat
         if not text.strip():
             continue
         where = f"{path}:{ln}"
-        try:
-            row = json.loads(text, parse_float=_serde_float)
-        except ValueError as exc:
-            raise InputError(f"{where}: not valid JSON ({exc})") from None
+        row = trace_json(text, where)
         if not isinstance(row, dict):
             raise InputError(f"{where}: a session must be a JSON object")
         n_turns = _count(row, "num_turns", where)

@@ -28,7 +28,6 @@ Requests without ``agent_context`` make a plain trace, which fastsim does not re
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import os
 
@@ -100,7 +99,7 @@ class _Tool:
 
 
 def _read(paths):
-    from fastsim.workload import _serde_float
+    from fastsim.workload import trace_json
 
     requests, tools, seen = [], [], {}
     for path in paths:
@@ -108,10 +107,7 @@ def _read(paths):
             if not line.strip():
                 continue
             where = f"{path}:{ln}"
-            try:
-                value = json.loads(line, parse_float=_serde_float)
-            except ValueError as exc:
-                raise InputError(f"{where}: not valid JSON ({exc})") from None
+            value = trace_json(line, where)
             if not isinstance(value, dict):
                 continue
             event = value.get("event", value)

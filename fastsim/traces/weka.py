@@ -32,7 +32,6 @@ they order the requests, hence the round robin. Errors name the file and the JSO
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -292,11 +291,11 @@ def _source_files(path):
 
 
 def _traces_of(path, rel):
-    from fastsim.workload import _open_text, _serde_float
+    from fastsim.workload import _open_text, trace_json_decoder
 
     text = _open_text(path)
     jsonl = path.lower().endswith(".jsonl")
-    dec = json.JSONDecoder(parse_float=_serde_float)
+    dec = trace_json_decoder()
     out, pos, k = [], 0, 0
     while True:
         while pos < len(text) and text[pos] in " \t\r\n":
