@@ -237,6 +237,27 @@ def _heap_push_nb(t, r, time, n):
     t.heap_v[base + i] = n
 
 
+@inline
+def _sift_down_nb(t, base, i, k, vt, vv):
+    """Put the entry (``vt``, ``vv``) at position ``i`` of a heap of ``k`` entries, moving it down
+    past every smaller child."""
+    while True:
+        c = 2 * i + 1
+        if c >= k:
+            break
+        if c + 1 < k and _heap_less_nb(t, t.heap_t[base + c + 1], t.heap_v[base + c + 1],
+                                        t.heap_t[base + c], t.heap_v[base + c]):
+            c += 1
+        if _heap_less_nb(t, t.heap_t[base + c], t.heap_v[base + c], vt, vv):
+            t.heap_t[base + i] = t.heap_t[base + c]
+            t.heap_v[base + i] = t.heap_v[base + c]
+            i = c
+        else:
+            break
+    t.heap_t[base + i] = vt
+    t.heap_v[base + i] = vv
+
+
 @inner
 def _heap_pop_nb(t, r):
     """Remove the least entry; returns (time, node), node -1 if empty."""
@@ -247,24 +268,8 @@ def _heap_pop_nb(t, r):
     top_t, top_v = t.heap_t[base], t.heap_v[base]
     t.heap_n[r] -= 1
     k = t.heap_n[r]
-    lt, lv = t.heap_t[base + k], t.heap_v[base + k]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= k:
-            break
-        if c + 1 < k and _heap_less_nb(t, t.heap_t[base + c + 1], t.heap_v[base + c + 1],
-                                        t.heap_t[base + c], t.heap_v[base + c]):
-            c += 1
-        if _heap_less_nb(t, t.heap_t[base + c], t.heap_v[base + c], lt, lv):
-            t.heap_t[base + i] = t.heap_t[base + c]
-            t.heap_v[base + i] = t.heap_v[base + c]
-            i = c
-        else:
-            break
     if k > 0:
-        t.heap_t[base + i] = lt
-        t.heap_v[base + i] = lv
+        _sift_down_nb(t, base, 0, k, t.heap_t[base + k], t.heap_v[base + k])
     return top_t, top_v
 
 
@@ -281,26 +286,9 @@ def _heap_rebuild_nb(t, r):
             t.heap_t[base + k] = t.time[n]
             t.heap_v[base + k] = n
             k += 1
-    # heapify
     t.heap_n[r] = k
-    for s in range(k // 2 - 1, -1, -1):
-        i = s
-        vt, vv = t.heap_t[base + i], t.heap_v[base + i]
-        while True:
-            c = 2 * i + 1
-            if c >= k:
-                break
-            if c + 1 < k and _heap_less_nb(t, t.heap_t[base + c + 1], t.heap_v[base + c + 1],
-                                            t.heap_t[base + c], t.heap_v[base + c]):
-                c += 1
-            if _heap_less_nb(t, t.heap_t[base + c], t.heap_v[base + c], vt, vv):
-                t.heap_t[base + i] = t.heap_t[base + c]
-                t.heap_v[base + i] = t.heap_v[base + c]
-                i = c
-            else:
-                break
-        t.heap_t[base + i] = vt
-        t.heap_v[base + i] = vv
+    for s in range(k // 2 - 1, -1, -1):  # heapify
+        _sift_down_nb(t, base, s, k, t.heap_t[base + s], t.heap_v[base + s])
 
 
 @inline
