@@ -856,6 +856,38 @@ def _step_ws(cl, fl, ws, now, t):
 
 
 @inline
+def _run_limit(ss, cl, rt, fl, g):
+    """Before when the passes of a steady run of group ``g`` must start: its next arrival, the
+    next pass end of another group when turns follow completions, the next telemetry tick and the
+    time cap. Takes ``g`` off the tournament for the run."""
+    limit = _next_arrival_at(ss, cl, rt, fl, g)
+    tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
+    if _turns_follow(ss, cl):
+        if cl.cdue[cl.ctree[1]] < limit:
+            limit = cl.cdue[cl.ctree[1]]
+    if fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < limit:
+        limit = np.nextafter(fl.ff[NEXTTEL], np.inf)  # a pass may start at the tick, not after
+    if cl.max_sim_time >= 0.0 and not cl.max_sim_time >= limit:
+        limit = np.nextafter(cl.max_sim_time, np.inf)  # ... and at the cap, not after
+    return limit
+
+
+@inline
+def _pass_ended(cl, E, alone, live, ws, now, base, head, m):
+    """A steady pass of a run ends at ``E``: a group alone steps the clock and the worker-seconds
+    to it; otherwise ``E`` joins the group's phantom events (the loop will not stop there).
+    Returns ``(ws, now, m)``, ``m`` the phantoms held."""
+    if alone:
+        ws += live * (E - now) / 1000.0
+        _log_tick(cl, E)
+        now = E
+    else:
+        cl.ph[base + (head + m) % _PH] = E
+        m += 1
+    return ws, now, m
+
+
+@inline
 def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
     """After a light tick of one-rank group ``g``: the steady passes that follow it on that rank,
     run at once, ahead of the event loop, in one loop over the rank's counters held in locals.
@@ -879,15 +911,7 @@ def _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
     itself, as the loop would, and returns ``(now, ws)`` (the time of its last pass start);
     otherwise they come back unchanged."""
     E = cl.cdue[g]
-    limit = _next_arrival_at(ss, cl, rt, fl, g)
-    tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
-    if _turns_follow(ss, cl):
-        if cl.cdue[cl.ctree[1]] < limit:
-            limit = cl.cdue[cl.ctree[1]]
-    if fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < limit:
-        limit = np.nextafter(fl.ff[NEXTTEL], np.inf)  # a pass may start at the tick, not after
-    if cl.max_sim_time >= 0.0 and not cl.max_sim_time >= limit:
-        limit = np.nextafter(cl.max_sim_time, np.inf)  # ... and at the cap, not after
+    limit = _run_limit(ss, cl, rt, fl, g)
     now, ws, n = run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, g, E, limit, now, ws, fl.fs[NLIVE])
     fl.passes[g] += n
     return now, ws
@@ -947,13 +971,7 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
             wlo = d
             whi, wi, woi = _gap_window(d)
         _pool_gaps_at(gaps, d, ns, g, wi, woi)
-        if alone:
-            ws += live * (E - now) / 1000.0
-            _log_tick(cl, E)
-            now = E
-        else:
-            cl.ph[base + (head + m) % _PH] = E  # the loop will not stop at E: a phantom event
-            m += 1
+        ws, now, m = _pass_ended(cl, E, alone, live, ws, now, base, head, m)
         E = e
     if n > 0:
         if cl.ph_n[g] == 0 and m > 0:
@@ -996,15 +1014,7 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
     dp = cl.dp
     k0 = g * dp
     E = cl.cdue[g]
-    limit = _next_arrival_at(ss, cl, rt, fl, g)
-    tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
-    if _turns_follow(ss, cl):
-        if cl.cdue[cl.ctree[1]] < limit:
-            limit = cl.cdue[cl.ctree[1]]
-    if fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < limit:
-        limit = np.nextafter(fl.ff[NEXTTEL], np.inf)  # a pass may start at the tick, not after
-    if cl.max_sim_time >= 0.0 and not cl.max_sim_time >= limit:
-        limit = np.nextafter(cl.max_sim_time, np.inf)  # ... and at the cap, not after
+    limit = _run_limit(ss, cl, rt, fl, g)
     bs = p.block_size
     common = 0  # the members that share each pass's gap
     for k in range(k0, k0 + dp):
@@ -1056,13 +1066,7 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
             wlo = d
             whi, wi, woi = _gap_window(d)
         _pool_gaps_at(gaps, d, common, g, wi, woi)
-        if alone:
-            ws += live * (E - now) / 1000.0
-            _log_tick(cl, E)
-            now = E
-        else:
-            cl.ph[base + (head + m) % _PH] = E  # the loop will not stop at E: a phantom event
-            m += 1
+        ws, now, m = _pass_ended(cl, E, alone, live, ws, now, base, head, m)
         E = end
     if n > 0:
         if cl.ph_n[g] == 0 and m > 0:
