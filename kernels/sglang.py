@@ -150,15 +150,22 @@ def _keys_nb(q, pr, s, row, npages):
 
 # ---------------------------------------------------------------- queues
 @inline
-def _w_push_back(q, k, r, row):
-    q.wprev[row] = k.wt[r]
-    q.wnext[row] = -1
-    if k.wt[r] == -1:
-        k.wh[r] = row
+def _push_back(prev, nxt, head, tail, count, r, row):
+    """Append ``row`` to list ``r`` of a doubly linked queue (links ``prev``/``nxt`` per row;
+    ``head``, ``tail``, ``count`` per list)."""
+    prev[row] = tail[r]
+    nxt[row] = -1
+    if tail[r] == -1:
+        head[r] = row
     else:
-        q.wnext[k.wt[r]] = row
-    k.wt[r] = row
-    k.wn[r] += 1
+        nxt[tail[r]] = row
+    tail[r] = row
+    count[r] += 1
+
+
+@inline
+def _w_push_back(q, k, r, row):
+    _push_back(q.wprev, q.wnext, k.wh, k.wt, k.wn, r, row)
 
 
 @inline
@@ -187,14 +194,7 @@ def _w_pop_front(q, k, r):
 
 @inline
 def _r_push_back(q, k, r, row):
-    q.rprev[row] = k.rt[r]
-    q.rnext[row] = -1
-    if k.rt[r] == -1:
-        k.rh[r] = row
-    else:
-        q.rnext[k.rt[r]] = row
-    k.rt[r] = row
-    k.rn[r] += 1
+    _push_back(q.rprev, q.rnext, k.rh, k.rt, k.rn, r, row)
 
 
 @inline
