@@ -26,6 +26,6 @@ def check_version(version) -> str:
 
 def timing_rules(version) -> int:
     """The kernels' ``Params.timing_rules`` flag of a release."""
-    from fastsim.kernels.scheduler import TIMING_142, TIMING_161
+    from fastsim.kernels.codes import TIMING_142, TIMING_161
 
     return TIMING_161 if check_version(version) == "1.6.1" else TIMING_142

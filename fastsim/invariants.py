@@ -27,7 +27,7 @@ def check(st, engine) -> None:
     """Raise :class:`InvariantError` if the final state ``st`` (sim._State) breaks an invariant."""
     from fastsim.kernels.kvpool import NACTIVE, NFREE, NINACTIVE
     from fastsim.kernels.loop import NDONE
-    from fastsim.kernels.scheduler import COMPLETED, REJECTED
+    from fastsim.kernels.codes import COMPLETED, REJECTED
 
     bad = []
     rq = st.rq

@@ -300,7 +300,8 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     final states (for the invariant checks) and the requests left in flight (a dead end)."""
     from fastsim import sim
     from fastsim.dynamo_version import timing_rules
-    from fastsim.kernels.loop import DEAD_END, NDONE, NARRIVED, NTICKS, OK, TICKS_FULL, run_loop_nb
+    from fastsim.kernels.codes import DEAD_END, OK, TICKS_FULL
+    from fastsim.kernels.loop import NDONE, NARRIVED, NTICKS, run_loop_nb
 
     n = int(workload.isl.shape[0])
     fold = _TickFold(k, num_workers)

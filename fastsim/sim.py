@@ -11,6 +11,7 @@ import numpy as np
 from fastsim import arena, progress, reuse
 from fastsim.dead_end import dead_end_error
 from fastsim.errors import InputError
+from fastsim.kernels.scheduler import AWAITING_READMISSION, COMMITTED_TOKENS, READMISSIONS
 from fastsim.pages import with_small_pages
 from fastsim.trace_checks import check_workload
 from fastsim.workload import session_labels
@@ -92,7 +93,8 @@ def _router_state(router_mode, router_config, params, n, n_ranks, n_groups, tabl
     KV events reach that long after their pass ends (None: from the pool, at once); ``index_keys``:
     a bound on the distinct content keys of the workload (with the pools' capacity, the most
     blocks a target's index can hold)."""
-    from fastsim.kernels.router import FCFS, KV_ROUTER, LCFS, ROUND_ROBIN, WSPT, LaggedIndex, Router
+    from fastsim.kernels.codes import KV_ROUTER, ROUND_ROBIN
+    from fastsim.kernels.router import FCFS, LCFS, WSPT, Router
     from fastsim.router_config import RouterConfig
 
     cfg = RouterConfig.coerce(router_config)
@@ -380,9 +382,19 @@ def simulate(
     args = dict(locals())
     from fastsim import shards
     from fastsim.dynamo_version import check_version, timing_rules
-    from fastsim.kernels.scheduler import TIMING_161
-    from fastsim.kernels.loop import (DEAD_END, LOG_FULL, NARRIVED, NDONE, PLANNER_TICK, SIM_CAP, TABLE_FULL,
-                                      TELEMETRY_FULL, run_loop_nb)
+    from fastsim.kernels.fleet import TARGET
+    from fastsim.kernels.kvpool import EV_OVERFLOWED
+    from fastsim.kernels.router import OVERFLOW
+    from fastsim.kernels.codes import (
+        DEAD_END,
+        LOG_FULL,
+        PLANNER_TICK,
+        SIM_CAP,
+        TABLE_FULL,
+        TELEMETRY_FULL,
+        TIMING_161,
+    )
+    from fastsim.kernels.loop import NARRIVED, NDONE, run_loop_nb
 
     version = check_version(dynamo_version)
     rules = timing_rules(version)
@@ -476,18 +488,18 @@ def simulate(
                 if target is not None:
                     if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or target < 1:
                         raise InputError(f"planner returned {target!r}; it must be a positive worker count or None")
-                    st.fl.fs[7] = min(int(target), g_cap)
+                    st.fl.fs[TARGET] = min(int(target), g_cap)
             else:
                 break
         if status == TABLE_FULL:
             # The router's table of active prompt blocks filled up: start again with a larger one.
             table *= 4
-        elif st.pool.ev_meta[2]:
+        elif st.pool.ev_meta[EV_OVERFLOWED]:
             # A lag window held more KV events than the feed: start again with a larger one.
             kv_events *= 4
-        elif int(st.pa.alog_n[0]) > log_cap:
+        elif int(st.pa.alog_n[READMISSIONS]) > log_cap:
             # More readmissions than the log holds: start again with room for every one of them.
-            log_cap = int(st.pa.alog_n[0])
+            log_cap = int(st.pa.alog_n[READMISSIONS])
         else:
             break
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
@@ -495,13 +507,13 @@ def simulate(
                           light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap,
                           kv_events=kv_events)
     progress.untrack()
-    if rt.index.state[1]:  # (its size bounds every block it can hold: a broken invariant)
+    if rt.index.state[OVERFLOW]:  # (its size bounds every block it can hold: a broken invariant)
         raise RuntimeError("the kv_router's KV-event index overflowed")
     settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
 
     if status == DEAD_END:
-        from fastsim.kernels.scheduler import FINISHING, HANDED, PREEMPTED, RUNNING, WAITING
+        from fastsim.kernels.codes import FINISHING, HANDED, PREEMPTED, RUNNING, WAITING
 
         raise dead_end_error(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]), workload, [("", engine)],
                              np.isin(st.rq.status, (WAITING, RUNNING, PREEMPTED, FINISHING, HANDED)),
@@ -518,7 +530,7 @@ def simulate(
     # only the per-request results and the gap statistics go on: the rest of the state is freed
     # before the report's own arrays are made (peak memory)
     cols = _request_columns(st.rq, single_path and not history)
-    committed = int(st.rk.seqc[5])
+    committed = int(st.rk.counters[COMMITTED_TOKENS])
     if status == SIM_CAP:  # a pass in flight at the cap has not committed its prompt tokens yet
         committed -= int(st.cl.pass_commit[st.cl.last_stamp > out[1]].sum())
     if history:  # 1.6.1's records: routing and admission histories, session names
@@ -680,7 +692,7 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
     None when ``history`` is asked for and a shard readmitted a preempted request (the shards
     keep no readmission log: the caller runs the cluster whole)."""
     from fastsim import shards
-    from fastsim.kernels.loop import DEAD_END
+    from fastsim.kernels.codes import DEAD_END
 
     status, results, gaps, fl, ws, states, remaining = shards.simulate_shards(
         workload, engine, n_shards, num_workers=num_workers, dp=dp, steady_decode=steady_decode,
@@ -693,8 +705,8 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
 
         for st in states:
             check(st, engine)
-    committed = sum(int(st.rk.seqc[5]) for st in states)
-    if history and any(int(st.pa.alog_n[0]) > 0 for st in states):
+    committed = sum(int(st.rk.counters[COMMITTED_TOKENS]) for st in states)
+    if history and any(int(st.pa.alog_n[READMISSIONS]) > 0 for st in states):
         return None
     del states
     cols = _request_columns(results, False)
@@ -798,7 +810,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
 
 def _grow_log(pa):
     """The pass scratch with room for twice the readmissions (and every preempted request)."""
-    n, pending = int(pa.alog_n[0]), int(pa.alog_n[1])
+    n, pending = int(pa.alog_n[READMISSIONS]), int(pa.alog_n[AWAITING_READMISSION])
     cap = max(2 * pa.alog.shape[0], n + pending + 64)
     alog, alog_t = np.zeros((cap, 3), dtype=np.int64), np.zeros(cap)
     m = min(n, pa.alog.shape[0])
@@ -933,19 +945,16 @@ class PlannerState(NamedTuple):
 
 def in_flight_with_gaps(rq):
     """bool[n]: the rows still in flight that have emitted two tokens or more."""
-    from fastsim.kernels.scheduler import COMPLETED, NOT_ARRIVED, REJECTED
+    from fastsim.kernels.codes import COMPLETED, NOT_ARRIVED, REJECTED
 
     st = rq.status
     return (st != COMPLETED) & (st != REJECTED) & (st != NOT_ARRIVED) & (rq.generated >= 2)
 
 
 def _request_columns(rq, single_path):
-    from fastsim.kernels.scheduler import COMPLETED, NOT_ARRIVED, REJECTED
+    from fastsim.kernels.codes import outcome_of
 
-    st = rq.status
-    status = np.where(
-        st == COMPLETED, 2, np.where(st == REJECTED, 3, np.where(st == NOT_ARRIVED, 0, 1))
-    ).astype(np.int8)
+    status = outcome_of(rq.status)
     worker_idx = rq.rank.astype(np.int64)
     if single_path:
         worker_idx = np.full_like(worker_idx, -1)
@@ -1029,7 +1038,7 @@ def _no_readmissions():
 def readmission_columns(pa):
     """The readmission log of a run's pass scratch ``pa`` (rows, reused tokens, stage, time), in
     the order the readmissions happened."""
-    m = int(pa.alog_n[0])
+    m = int(pa.alog_n[READMISSIONS])
     if m > pa.alog.shape[0]:
         raise RuntimeError(f"readmission log overflow ({m} readmissions, room for {pa.alog.shape[0]})")
     return {"readmit_row": pa.alog[:m, 0].copy(), "readmit_reused": pa.alog[:m, 1].copy(),

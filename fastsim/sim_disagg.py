@@ -86,8 +86,10 @@ def simulate_disagg(
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import _PH, DEAD_END, NARRIVED, NDONE, SIM_CAP, Cluster, make_sessions, new_gaps
-    from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, make_ranks, make_pass_acc
+    from fastsim.kernels.codes import (COMPLETED, DEAD_END, DECODE, FAILED, NOT_ARRIVED, OUTCOME_FAILED,
+                                       OUTCOME_IN_FLIGHT, PREFILL, REJECTED, SIM_CAP, outcome_of)
+    from fastsim.kernels.loop import _PH, NARRIVED, NDONE, Cluster, make_sessions, new_gaps
+    from fastsim.kernels.scheduler import COMMITTED_TOKENS, READMISSIONS, make_pass_acc, make_ranks
     from fastsim.perf import engine_perf_model
     from fastsim.report import build_report
     from fastsim.router_config import RouterConfig
@@ -210,9 +212,9 @@ def simulate_disagg(
                            engine_perf_model(decode_engine),
                            make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,
                            ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
-    if history and int(pa.alog_n[0]) > _readmission_log:
+    if history and int(pa.alog_n[READMISSIONS]) > _readmission_log:
         # more readmissions than the log holds: run again with room for every one of them
-        return simulate_disagg(**dict(args, _readmission_log=int(pa.alog_n[0])))
+        return simulate_disagg(**dict(args, _readmission_log=int(pa.alog_n[READMISSIONS])))
     settle_unarrived(rq_p, int(cl.state[NARRIVED]))
     settle_unarrived(rq_d, int(cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
@@ -226,9 +228,8 @@ def simulate_disagg(
         if left.any():
             return simulate_disagg(**dict(args, steady_decode=False, gap_skip=left))
     st = rq_d.status
-    status_col = np.select(
-        [st == COMPLETED, st == REJECTED, st == FAILED, (st == NOT_ARRIVED) & (rq_p.status == NOT_ARRIVED)],
-        [2, 3, 4, 0], 1).astype(np.int8)
+    status_col = outcome_of(st, failed=True)
+    status_col[(st == NOT_ARRIVED) & (rq_p.status != NOT_ARRIVED)] = OUTCOME_IN_FLIGHT  # in transfer
     req = {
         "arrival_ms": rq_p.arrival,
         "first_admit_ms": rq_p.first_admit,
@@ -262,7 +263,7 @@ def simulate_disagg(
     if labels is not None:
         req["session_id"], req["turn_index"] = labels
     # a request that failed at the handoff has no decode worker
-    req["worker_idx"] = np.where(status_col == 4, -1, req["worker_idx"])
+    req["worker_idx"] = np.where(status_col == OUTCOME_FAILED, -1, req["worker_idx"])
     if history:
         # Dynamo 1.6.1 writes a routed pool's overlap as 0 under round robin (1.4.2: null), and
         # the requested output length of the request, not of its prefill copy
@@ -276,7 +277,7 @@ def simulate_disagg(
             req["route_selected_blocks"] = np.where(dg.route_overlap >= 0, dg.route_overlap // bs, -1)
             req["route_best_blocks"] = rt_p.best.astype(np.int64)
             req["route_released_ms"] = rt_p.released.copy()
-    committed = int(rk_p.seqc[5] + rk_d.seqc[5])
+    committed = int(rk_p.counters[COMMITTED_TOKENS] + rk_d.counters[COMMITTED_TOKENS])
     if status == SIM_CAP:  # a pass in flight at the cap has not committed its prompt tokens yet
         committed -= int(cl.pass_commit[cl.last_stamp > out[2]].sum())
     report = build_report(req, _gap_columns(gaps), {

@@ -50,11 +50,21 @@ from fastsim.kernels.fleet import (
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
 from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
-from fastsim.kernels.loop import (
+from fastsim.kernels.codes import (
+    COMPLETED,
     DEAD_END,
-    NDONE,
+    FAILED,
+    HANDED,
+    KV_ROUTER,
     OK,
+    REJECTED,
     SIM_CAP,
+    TERM_HANDOFF,
+    TERM_REJECTED,
+    TIMING_161,
+)
+from fastsim.kernels.loop import (
+    NDONE,
     _fill_prompt_keys,
     _next_arrival,
     _turns_follow,
@@ -66,7 +76,6 @@ from fastsim.kernels.loop import (
     _stamp_tokens,
 )
 from fastsim.kernels.router import (
-    KV_ROUTER,
     NQUEUE,
     all_busy_nb,
     choose_target_nb,
@@ -82,15 +91,12 @@ from fastsim.kernels.router import (
     score_targets_nb,
 )
 from fastsim.kernels.scheduler import (
-    COMPLETED,
-    FAILED,
-    HANDED,
+    COMMITTED_TOKENS,
+    DIAG_LIGHT_ARRIVALS,
+    DIAG_LIGHT_TICKS,
     HANDED_FIRST,
     PREEMPTED_ANY,
     PROGRESS,
-    REJECTED,
-    TERM_HANDOFF,
-    TERM_REJECTED,
     arrive_nb,
     enqueue_waiting_nb,
     free_blocks_nb,
@@ -99,7 +105,6 @@ from fastsim.kernels.scheduler import (
     steady_pass_ms,
     steady_pass_nb,
     steady_pass_ok,
-    TIMING_161,
 )
 
 NXHEAP, RRPRE, RRDEC, NHANDOFF = 0, 1, 2, 3
@@ -472,15 +477,15 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     pa.acc[HANDED_FIRST] = 0 if pre else (1 if dg.res_head[k] >= 0 else 0)
     prev_end = cl.last_stamp[g]
     if pre:
-        committed = rk_p.seqc[5]
+        committed = rk_p.counters[COMMITTED_TOKENS]
         end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end)
-        cl.pass_commit[g] = rk_p.seqc[5] - committed
+        cl.pass_commit[g] = rk_p.counters[COMMITTED_TOKENS] - committed
     else:
-        committed = rk_d.seqc[5]
+        committed = rk_d.counters[COMMITTED_TOKENS]
         end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end)
-        cl.pass_commit[g] = rk_d.seqc[5] - committed
+        cl.pass_commit[g] = rk_d.counters[COMMITTED_TOKENS] - committed
         if cl.pend_head[g] >= 0 or pa.acc[PREEMPTED_ANY] != 0:
             dg.front_stale[k] = False  # a request left: the queued head may fit now
     if end < now:
@@ -640,7 +645,7 @@ def _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p, fl_
     if cl.cdue[cl.ctree[1]] <= now:  # another pass ends now too: the drain orders them
         tourney_set_nb(cl.ctree, cl.cdue, g, now)
         return False
-    rk_d.seqc[3] += 1
+    rk_d.diag[DIAG_LIGHT_TICKS] += 1
     prev_end = cl.last_stamp[g]
     ns = rk_d.nsteady[k]
     steady_pass_nb(pd, perf_d, pool_d, rk_d, k, now)
@@ -742,7 +747,7 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
             # find nothing else to do unless one of them went to an idle worker (the last drain
             # left every idle worker with nothing it could do).
             woke = _route_arrivals(pp, pool_p, rq_p, rq_d, rk_p, ss, cl, rt_p, fl_p, dg, pa, now)[1]
-            rk_p.seqc[4] += 1
+            rk_p.diag[DIAG_LIGHT_ARRIVALS] += 1
             light = not woke
     # steady members become explicit before the results are read
     for k in range(rk_p.n_run.shape[0]):

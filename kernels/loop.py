@@ -22,6 +22,21 @@ import numpy as np
 from numba.core import types
 
 from fastsim.kernels.agentic import Graph, graph_dispatched_nb, graph_ended_nb, graph_start_nb, make_graph, no_graph
+from fastsim.kernels.codes import (
+    COMPLETED,
+    DEAD_END,
+    KV_ROUTER,
+    LOG_FULL,
+    OK,
+    PLANNER_TICK,
+    REJECTED,
+    SIM_CAP,
+    TABLE_FULL,
+    TELEMETRY_FULL,
+    TERM_COMPLETED,
+    TICKS_FULL,
+    TIMING_161,
+)
 from fastsim.kernels.fleet import (
     ACTIVE,
     DRAINING,
@@ -49,8 +64,9 @@ from fastsim.kernels.indirect import Indirect, deref, link, pin
 from fastsim.kernels.jit import inline, inner, loop_kernel
 from fastsim.kernels.router import (
     FCFS,
-    KV_ROUTER,
     LCFS,
+    NQUEUE,
+    OVERFLOW,
     all_busy_nb,
     choose_target_nb,
     commit_route_nb,
@@ -64,11 +80,14 @@ from fastsim.kernels.router import (
     sync_index_nb,
 )
 from fastsim.kernels.scheduler import (
-    COMPLETED,
+    AWAITING_READMISSION,
+    COMMITTED_TOKENS,
+    DIAG_LIGHT_ARRIVALS,
+    DIAG_LIGHT_TICKS,
+    DIAG_RUN_AHEAD_PASSES,
+    DIAG_STEADY_PASSES,
     PROGRESS,
-    REJECTED,
-    TERM_COMPLETED,
-    TIMING_161,
+    READMISSIONS,
     _fill_keys,
     decode_ms_161,
     enqueue_waiting_nb,
@@ -86,8 +105,6 @@ from fastsim.kernels.scheduler import (
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb, seal_feed_nb
 from fastsim.kernels.stats import (DD_GAMMA, DD_GAMMA_LN, DD_KEY_MAX, DD_KEY_MIN, DD_NBINS, DD_OFFSET,
                                     dd_index_nb)
-
-OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL = range(8)
 
 
 class Sessions(NamedTuple):
@@ -510,7 +527,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
     cl.pend_tail[g] = -1
     if rt.mode == KV_ROUTER:
         n_targets = rk.n_run.shape[0]
-        while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
+        while rt.state[NQUEUE] > 0 and not all_busy_nb(rt, n_targets):
             _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), t)
 
 
@@ -569,7 +586,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     prev_end = cl.last_stamp[g]
     end = now
     progress = False
-    committed = rk.seqc[5]
+    committed = rk.counters[COMMITTED_TOKENS]
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] == 0:
             continue
@@ -581,7 +598,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
             end = e
         if pa.acc[PROGRESS] != 0:
             progress = True
-    cl.pass_commit[g] = rk.seqc[5] - committed
+    cl.pass_commit[g] = rk.counters[COMMITTED_TOKENS] - committed
     _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
                   k0 + dp)
     cl.last_stamp[g] = end
@@ -624,7 +641,7 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     """kv_router: dispatch now, or queue the request while every target is busy (a call: it
     stays out of the inlined loop)."""
     n_targets = rk.n_run.shape[0]
-    if rt.state[2] > 0 or all_busy_nb(rt, n_targets):
+    if rt.state[NQUEUE] > 0 or all_busy_nb(rt, n_targets):
         if rt.policy == FCFS:
             key = now
         elif rt.policy == LCFS:
@@ -689,7 +706,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         if fl.fs[NSTARTING] > 0 and mark_ready_nb(fl, now):
             if rt.mode == KV_ROUTER:
                 n_targets = rk.n_run.shape[0]
-                while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
+                while rt.state[NQUEUE] > 0 and not all_busy_nb(rt, n_targets):
                     _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now)
         # 3. arrivals
         _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now)
@@ -759,7 +776,7 @@ def _light_refused(rk, ss, cl, rt, fl, g, now):
     for k in range(g * cl.dp, (g + 1) * cl.dp):
         if rk.n_wait[k] > 0 or rk.xhead[k] >= 0:
             return True
-    if rt.mode == KV_ROUTER and (rt.fhead[g] >= 0 or rt.state[2] > 0):
+    if rt.mode == KV_ROUTER and (rt.fhead[g] >= 0 or rt.state[NQUEUE] > 0):
         return True
     if not at_rest_nb(fl):
         return True
@@ -795,7 +812,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             tourney_set_nb(cl.ctree, cl.cdue, g, now)
             return False
     # the group's pass that ended now had nothing to apply; its next pass (as _drive_group)
-    rk.seqc[3] += 1
+    rk.diag[DIAG_LIGHT_TICKS] += 1
     fl.passes[g] += 1
     prev_end = cl.last_stamp[g]
     common = 0
@@ -979,9 +996,9 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
         cl.ph_n[g] = m
         rk.rpass[k] = P
         rk.slen[k] = slen
-        rk.seqc[2] += n
-        rk.seqc[3] += n
-        rk.seqc[6] += n
+        rk.diag[DIAG_STEADY_PASSES] += n
+        rk.diag[DIAG_LIGHT_TICKS] += n
+        rk.diag[DIAG_RUN_AHEAD_PASSES] += n
         cl.last_stamp[g] = E
     tourney_set_nb(cl.ctree, cl.cdue, g, E)
     return now, ws, n
@@ -1072,9 +1089,9 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
         if cl.ph_n[g] == 0 and m > 0:
             tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[base + head])
         cl.ph_n[g] = m
-        rk.seqc[2] += nrank
-        rk.seqc[3] += n
-        rk.seqc[6] += n
+        rk.diag[DIAG_STEADY_PASSES] += nrank
+        rk.diag[DIAG_LIGHT_TICKS] += n
+        rk.diag[DIAG_RUN_AHEAD_PASSES] += n
         fl.passes[g] += n
         cl.last_stamp[g] = E
         cl.pass_commit[g] = 0
@@ -1092,19 +1109,25 @@ def _steady_members_only(rk, cl, g):
     return True
 
 
+LIGHT_NONE, LIGHT_THEN_DRAIN, LIGHT_DONE = range(3)  # what ``_light_ticks`` handled
+
+
 @inner
 def _light_ticks(tabs, now, ws):
     """Handle light ticks (``_light_tick``) from ``now`` on, one after the other, stepping the
     clock and the worker-seconds between them as the event loop would, while the loop would do
     nothing else in between (no telemetry tick, no time cap, no fleet event: ``_light_tick``).
-    Returns ``(now, ws, drain)``: the tick at the returned ``now`` still needs the full drain if
-    ``drain``, else it has been handled (the loop goes on to its next event). ``tabs`` points to
-    the loop's tables (``kernels/indirect.py``)."""
+    Returns ``(now, ws, outcome)``: LIGHT_NONE if the first tick was not light (nothing
+    changed), LIGHT_THEN_DRAIN if some were and the tick at the returned ``now`` still needs the
+    full drain, LIGHT_DONE if that tick has been handled too (the loop goes on to its next event).
+    ``tabs`` points to the loop's tables (``kernels/indirect.py``)."""
     p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa = deref(tabs)
+    outcome = LIGHT_NONE
     while True:
         g = cl.ctree[1]
         if not _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
-            return now, ws, True
+            return now, ws, outcome
+        outcome = LIGHT_THEN_DRAIN
         if cl.dp == 1:
             if rk.sechead[g] < 0:
                 now, ws = _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws)
@@ -1117,9 +1140,9 @@ def _light_ticks(tabs, now, ws):
             t = t_arr
         if t == np.inf or (fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < t) or (
                 cl.max_sim_time >= 0.0 and t > cl.max_sim_time):
-            return now, ws, False  # the loop's own business
+            return now, ws, LIGHT_DONE  # the loop's own business
         if _tick_room(cl) < 0:
-            return now, ws, False  # the tick log is nearly full: the loop returns TICKS_FULL
+            return now, ws, LIGHT_DONE  # the tick log is nearly full: the loop returns TICKS_FULL
         ws = _step_ws(cl, fl, ws, now, t)
         now = t
 
@@ -1166,7 +1189,7 @@ def _loop(tabs, out):
             drain_now = False
             if last:
                 break
-            if rt.state[1] != 0:
+            if rt.state[OVERFLOW] != 0:
                 status = TABLE_FULL
                 break
             if fl.planner_ms > 0.0 and fl.ff[NEXTPLAN] <= now:
@@ -1178,7 +1201,7 @@ def _loop(tabs, out):
         if _tick_room(cl) < 0:
             status = TICKS_FULL  # the caller empties the log and calls again
             break
-        if pa.alog.shape[0] > 0 and pa.alog_n[1] > pa.alog.shape[0] - pa.alog_n[0]:
+        if pa.alog.shape[0] > 0 and pa.alog_n[AWAITING_READMISSION] > pa.alog.shape[0] - pa.alog_n[READMISSIONS]:
             # the preempted requests could overflow the readmission log: the caller grows it
             status = LOG_FULL
             break
@@ -1234,7 +1257,7 @@ def _loop(tabs, out):
             # they mostly join a group in mid-pass, and the tick ends there). Not for kv_router:
             # its routing can fill the router's block table, which the loop checks after a drain.
             _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now)
-            rk.seqc[4] += 1
+            rk.diag[DIAG_LIGHT_ARRIVALS] += 1
             drain_now = cl.dlist[cl.dirty.shape[0]] > 0
             continue
         if p.fast:
@@ -1248,10 +1271,11 @@ def _loop(tabs, out):
                 if v >= 4 and v < 11:
                     cl.light[g] = v + 1
                 else:
-                    n_light = rk.seqc[3]
+                    outcome = LIGHT_NONE
                     if not _light_refused(rk, ss, cl, rt, fl, g, now):
-                        now, ws, drain_now = _light_ticks_call(tabs, now, ws)
-                    if rk.seqc[3] != n_light:
+                        now, ws, outcome = _light_ticks_call(tabs, now, ws)
+                        drain_now = outcome != LIGHT_DONE
+                    if outcome != LIGHT_NONE:
                         cl.light[g] = 0
                     else:
                         cl.light[g] = 4 if v >= 11 else v + 1
@@ -1265,7 +1289,7 @@ def _loop(tabs, out):
 
 # The light ticks are compiled on their own and called through a pointer (``kernels/indirect.py``):
 # the loop's module does not hold their body, so LLVM does not optimise and compile it again there.
-LIGHT_TICKS = Indirect(_light_ticks, types.Tuple((types.float64, types.float64, types.boolean)),
+LIGHT_TICKS = Indirect(_light_ticks, types.Tuple((types.float64, types.float64, types.int64)),
                        ("tabs", "float64", "float64"))
 _light_ticks_call = LIGHT_TICKS.call
 link(_loop, LIGHT_TICKS)

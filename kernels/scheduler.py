@@ -22,6 +22,23 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim.kernels.blocks import unique_key_nb
+from fastsim.kernels.codes import (
+    BLOCKED,
+    DECODE,
+    FINISHING,
+    HANDED,
+    PREEMPTED,
+    PREFILL,
+    RUNNING,
+    SCHEDULED,
+    SELF_PREEMPTED,
+    TERM_COMPLETED,
+    TERM_HANDOFF,
+    TERM_REJECTED,
+    TIMING_142,
+    TIMING_161,
+    WAITING,
+)
 from fastsim.kernels.jit import inline, inner, llvm_inline
 from fastsim.kernels.kvpool import (
     NACTIVE,
@@ -34,19 +51,6 @@ from fastsim.kernels.kvpool import (
     release_dead_nb,
 )
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
-
-# request status codes (HANDED: a disaggregated request whose KV was transferred to this decode
-# worker, waiting to be activated; FAILED: its prompt can never fit the decode worker's KV)
-NOT_ARRIVED, WAITING, RUNNING, PREEMPTED, FINISHING, COMPLETED, REJECTED, HANDED, FAILED = range(9)
-# schedule_request outcomes
-SCHEDULED, BLOCKED, SELF_PREEMPTED = 0, 1, 2
-# terminal kinds on the pending list (HANDOFF: a prefill copy finished; its KV stays held)
-TERM_COMPLETED, TERM_REJECTED, TERM_HANDOFF = 1, 2, 3
-# worker stages
-AGGREGATED, PREFILL, DECODE = 0, 1, 2
-# timing rules of a pass (``Params.timing_rules``): Dynamo 1.4.2's, or 1.6.1's (decode time only
-# for a pass that holds a request past its prompt, from the logical lengths of those requests)
-TIMING_142, TIMING_161 = 0, 1
 
 
 class Params(NamedTuple):
@@ -131,10 +135,11 @@ class Ranks(NamedTuple):
     shold: np.ndarray  # int64[R]: no new steady members before this rank pass
     sback: np.ndarray  # int64[R]: current hold length after a fallback
     smax: np.ndarray  # int64[R]: at least the largest running order (seq) of a steady member
-    seqc: np.ndarray  # int64[7]: [admission counter, fallbacks, steady passes, light ticks,
-    #                   arrival ticks on the light path (kernels/loop.py), tokens of the schedules
-    #                   that compute prompt tokens (1.6.1 rules only), group passes run ahead in
-    #                   steady runs (kernels/loop.py, also counted as light ticks)]
+    counters: np.ndarray  # int64[2], by the slots below: the next admission's running order, and the
+    #                       prompt tokens of the schedules that compute them (1.6.1 rules only)
+    diag: np.ndarray  # int64[5], by the slots below: counts for tests and profiling, never read by
+    #                   the simulation (steady-decode fallbacks and passes, light ticks, arrival
+    #                   ticks on the light path, group passes run ahead in steady runs: kernels/loop.py)
     # the last step times of each rank, reused while their inputs repeat (they often do)
     dkey: np.ndarray  # int64[R]: active blocks of the last decode time (-1: none)
     dctx: np.ndarray  # int64[R]: its mean context (grid timing only)
@@ -149,6 +154,8 @@ class Ranks(NamedTuple):
     ptab: np.ndarray  # float64[min(budget, _PTAB_MAX) + 1]
 
 
+ADMISSIONS, COMMITTED_TOKENS = range(2)  # ``Ranks.counters`` slots
+DIAG_FALLBACKS, DIAG_STEADY_PASSES, DIAG_LIGHT_TICKS, DIAG_LIGHT_ARRIVALS, DIAG_RUN_AHEAD_PASSES = range(5)  # ``Ranks.diag`` slots
 _HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
 _DUE = 256  # due-wheel buckets per rank: a member is looked at once per _DUE passes until due
 _DTAB_MAX = 1 << 22
@@ -170,7 +177,7 @@ def make_ranks(n_ranks, block_size, cap, budget):
         bcnt=np.zeros(n_ranks * block_size, dtype=np.int64), sechead=heads(), secdue=heads(),
         shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, _HOLD0, dtype=np.int64),
         smax=np.full(n_ranks, -1, dtype=np.int64),
-        seqc=np.zeros(7, dtype=np.int64),
+        counters=np.zeros(2, dtype=np.int64), diag=np.zeros(5, dtype=np.int64),
         dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
@@ -200,10 +207,11 @@ class PassAcc(NamedTuple):
     # overflow it: kernels/loop.py)]
     alog: np.ndarray  # int64[capacity, 3]
     alog_t: np.ndarray  # float64[capacity]
-    alog_n: np.ndarray  # int64[2]
+    alog_n: np.ndarray  # int64[2], by the slots below
 
 
 BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG, HANDED_FIRST = range(10)
+READMISSIONS, AWAITING_READMISSION = range(2)  # ``PassAcc.alog_n`` slots
 
 
 def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0):
@@ -281,8 +289,8 @@ def _start_running(rq, rk, k, r):
     _push_back(rq.xnext, rq.xprev, rk.xhead, rk.xtail, k, r)
     rk.n_run[k] += 1
     rq.status[r] = RUNNING
-    rq.seq[r] = rk.seqc[0]
-    rk.seqc[0] += 1
+    rq.seq[r] = rk.counters[ADMISSIONS]
+    rk.counters[ADMISSIONS] += 1
 
 
 @inner
@@ -455,14 +463,14 @@ def _generation_complete(p, rq, r):
 @inner
 def _log_readmission(p, pa, r, cached, now):
     """Note the readmission of preempted request ``r`` at ``now`` with ``cached`` reused tokens."""
-    i = pa.alog_n[0]
+    i = pa.alog_n[READMISSIONS]
     if i < pa.alog.shape[0]:
         pa.alog[i, 0] = r
         pa.alog[i, 1] = cached
         pa.alog[i, 2] = p.stage
         pa.alog_t[i] = now
-    pa.alog_n[0] = i + 1
-    pa.alog_n[1] -= 1
+    pa.alog_n[READMISSIONS] = i + 1
+    pa.alog_n[AWAITING_READMISSION] -= 1
 
 
 @inner
@@ -475,7 +483,7 @@ def _preempt(p, pool, rq, rk, k, victim, pa):
     rq.status[victim] = PREEMPTED
     rq.computed[victim] = 0
     rq.npreempt[victim] += 1
-    pa.alog_n[1] += 1
+    pa.alog_n[AWAITING_READMISSION] += 1
     slog = pa.slog
     for i in range(acc[NLOG] - 1, -1, -1):  # (lifo: the victim is usually the last scheduled)
         if slog[i, 0] == victim:
@@ -748,10 +756,10 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
         rk.shold[k] = P + rk.sback[k]
         rk.sback[k] = min(2 * rk.sback[k], _HOLD_MAX)
         ns = 0
-        rk.seqc[1] += 1
+        rk.diag[DIAG_FALLBACKS] += 1
     elif ns > 0:
         rk.sback[k] = _HOLD0
-        rk.seqc[2] += 1
+        rk.diag[DIAG_STEADY_PASSES] += 1
     rk.secdue[k] = rk.sechead[k]
     rk.sechead[k] = -1
     # Steady members whose last token is in this pass, in running order (the others in their
@@ -920,7 +928,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             r = slog[i, 0]
             if r < 0 or slog[i, 2] == 0:
                 continue
-            rk.seqc[5] += slog[i, 1]
+            rk.counters[COMMITTED_TOKENS] += slog[i, 1]
             length = isl[r] + gen[r]
             if gen[r] == 0 and comp[r] >= length and not (
                     gen[r] >= osl[r] or (p.max_model_len > 0 and length >= p.max_model_len)):
@@ -1101,7 +1109,7 @@ def steady_pass_nb(p, perf, pool, rk, k, now):
     P = rk.rpass[k]
     rk.rpass[k] = P + 1
     rk.sback[k] = _HOLD0
-    rk.seqc[2] += 1
+    rk.diag[DIAG_STEADY_PASSES] += 1
     rk.secdue[k] = rk.sechead[k]
     rk.sechead[k] = -1
     nb = rk.bcnt[k * p.block_size + _block_mod(p, P)]

@@ -19,6 +19,7 @@ import pytest
 import fastsim.errors
 import fastsim.sim as sim
 from fastsim.config import EngineArgs
+from fastsim.kernels.scheduler import DIAG_FALLBACKS, DIAG_STEADY_PASSES
 from fastsim.workload import load_mooncake, synthetic
 
 from test_engine_vs_naive import random_case
@@ -158,7 +159,7 @@ def test_paused_and_capped_runs():
 
 
 def _counted(monkeypatch, workload, engine, **kw):
-    """(steady passes, fallbacks) of one simulation (``rk.seqc[2]``, ``rk.seqc[1]``)."""
+    """(steady passes, fallbacks) of one simulation (``rk.diag[DIAG_STEADY_PASSES]``, ``rk.diag[DIAG_FALLBACKS]``)."""
     states = []
     build = sim._build_state
 
@@ -171,7 +172,7 @@ def _counted(monkeypatch, workload, engine, **kw):
     # the last steady run's state: a run may build its state again (a larger readmission log)
     st = [s for s in states if s.params.steady][-1]
     assert not states[-1].params.steady
-    return int(st.rk.seqc[2]), int(st.rk.seqc[1])
+    return int(st.rk.diag[DIAG_STEADY_PASSES]), int(st.rk.diag[DIAG_FALLBACKS])
 
 
 def test_both_paths_are_exercised(monkeypatch):
