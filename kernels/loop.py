@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 from numba.core import types
 
-from fastsim.kernels.agentic import Graph, graph_dispatched_nb, graph_ended_nb, graph_start_nb, make_graph, no_graph
+from fastsim.kernels.agentic import Graph, graph_dispatched_nb, graph_ended_nb, graph_start_nb
 from fastsim.kernels.codes import (
     COMPLETED,
     DEAD_END,
@@ -88,14 +88,14 @@ from fastsim.kernels.scheduler import (
     DIAG_STEADY_PASSES,
     PROGRESS,
     READMISSIONS,
-    _fill_keys,
+    fill_keys,
     decode_ms_161,
     enqueue_waiting_nb,
     key_span,
     materialize_nb,
     rank_pass_nb,
-    _block_mod,
-    _step_ms,
+    block_mod,
+    step_ms,
     arrive_nb,
     steady_next_ok,
     steady_pass_ms,
@@ -124,39 +124,6 @@ class Sessions(NamedTuple):
     cur: np.ndarray  # int64[1]: the next static first turn (-1: none left)
     cur_t: np.ndarray  # float64[1]: its arrival time
     graph: Graph  # agentic request graph releasing the arrivals (kernels/agentic.py; empty: none)
-
-
-def make_sessions(workload, concurrency):
-    """The arrival structure of ``workload`` (``concurrency`` > 0: closed loop)."""
-    n = workload.isl.shape[0]
-    first = np.asarray(workload.session_arrival_ms, dtype=np.float64)
-    graph = no_graph() if workload.graph is None else make_graph(workload.graph)
-    agentic = graph.play.shape[0] > 0
-    if agentic or concurrency or first.shape[0] < 2 or bool(np.all(first[1:] >= first[:-1])):
-        order = np.zeros(0, dtype=np.int64)  # (traces and synthetic loads usually come sorted)
-    else:
-        order = np.argsort(first, kind="stable")
-    if not concurrency and workload.session_ptr.shape[0] - 1 == n and not agentic:
-        tie = np.zeros(0, dtype=np.int64)  # single-turn open loop: the heap stays empty
-    else:
-        tie = (workload.session_ptr[workload.session] + workload.turn).astype(np.int64)
-    return Sessions(
-        session=np.asarray(workload.session, dtype=np.int64),
-        turn=np.asarray(workload.turn, dtype=np.int64),
-        delay=np.asarray(workload.delay_ms, dtype=np.float64),
-        ptr=np.asarray(workload.session_ptr, dtype=np.int64),
-        rows=np.asarray(workload.session_rows, dtype=np.int64),
-        first_arrival=first,
-        order=order,
-        n_static=0 if concurrency or agentic else int(first.shape[0]),  # (a graph uses the heap)
-        tie=tie,
-        # (written only for rows entering the heap, which a single-turn open loop never uses)
-        ready_at=np.zeros(n if tie.shape[0] else 1),
-        heap=np.zeros(max(n, 1) if tie.shape[0] else 1, dtype=np.int64),
-        cur=np.full(1, -1, dtype=np.int64),
-        cur_t=np.full(1, np.inf),
-        graph=graph,
-    )
 
 
 class Cluster(NamedTuple):
@@ -197,10 +164,45 @@ class Cluster(NamedTuple):
 RR, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE, NTICKS = range(7)
 
 
+def make_cluster(groups, dp=1, concurrency=0, single_path=False, max_sim_time_ms=None, tick_log=0):
+    """The loop's state of ``groups`` logical workers of ``dp`` ranks each, before the first event
+    (``concurrency`` 0: open loop; ``tick_log``: entries of the tick log, 0 for none)."""
+    from fastsim.kernels.heap import new_tourney
+
+    ctree, cdue = new_tourney(groups)
+    ptree, pdue = new_tourney(groups)
+    return Cluster(
+        dp=dp,
+        concurrency=concurrency,
+        single_path=single_path,
+        max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
+        busy=np.zeros(groups, dtype=np.bool_),
+        stalled=np.zeros(groups, dtype=np.bool_),
+        pend_head=np.full(groups, -1, dtype=np.int32),
+        pend_tail=np.full(groups, -1, dtype=np.int32),
+        wctr=np.zeros(groups, dtype=np.int64),
+        ctree=ctree,
+        cdue=cdue,
+        dirty=np.zeros(groups, dtype=np.bool_),
+        dlist=np.zeros(groups + 1, dtype=np.int64),
+        dwork=np.zeros(groups, dtype=np.int64),
+        last_stamp=np.full(groups, np.nan),
+        pass_commit=np.zeros(groups, dtype=np.int64),
+        state=np.zeros(7, dtype=np.int64),
+        light=np.zeros(groups, dtype=np.int64),
+        ph=np.zeros(groups * _PH),
+        ph_head=np.zeros(groups, dtype=np.int64),
+        ph_n=np.zeros(groups, dtype=np.int64),
+        ptree=ptree,
+        pdue=pdue,
+        tlog=np.zeros(tick_log),
+    )
+
+
 class Gaps(NamedTuple):
     """Pooled inter-token gap statistics: ITL and 1000 / gap (output-token throughput per user).
 
-    The sums are kept per group (``sim.merged_gap_sums`` combines them), so a group's gaps add up
+    The sums are kept per group (``results.merged_gap_sums`` combines them), so a group's gaps add up
     in its own order whatever the other groups do meanwhile: a group may run ahead of the event
     loop (``_steady_run``). Counts, minima, maxima and histograms are order-free and shared.
     """
@@ -266,7 +268,7 @@ def _load_static(ss, cl):
 
 
 @inner
-def _next_arrival(ss, cl):
+def next_arrival(ss, cl):
     """(row, time) of the earliest pending arrival, static first turns merged with the heap by
     (time, session and turn order), or (-1, inf)."""
     best = ss.cur[0]
@@ -283,7 +285,7 @@ def _next_arrival(ss, cl):
 def pop_arrival_nb(ss, cl, now):
     """Take the next arrival due at or before ``now`` (in arrival order): (row, its arrival
     time), or (-1, inf)."""
-    r, t = _next_arrival(ss, cl)
+    r, t = next_arrival(ss, cl)
     if r < 0 or t > now:
         return -1, np.inf
     if cl.state[NHEAP] > 0 and ss.heap[0] == r:
@@ -318,7 +320,7 @@ def _activate_session(ss, cl, s, t):
 
 
 @inner
-def _turns_follow(ss, cl):
+def turns_follow(ss, cl):
     """True if a turn's end can release an arrival: sessions of several turns, a closed loop or
     an agentic request graph (in an open loop of single turns every arrival is known from the
     start)."""
@@ -326,13 +328,13 @@ def _turns_follow(ss, cl):
 
 
 @inner
-def _on_terminal(ss, cl, r, t):
+def on_terminal(ss, cl, r, t):
     """A turn ended (completed or rejected): release the session's next turn or free its slot
     (agentic graphs: its dependents)."""
     if ss.graph.play.shape[0] > 0:
         graph_ended_nb(ss, cl.state, np.int64(NHEAP), r, t)
         return
-    if not _turns_follow(ss, cl):
+    if not turns_follow(ss, cl):
         return
     s = ss.session[r]
     nxt = ss.turn[r] + 1
@@ -436,7 +438,7 @@ def _pool_gaps_at(gaps, gap, c, g, i, oi):
 
 
 @inner
-def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
+def stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
     """Stamp one token at time ``t`` on each of ``rows[:n]`` and on the ``ncommon`` steady
     members of ranks ``k0 .. k1-1`` (whose last token was at ``prev_end``, the group's previous
     pass end), and pool the inter-token gaps.
@@ -497,9 +499,9 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
 
 
 @inner
-def _fill_prompt_keys(rq, r, bs, kbuf):
+def fill_prompt_keys(rq, r, bs, kbuf):
     """Keys of the full prompt blocks of ``r`` into ``kbuf``; returns their count."""
-    return _fill_keys(rq, r, np.int64(0), rq.isl[r] // bs, kbuf)
+    return fill_keys(rq, r, np.int64(0), rq.isl[r] // bs, kbuf)
 
 
 @inline
@@ -521,7 +523,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
         cl.state[NDONE] += 1
         if rt.mode == KV_ROUTER:
             _release_kv(p, rq, rt, pa, r)
-        _on_terminal(ss, cl, r, t)
+        on_terminal(ss, cl, r, t)
         r = nxt
     cl.pend_head[g] = -1
     cl.pend_tail[g] = -1
@@ -546,7 +548,7 @@ def _release_kv(p, rq, rt, pa, r):
     """kv_router: request ``r``'s prefill load and prompt blocks leave the router."""
     k = rq.rank[r]
     release_prefill_nb(rt, r, k)
-    nfull = _fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
+    nfull = fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
     release_blocks_nb(rt, pa.kbuf, nfull, _shareable(rq, r, nfull), k)
 
 
@@ -555,7 +557,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     """Route request ``r`` to the cheapest target at ``now`` and submit it there."""
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
-    nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
+    nfull = fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
     nshare = _shareable(rq, r, nfull)
     sync_index_nb(rt, pool, now)
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
@@ -599,7 +601,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         if pa.acc[PROGRESS] != 0:
             progress = True
     cl.pass_commit[g] = rk.counters[COMMITTED_TOKENS] - committed
-    _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
+    stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
                   k0 + dp)
     cl.last_stamp[g] = end
     if end > now:
@@ -648,7 +650,7 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
             key = -now
         else:  # wspt: smallest uncached prompt first
             bs = p.block_size
-            nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
+            nfull = fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
             nshare = _shareable(rq, r, nfull)
             sync_index_nb(rt, pool, now)
             score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
@@ -739,7 +741,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         # the drive (zero-delay turns), or a fleet change. Anything else would be a no-op round.
         if changed or cl.dlist[gcap] > 0:
             continue
-        if _next_arrival(ss, cl)[1] <= now:
+        if next_arrival(ss, cl)[1] <= now:
             continue
         return
 
@@ -750,9 +752,9 @@ def _next_arrival_at(ss, cl, rt, fl, g):
     cannot change, with every arrival known from the start (an open loop of single turns), sends
     the arrivals to the workers in turn: the next one for ``g`` is a fixed number of arrivals
     ahead (``_route``'s counter). Otherwise any arrival may reach it: the next arrival."""
-    if (rt.mode == KV_ROUTER or _turns_follow(ss, cl) or not at_rest_nb(fl)
+    if (rt.mode == KV_ROUTER or turns_follow(ss, cl) or not at_rest_nb(fl)
             or fl.fs[NCREATED] != fl.fs[NACT]):
-        return _next_arrival(ss, cl)[1]
+        return next_arrival(ss, cl)[1]
     nact = fl.fs[NACT]
     c = cl.state[RR]
     idx = c if c < nact else (0 if c == nact else c % nact)  # (as ``_route``)
@@ -780,7 +782,7 @@ def _light_refused(rk, ss, cl, rt, fl, g, now):
         return True
     if not at_rest_nb(fl):
         return True
-    return _next_arrival(ss, cl)[1] <= now
+    return next_arrival(ss, cl)[1] <= now
 
 
 @inline
@@ -820,7 +822,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         if rk.n_run[k] + rk.n_wait[k] > 0:
             common += rk.nsteady[k]
             seal_feed_nb(pool, steady_pass_nb(p, perf, pool, rk, k, now))
-    _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
+    stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
                   k0 + dp)
     cl.last_stamp[g] = end
     cl.pass_commit[g] = 0
@@ -879,7 +881,7 @@ def _run_limit(ss, cl, rt, fl, g):
     time cap. Takes ``g`` off the tournament for the run."""
     limit = _next_arrival_at(ss, cl, rt, fl, g)
     tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
-    if _turns_follow(ss, cl):
+    if turns_follow(ss, cl):
         if cl.cdue[cl.ctree[1]] < limit:
             limit = cl.cdue[cl.ctree[1]]
     if fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < limit:
@@ -961,7 +963,7 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
     d0 = d1 = d2 = d3 = 0.0
     dj = 4
     while E < limit and m < _PH and n < room and steady_next_ok(p, pool, rq, rk, k, P, nact):
-        nb = rk.bcnt[k * bs + _block_mod(p, P)]
+        nb = rk.bcnt[k * bs + block_mod(p, P)]
         if t161:
             if dj == 4:
                 d0 = decode_ms_161(p, perf, slen, ns)
@@ -972,7 +974,7 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
             dms = d0 if dj == 0 else (d1 if dj == 1 else (d2 if dj == 2 else d3))
             dj += 1
         else:
-            dms = _step_ms(p, perf, rk, k, nact + nb, slen, ns)
+            dms = step_ms(p, perf, rk, k, nact + nb, slen, ns)
         e = (E + 0.0) + dms
         if not e > E:
             break  # a zero-length pass: the drain's business
@@ -1060,8 +1062,8 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
             if not steady_next_ok(p, pool, rq, rk, k, P, nact):
                 ok = False
                 break
-            nb = rk.bcnt[k * bs + _block_mod(p, P)]
-            e = (E + 0.0) + _step_ms(p, perf, rk, k, nact + nb, rk.slen[k], rk.nsteady[k])
+            nb = rk.bcnt[k * bs + block_mod(p, P)]
+            e = (E + 0.0) + step_ms(p, perf, rk, k, nact + nb, rk.slen[k], rk.nsteady[k])
             if e > end:
                 end = e
         if not ok or not end > E:
@@ -1070,7 +1072,7 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
             if rk.n_run[k] + rk.n_wait[k] == 0:
                 continue
             P = rk.rpass[k]
-            nb = rk.bcnt[k * bs + _block_mod(p, P)]
+            nb = rk.bcnt[k * bs + block_mod(p, P)]
             if nb > 0:
                 alloc_anon_nb(pool, k, nb)
                 seal_feed_nb(pool, end)  # (its evictions reach a lagging kv_router at the pass end)
@@ -1135,7 +1137,7 @@ def _light_ticks(tabs, now, ws):
             now, ws = _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws)
         # the loop's next event (light ticks leave no fleet event pending: see _light_tick)
         t = cl.cdue[cl.ctree[1]]
-        t_arr = _next_arrival(ss, cl)[1]
+        t_arr = next_arrival(ss, cl)[1]
         if t_arr < t:
             t = t_arr
         if t == np.inf or (fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < t) or (
@@ -1210,7 +1212,7 @@ def _loop(tabs, out):
             t = next_fleet_event_nb(fl)
         if cl.cdue[cl.ctree[1]] < t:
             t = cl.cdue[cl.ctree[1]]
-        t_arr = _next_arrival(ss, cl)[1]
+        t_arr = next_arrival(ss, cl)[1]
         if t_arr < t:
             t = t_arr
         if t == np.inf:

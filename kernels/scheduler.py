@@ -70,7 +70,7 @@ class Params(NamedTuple):
     steady: bool = True  # keep steadily decoding requests implicit (see "steady decoding" below)
     bshift: int = -1  # log2(block_size) when it is a power of two (divisions become shifts), else -1
     fast: bool = True  # run passes that only advance steady members on the light path (``steady_pass_nb``)
-    timing_rules: int = TIMING_142  # TIMING_142 or TIMING_161 (see ``_step_ms``)
+    timing_rules: int = TIMING_142  # TIMING_142 or TIMING_161 (see ``step_ms``)
 
 
 class Reqs(NamedTuple):
@@ -96,7 +96,7 @@ class Reqs(NamedTuple):
     terminal: np.ndarray
     reused: np.ndarray  # int32: max over admissions
     first_reused: np.ndarray  # int32
-    tnext: np.ndarray  # int32: pending-terminal list link (the same memory as qnext: sim._requests)
+    tnext: np.ndarray  # int32: pending-terminal list link (the same memory as qnext: state.request_table)
     term_kind: np.ndarray  # int8
     bslot: np.ndarray  # int32[len(keys)]: pool slots of the shareable blocks (offsets: key_ptr)
     nheld: np.ndarray  # int32: leading blocks that hold a slot (the rest are anonymous: kvpool)
@@ -109,7 +109,7 @@ class Reqs(NamedTuple):
     snext: np.ndarray  # int32: second-token list link (the same memory as xprev)
     # int64: empty unless sessions are growing token streams (mooncake-delta): the row that starts
     # row r's stream (its private blocks' keys are the stream's), inverted (< 0) while the
-    # session's next turn continues r's blocks (sim._stream_ids)
+    # session's next turn continues r's blocks (state._stream_ids)
     kid: np.ndarray
 
 
@@ -303,11 +303,11 @@ def _stop_running(rq, rk, k, r, explicit):
 
 @inner
 def arrive_nb(rq, r, t):
-    """Request ``r`` arrives at ``t``: its row starts here. ``sim._requests`` leaves the row as
+    """Request ``r`` arrives at ``t``: its row starts here. ``state.request_table`` leaves the row as
     zeros (filling every row up front cost more than this, made while the row is in cache): the
     result times start unset (NaN) and the links and the steady base at -1. Every later value of
     ``sbase`` is -1 or a pass number + 1, so ``sbase == 0`` marks a row that never arrived
-    (``sim.settle_unarrived`` gives such rows the same start after a capped run)."""
+    (``state.settle_unarrived`` gives such rows the same start after a capped run)."""
     rq.arrival[r] = t
     rq.first_admit[r] = np.nan
     rq.first_token[r] = np.nan
@@ -337,7 +337,7 @@ def enqueue_waiting_nb(rq, rk, k, r):
 def key_span(rq, r):
     """(offset, count) of request ``r``'s content keys in ``rq.keys``. A workload without any
     (unique prompts, or prefix caching off) gives (0, 0) without reading ``key_ptr`` (all zeros,
-    ``sim._block_keys``): a fresh process then never maps its pages."""
+    ``state.block_keys``): a fresh process then never maps its pages."""
     if rq.keys.shape[0] == 0:
         return np.int64(0), np.int64(0)
     base = rq.key_ptr[r]
@@ -377,7 +377,7 @@ def block_key_nb(rq, r, j):
 # them; with a power-of-two block size (the usual case) they are shifts and masks, which give the
 # same floor quotient and non-negative remainder for negative numbers too (two's complement).
 @inner
-def _blocks_floor(p, x):
+def blocks_floor(p, x):
     """``x // block_size``."""
     if p.bshift >= 0:
         return x >> p.bshift
@@ -385,13 +385,13 @@ def _blocks_floor(p, x):
 
 
 @inner
-def _blocks_ceil(p, x):
+def blocks_ceil(p, x):
     """Blocks that hold ``x`` tokens: ``ceil(x / block_size)``."""
-    return _blocks_floor(p, x + p.block_size - 1)
+    return blocks_floor(p, x + p.block_size - 1)
 
 
 @inner
-def _block_mod(p, x):
+def block_mod(p, x):
     """``x % block_size`` (in ``[0, block_size)``)."""
     if p.bshift >= 0:
         return x & (p.block_size - 1)
@@ -399,7 +399,7 @@ def _block_mod(p, x):
 
 
 @inner
-def _fill_keys(rq, r, j0, j1, kbuf):
+def fill_keys(rq, r, j0, j1, kbuf):
     for j in range(j0, j1):
         kbuf[j - j0] = block_key_nb(rq, r, j)
     return j1 - j0
@@ -413,8 +413,8 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     A block counts as full (cacheable) only if its tokens were all computed: the block holding a
     request's not-yet-computed last token is freed like a partial one (matches V08 and V14).
     """
-    nb = _blocks_ceil(p, rq.alloc[r])
-    n_full = _blocks_floor(p, rq.alloc[r]) if p.caching else 0
+    nb = blocks_ceil(p, rq.alloc[r])
+    n_full = blocks_floor(p, rq.alloc[r]) if p.caching else 0
     held = rq.nheld[r]
     if carries_blocks_nb(rq, r):
         keep = True  # the session's next turn starts with these blocks: they stay findable
@@ -439,17 +439,17 @@ def _cached_tokens(p, pool, rq, k, r, kbuf, hslot):
     if rq.status[r] == WAITING and key_span(rq, r)[1] == 0 and rq.kid.shape[0] == 0:
         return 0, 0, 0  # never admitted (not preempted) and its first block is unique: no hit
     length = rq.isl[r] + rq.generated[r]
-    n = _fill_keys(rq, np.int64(r), np.int64(0), _blocks_floor(p, length), kbuf)
+    n = fill_keys(rq, np.int64(r), np.int64(0), blocks_floor(p, length), kbuf)
     matched, active = match_slots_nb(pool, k, kbuf, n, hslot)
     cached = matched * p.block_size
     if not _generation_complete(p, rq, r):
         # logits are needed: a fully cached context recomputes its last block (notes 3.5)
-        cap = _blocks_floor(p, length - 1) * p.block_size
+        cap = blocks_floor(p, length - 1) * p.block_size
         if cached > cap:
             cached = cap
     elif cached > length:
         cached = length
-    return cached, min(active, _blocks_floor(p, cached)), active
+    return cached, min(active, blocks_floor(p, cached)), active
 
 
 @inner
@@ -537,17 +537,17 @@ def _schedule(p, pool, rq, rk, k, r, cached, pa):
     while True:
         if target <= rq.alloc[r]:
             break
-        j0 = _blocks_ceil(p, rq.alloc[r])
-        j1 = _blocks_ceil(p, target)
+        j0 = blocks_ceil(p, rq.alloc[r])
+        j1 = blocks_ceil(p, target)
         if j1 <= j0:  # the target stays inside the last allocated block
             rq.alloc[r] = target
             break
         n = j1 - j0
         # blocks of the cached prefix are hits; every other block is a new physical block, with
         # a slot if its key is shareable, else anonymous (kvpool): only those keys are needed
-        n_hits = min(max(_blocks_floor(p, cached) - j0, 0), n)
+        n_hits = min(max(blocks_floor(p, cached) - j0, 0), n)
         n_keyed = max(n_hits, min(max(nkeys - j0, 0), n))
-        _fill_keys(rq, np.int64(r), j0, j0 + n_keyed, pa.kbuf)
+        fill_keys(rq, np.int64(r), j0, j0 + n_keyed, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n, n_hits):
             # hits occur only from the first block (an admission): ``hslot`` holds their slots
             alloc_nb(pool, k, pa.kbuf, n, rq.bslot, kbase + j0, n_hits, n_keyed,
@@ -567,7 +567,7 @@ def _schedule(p, pool, rq, rk, k, r, cached, pa):
         return BLOCKED
     rq.computed[r] = actual
     if p.caching:  # prompt blocks now fully computed become visible to the prefix cache
-        register_nb(pool, k, rq.bslot, kbase, _blocks_floor(p, ecb), min(_blocks_floor(p, actual), nkeys))
+        register_nb(pool, k, rq.bslot, kbase, blocks_floor(p, ecb), min(blocks_floor(p, actual), nkeys))
     prompt_tokens = min(actual, prompt) - prompt_before
     i = acc[NLOG]
     pa.slog[i, 0] = r
@@ -621,7 +621,7 @@ def _end_gen(p, rq, r):
 def _block_residue(p, rq, r):
     """Steady member ``r`` starts a new block in its decode step of every rank pass ``P`` with
     ``P % bs`` equal to this (its length before that step is ``isl + generated + P - sbase``)."""
-    return _block_mod(p, rq.sbase[r] + 1 - rq.isl[r] - rq.generated[r])
+    return block_mod(p, rq.sbase[r] + 1 - rq.isl[r] - rq.generated[r])
 
 
 @inner
@@ -691,7 +691,7 @@ def _steady_ok(p, pool, rq, rk, k, pass_idx):
     bs = p.block_size
     isl = rq.isl
     gen = rq.generated
-    need = rk.bcnt[k * bs + _block_mod(p, pass_idx)]
+    need = rk.bcnt[k * bs + block_mod(p, pass_idx)]
     demand = rk.nsteady[k]
     smax = rk.smax[k]
     cur = rk.xhead[k]
@@ -699,7 +699,7 @@ def _steady_ok(p, pool, rq, rk, k, pass_idx):
         length = isl[cur] + gen[cur]
         if rq.seq[cur] < smax:
             demand += length - rq.computed[cur]
-        nb = _blocks_ceil(p, length) - _blocks_ceil(p, rq.alloc[cur])
+        nb = blocks_ceil(p, length) - blocks_ceil(p, rq.alloc[cur])
         if nb > 0:
             need += nb
         cur = rq.xnext[cur]
@@ -798,7 +798,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     # (``_steady_ok``) and none is a cache hit, so the pool ends the same whatever their order
     # (the same blocks leave the LRU head) and their output blocks are anonymous.
     if ns > 0:
-        nb = rk.bcnt[k * bs + _block_mod(p, P)]
+        nb = rk.bcnt[k * bs + block_mod(p, P)]
         if nb > 0:
             alloc_anon_nb(pool, k, nb)
     cur = rk.xhead[k]
@@ -806,7 +806,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     while cur >= 0 and budget > 0:
         length = isl[cur] + gen[cur]
         c = comp[cur]
-        if c >= isl[cur] and length - c == 1 and _blocks_ceil(p, length) <= _blocks_ceil(p, alloc[cur]):
+        if c >= isl[cur] and length - c == 1 and blocks_ceil(p, length) <= blocks_ceil(p, alloc[cur]):
             # A decode step inside an allocated block: what _schedule would do, without the call.
             comp[cur] = length
             alloc[cur] = length
@@ -869,7 +869,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
         length = rq.isl[u] + rq.generated[u]
         fresh = rq.status[u] == WAITING
         if (p.max_model_len > 0 and rq.isl[u] >= p.max_model_len) or (
-            fresh and _blocks_ceil(p, length) > p.cap
+            fresh and blocks_ceil(p, length) > p.cap
         ):
             _unlink_waiting(rq, rk, k, u)
             _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g,
@@ -878,7 +878,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             continue
         cached, active_cached, active = _cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf,
                                                        pa.hslot)
-        needed = _blocks_ceil(p, length) - active_cached
+        needed = blocks_ceil(p, length) - active_cached
         if needed > p.cap - pool.meta[k, NACTIVE]:
             break  # head-of-line blocking: wait, never preempt for a waiting request
         before = acc[BUDGET]
@@ -982,7 +982,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     if n_ready > 0:
         n_dec = n_ready - pf_n
         if p.stage != PREFILL and n_dec > 0:  # a prefill worker's extra steps take no time (cluster doc C5)
-            decode_ms = _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], total_len - pf_len, n_dec)
+            decode_ms = step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], total_len - pf_len, n_dec)
         acc[PROGRESS] = 1
     # Completions in running order: explicit emitters merged with the steady members due.
     done_kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
@@ -1026,14 +1026,14 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
 @inline
 def decode_ms_161(p, perf, total_len, n_ready):
     """A decode step's time under 1.6.1's rules, as the clock advances by it: ``n_ready``
-    decoding requests of total length ``total_len`` (``_step_ms`` without its memo)."""
+    decoding requests of total length ``total_len`` (``step_ms`` without its memo)."""
     ctx = total_len // n_ready if perf.kind != POLYNOMIAL else 0
     raw = decode_time_nb(perf, float(total_len), float(ctx), float(p.cap * p.block_size))
     return modeled_ms_nb(raw, p.speedup * p.decode_speedup)
 
 
 @inline
-def _step_ms(p, perf, rk, k, nact, total_len, n_ready):
+def step_ms(p, perf, rk, k, nact, total_len, n_ready):
     """Decode time of a pass of rank ``k`` with ``nact`` active blocks and ``n_ready`` requests
     of total length ``total_len``, through the rank's memo (its inputs often repeat). Under
     1.4.2's rules the active KV is the rank's ``nact`` blocks; under 1.6.1's it is ``total_len``
@@ -1074,7 +1074,7 @@ def _step_ms(p, perf, rk, k, nact, total_len, n_ready):
 def steady_next_ok(p, pool, rq, rk, k, P, nact):
     """The part of ``steady_pass_ok`` that changes from one steady pass to the next: at rank pass
     ``P``, with ``nact`` active blocks, nobody is due and every block start fits the pool."""
-    if rk.bcnt[k * p.block_size + _block_mod(p, P)] > p.cap - nact:
+    if rk.bcnt[k * p.block_size + block_mod(p, P)] > p.cap - nact:
         return False
     w = rk.wheel[k * _DUE + P % _DUE]
     while w >= 0:
@@ -1097,8 +1097,8 @@ def steady_pass_ok(p, pool, rq, rk, k):
 def steady_pass_ms(p, perf, pool, rk, k):
     """The decode time of rank ``k``'s next pass, a steady pass. Changes nothing but the rank's
     memo of step times."""
-    nb = rk.bcnt[k * p.block_size + _block_mod(p, rk.rpass[k])]
-    return _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE] + nb, rk.slen[k], rk.nsteady[k])
+    nb = rk.bcnt[k * p.block_size + block_mod(p, rk.rpass[k])]
+    return step_ms(p, perf, rk, k, pool.meta[k, NACTIVE] + nb, rk.slen[k], rk.nsteady[k])
 
 
 @inline
@@ -1112,11 +1112,11 @@ def steady_pass_nb(p, perf, pool, rk, k, now):
     rk.diag[DIAG_STEADY_PASSES] += 1
     rk.secdue[k] = rk.sechead[k]
     rk.sechead[k] = -1
-    nb = rk.bcnt[k * p.block_size + _block_mod(p, P)]
+    nb = rk.bcnt[k * p.block_size + block_mod(p, P)]
     if nb > 0:
         alloc_anon_nb(pool, k, nb)
     ns = rk.nsteady[k]
-    decode_ms = _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], rk.slen[k], ns)
+    decode_ms = step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], rk.slen[k], ns)
     rk.slen[k] += ns
     return (now + 0.0) + decode_ms
 

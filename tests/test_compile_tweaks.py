@@ -143,7 +143,7 @@ def test_kernels_called_through_a_pointer_keep_machine_code():
 def _blocks_ceil_ir():
     from fastsim.kernels import scheduler
 
-    return compiler.run_frontend(scheduler._blocks_ceil.py_func)
+    return compiler.run_frontend(scheduler.blocks_ceil.py_func)
 
 
 def _elsewhere(n):

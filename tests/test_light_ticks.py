@@ -39,21 +39,21 @@ def _light_once(monkeypatch, workload, engine, fallbacks=False, arrivals=False, 
     light ticks of the first run (and, with ``fallbacks=True``, its steady-pass fallbacks; with
     ``arrivals=True``, the arrival ticks it handled on their light path instead)."""
     states = []
-    build = sim._build_state
+    build = sim.build_state
 
     def keep(*args, **kwargs):
         st = build(*args, **kwargs)
-        if kwargs.get("gap_skip") is None:  # (not the second run of a capped one, see below)
+        if args[2].gap_skip is None:  # (not the second run of a capped one, see below)
             states.append(st)
         return st
 
-    monkeypatch.setattr(sim, "_build_state", keep)
+    monkeypatch.setattr(sim, "build_state", keep)
     a = sim.simulate(workload, engine, light_ticks=True, **kw)
     # (a capped run is made again, every request explicit, to leave the gaps of the requests in
     # flight out: the light ticks are those of its first run)
-    n, nfall, narr = (int(states[-1].rk.diag[i]) for i in (DIAG_LIGHT_TICKS, DIAG_FALLBACKS, DIAG_LIGHT_ARRIVALS))
+    n, nfall, narr = (int(states[-1].ranks.diag[i]) for i in (DIAG_LIGHT_TICKS, DIAG_FALLBACKS, DIAG_LIGHT_ARRIVALS))
     b = sim.simulate(workload, engine, light_ticks=False, **kw)
-    assert int(states[-1].rk.diag[DIAG_LIGHT_TICKS]) == 0 and int(states[-1].rk.diag[DIAG_LIGHT_ARRIVALS]) == 0
+    assert int(states[-1].ranks.diag[DIAG_LIGHT_TICKS]) == 0 and int(states[-1].ranks.diag[DIAG_LIGHT_ARRIVALS]) == 0
     assert_same_results(a, b)
     if arrivals:
         return narr

@@ -161,18 +161,18 @@ def test_paused_and_capped_runs():
 def _counted(monkeypatch, workload, engine, **kw):
     """(steady passes, fallbacks) of one simulation (``rk.diag[DIAG_STEADY_PASSES]``, ``rk.diag[DIAG_FALLBACKS]``)."""
     states = []
-    build = sim._build_state
+    build = sim.build_state
 
     def keep(*args, **kwargs):
         states.append(build(*args, **kwargs))
         return states[-1]
 
-    monkeypatch.setattr(sim, "_build_state", keep)
+    monkeypatch.setattr(sim, "build_state", keep)
     _same(workload, engine, **kw)
     # the last steady run's state: a run may build its state again (a larger readmission log)
     st = [s for s in states if s.params.steady][-1]
     assert not states[-1].params.steady
-    return int(st.rk.diag[DIAG_STEADY_PASSES]), int(st.rk.diag[DIAG_FALLBACKS])
+    return int(st.ranks.diag[DIAG_STEADY_PASSES]), int(st.ranks.diag[DIAG_FALLBACKS])
 
 
 def test_both_paths_are_exercised(monkeypatch):

@@ -41,23 +41,23 @@ def _three_ways(monkeypatch, path, engine, speedup=1.0, **kw):
     time, under both releases' rules; check the three agree; returns the passes run ahead in
     steady runs (``rk.diag[DIAG_RUN_AHEAD_PASSES]``) under each release."""
     states = []
-    build = sim._build_state
+    build = sim.build_state
 
     def keep(*args, **kwargs):
         st = build(*args, **kwargs)
-        if kwargs.get("gap_skip") is None:  # (not the explicit rerun of a capped run)
+        if args[2].gap_skip is None:  # (not the explicit rerun of a capped run)
             states.append(st)
         return st
 
-    monkeypatch.setattr(sim, "_build_state", keep)
+    monkeypatch.setattr(sim, "build_state", keep)
     ahead = {}
     for version in ("1.6.1", "1.4.2"):
         wl = load_mooncake(path, trace_block_size=512, arrival_speedup_ratio=speedup,
                            dynamo_version=version)
         a = sim.simulate(wl, engine, dynamo_version=version, **kw)
-        ahead[version] = int(states[-1].rk.diag[DIAG_RUN_AHEAD_PASSES])
+        ahead[version] = int(states[-1].ranks.diag[DIAG_RUN_AHEAD_PASSES])
         b = sim.simulate(wl, engine, dynamo_version=version, light_ticks=False, **kw)
-        assert int(states[-1].rk.diag[DIAG_RUN_AHEAD_PASSES]) == 0
+        assert int(states[-1].ranks.diag[DIAG_RUN_AHEAD_PASSES]) == 0
         c = sim.simulate(wl, engine, dynamo_version=version, steady_decode=False, **kw)
         assert_same_results(a, b)
         assert_same_results(a, c)
