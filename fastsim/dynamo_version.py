@@ -1,6 +1,6 @@
 """Which Dynamo release fastsim reproduces: 1.6.1 (the default) or 1.4.2.
 
-The two releases differ in how a pass's decode time is charged (``kernels/scheduler.py``,
+The two releases differ in how a pass's decode time is charged (``kernels/pass_time.py``,
 ``step_ms`` and ``rank_pass_nb``; the rules and the experiments that settled them are in
 ``docs/decisions/0025-dynamo-1.6.1-timing-rules.md``) and in the summary fields they report
 (``fastsim/report.py``).

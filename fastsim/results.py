@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from fastsim.kernels.fleet import ACTIVE, CANCELLED, DRAINING, NCREATED, RETIRED, STARTING, TELN, UNUSED
-from fastsim.kernels.scheduler import READMISSIONS
+from fastsim.kernels.rank_state import READMISSIONS
 
 def in_flight_with_gaps(rq):
     """bool[n]: the rows still in flight that have emitted two tokens or more."""

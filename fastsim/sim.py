@@ -11,7 +11,7 @@ import numpy as np
 from fastsim import progress
 from fastsim.dead_end import dead_end_error
 from fastsim.errors import InputError
-from fastsim.kernels.scheduler import COMMITTED_TOKENS, READMISSIONS
+from fastsim.kernels.rank_state import COMMITTED_TOKENS, READMISSIONS
 from fastsim.pages import with_small_pages
 from fastsim.results import (fleet_frame, gap_columns, history_columns, in_flight_with_gaps, no_readmissions,
                              request_columns, telemetry_frame)
@@ -104,7 +104,7 @@ def simulate(
     * ``debug`` (default: the ``FASTSIM_DEBUG`` environment variable): check the invariants of
       :mod:`fastsim.invariants` on the final state (uncapped runs).
     * ``steady_decode``: keep steadily decoding requests implicit between their block allocations
-      (an exact optimisation, see ``kernels/scheduler.py``); False runs every request through every
+      (an exact optimisation, see ``kernels/steady.py``); False runs every request through every
       pass, which gives the same results more slowly (for checking).
     * ``light_ticks``: handle a tick that only ends a group's pass and starts its next one, made
       of steady passes alone, and an arrival tick whose arrivals all join groups in mid-pass, on

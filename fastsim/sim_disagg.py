@@ -82,7 +82,7 @@ def simulate_disagg(
                                        OUTCOME_IN_FLIGHT, PREFILL, REJECTED, SIM_CAP, outcome_of)
     from fastsim.kernels.fleet import make_fleet
     from fastsim.kernels.loop import NARRIVED, NDONE, make_cluster, new_gaps
-    from fastsim.kernels.scheduler import COMMITTED_TOKENS, READMISSIONS, make_pass_acc, make_ranks
+    from fastsim.kernels.rank_state import COMMITTED_TOKENS, READMISSIONS, make_pass_acc, make_ranks
     from fastsim.perf import engine_perf_model
     from fastsim.report import build_report
     from fastsim.router_config import RouterConfig

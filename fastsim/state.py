@@ -12,14 +12,14 @@ import numpy as np
 
 from fastsim import arena, reuse
 from fastsim.errors import InputError
-from fastsim.kernels.scheduler import AWAITING_READMISSION, READMISSIONS
+from fastsim.kernels.rank_state import AWAITING_READMISSION, READMISSIONS
 from fastsim.run_config import RunConfig
 
 _BIG_BUDGET = 1 << 62
 
 
 def engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
-    from fastsim.kernels.scheduler import Params
+    from fastsim.kernels.rank_state import Params
 
     budget = engine.max_num_batched_tokens
     max_seqs = engine.max_num_seqs
@@ -193,7 +193,7 @@ def _stream_ids(workload):
 def request_table(workload, key_ptr, keys, block_size, osl=None, huge_pages=True):
     """Per-request state; ``osl`` overrides the workload's output lengths (a prefill copy's);
     ``huge_pages``: see ``arena.columns`` (``huge``)."""
-    from fastsim.kernels.scheduler import Reqs
+    from fastsim.kernels.rank_state import Reqs
 
     n = workload.isl.shape[0]
     isl = np.asarray(workload.isl, dtype=np.int64)
@@ -347,7 +347,7 @@ def build_state(workload, engine, run: RunConfig) -> SimState:
     from fastsim.kernels.fleet import make_fleet
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.loop import make_cluster, new_gaps
-    from fastsim.kernels.scheduler import make_pass_acc, make_ranks
+    from fastsim.kernels.rank_state import make_pass_acc, make_ranks
     from fastsim.perf import engine_perf_model
 
     params = engine_params(engine, steady=run.steady_decode, fast=run.light_ticks, timing_rules=run.timing_rules)

@@ -90,22 +90,18 @@ from fastsim.kernels.router import (
     release_prefill_nb,
     score_targets_nb,
 )
-from fastsim.kernels.scheduler import (
+from fastsim.kernels.admission import free_blocks_nb
+from fastsim.kernels.queues import arrive_nb, enqueue_waiting_nb
+from fastsim.kernels.rank_state import (
     COMMITTED_TOKENS,
     DIAG_LIGHT_ARRIVALS,
     DIAG_LIGHT_TICKS,
     HANDED_FIRST,
     PREEMPTED_ANY,
     PROGRESS,
-    arrive_nb,
-    enqueue_waiting_nb,
-    free_blocks_nb,
-    materialize_nb,
-    rank_pass_nb,
-    steady_pass_ms,
-    steady_pass_nb,
-    steady_pass_ok,
 )
+from fastsim.kernels.scheduler import rank_pass_nb
+from fastsim.kernels.steady import materialize_nb, steady_pass_ms, steady_pass_nb, steady_pass_ok
 
 NXHEAP, RRPRE, RRDEC, NHANDOFF = 0, 1, 2, 3
 

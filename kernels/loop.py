@@ -79,7 +79,10 @@ from fastsim.kernels.router import (
     score_targets_nb,
     sync_index_nb,
 )
-from fastsim.kernels.scheduler import (
+from fastsim.kernels.blocks import block_mod, fill_keys, key_span
+from fastsim.kernels.pass_time import decode_ms_161, step_ms
+from fastsim.kernels.queues import arrive_nb, enqueue_waiting_nb
+from fastsim.kernels.rank_state import (
     AWAITING_READMISSION,
     COMMITTED_TOKENS,
     DIAG_LIGHT_ARRIVALS,
@@ -88,20 +91,9 @@ from fastsim.kernels.scheduler import (
     DIAG_STEADY_PASSES,
     PROGRESS,
     READMISSIONS,
-    fill_keys,
-    decode_ms_161,
-    enqueue_waiting_nb,
-    key_span,
-    materialize_nb,
-    rank_pass_nb,
-    block_mod,
-    step_ms,
-    arrive_nb,
-    steady_next_ok,
-    steady_pass_ms,
-    steady_pass_nb,
-    steady_pass_ok,
 )
+from fastsim.kernels.scheduler import rank_pass_nb
+from fastsim.kernels.steady import materialize_nb, steady_next_ok, steady_pass_ms, steady_pass_nb, steady_pass_ok
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb, seal_feed_nb
 from fastsim.kernels.stats import (DD_GAMMA, DD_GAMMA_LN, DD_KEY_MAX, DD_KEY_MIN, DD_NBINS, DD_OFFSET,
                                     dd_index_nb)

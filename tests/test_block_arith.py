@@ -15,7 +15,7 @@ import fastsim.sim as sim
 import fastsim.sim_disagg as sim_disagg
 import fastsim.state as state
 from fastsim.config import EngineArgs
-from fastsim.kernels.scheduler import block_mod, blocks_ceil, blocks_floor
+from fastsim.kernels.blocks import block_mod, blocks_ceil, blocks_floor
 from fastsim.workload import synthetic
 
 from test_steady_decode import _cluster_case, assert_same_results

@@ -19,7 +19,7 @@ import pytest
 import fastsim.errors
 import fastsim.sim as sim
 from fastsim.config import EngineArgs
-from fastsim.kernels.scheduler import DIAG_FALLBACKS, DIAG_LIGHT_ARRIVALS, DIAG_LIGHT_TICKS
+from fastsim.kernels.rank_state import DIAG_FALLBACKS, DIAG_LIGHT_ARRIVALS, DIAG_LIGHT_TICKS
 from fastsim.workload import synthetic
 
 from test_steady_decode import _cluster_case, _disagg_case, assert_same_results

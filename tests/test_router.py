@@ -105,7 +105,7 @@ def _queue_order(keys):
 
     from fastsim.kernels.router import queue_pop_nb, queue_push_nb
     from fastsim.state import router_state
-    from fastsim.kernels.scheduler import Params
+    from fastsim.kernels.rank_state import Params
 
     params = Params(16, 64, 8, 64, True, True, True, 0, 1.0, 1.0, 0)
     rt = router_state("kv_router", None, params, len(keys), 2, 2, 1024, 0)

@@ -19,7 +19,7 @@ import pytest
 import fastsim.errors
 import fastsim.sim as sim
 from fastsim.config import EngineArgs
-from fastsim.kernels.scheduler import DIAG_FALLBACKS, DIAG_STEADY_PASSES
+from fastsim.kernels.rank_state import DIAG_FALLBACKS, DIAG_STEADY_PASSES
 from fastsim.workload import load_mooncake, synthetic
 
 from test_engine_vs_naive import random_case

@@ -20,7 +20,7 @@ import pytest
 
 import fastsim.sim as sim
 from fastsim.config import EngineArgs
-from fastsim.kernels.scheduler import DIAG_RUN_AHEAD_PASSES
+from fastsim.kernels.rank_state import DIAG_RUN_AHEAD_PASSES
 from fastsim.workload import load_mooncake
 
 from test_steady_decode import assert_same_results
