@@ -23,7 +23,7 @@ from fastsim.kernels.admission import cached_tokens, free_blocks_nb, log_readmis
 from fastsim.kernels.blocks import block_mod, blocks_ceil
 from fastsim.kernels.codes import (BLOCKED, DECODE, FINISHING, HANDED, PREFILL, RUNNING, SCHEDULED, TERM_COMPLETED,
                                    TERM_HANDOFF, TERM_REJECTED, TIMING_161, WAITING)
-from fastsim.kernels.jit import inner, llvm_inline
+from fastsim.kernels.jit import inline, inner, llvm_inline
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
 from fastsim.kernels.pass_time import step_ms
 from fastsim.kernels.perf import modeled_ms_nb, prefill_time_nb
@@ -59,25 +59,29 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     Rows that emit a token are appended to ``pa.emit``; steady members that emit (not listed) are
     counted in ``pa.ncommon``; terminals go on group ``g``'s pending list. ``pa.acc[PROGRESS]``
     tells whether the pass changed anything observable. ``prev_end`` is the end of the group's
-    previous pass.
+    previous pass. The phases are inlined into one function (``@inline``): a call would pass the
+    whole state.
     """
-    # Hot loops touch only these locals: reading an array out of a NamedTuple inside a loop costs
-    # an NRT incref/decref pair per access, which dominated the run time before this hoisting.
-    acc = pa.acc
-    isl = rq.isl
-    gen = rq.generated
-    comp = rq.computed
-    alloc = rq.alloc
-    xnext = rq.xnext
-    seq = rq.seq
-    sbase = rq.sbase
-    slog = pa.slog
-    emit = pa.emit
-    emit_n = pa.emit_n
-    wake = pa.wake
-    bs = p.block_size
     P = rk.rpass[k]
     rk.rpass[k] = P + 1
+    ns, nw = _steady_members(p, pool, rq, rk, k, P, prev_end, pa)
+    _schedule_running_requests(p, pool, rq, rk, k, P, ns, pa)
+    _admit_waiting_requests(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g)
+    prefill_ms = _prefill_ms(p, perf, rk, k, pa.acc)
+    pf_n, pf_len = _prompts_completed_161(p, rq, rk, pa)
+    decode_ms = _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_head, pend_tail, g,
+                             prev_end)
+    return (now + prefill_ms) + decode_ms
+
+
+@inline
+def _steady_members(p, pool, rq, rk, k, P, prev_end, pa):
+    """The rank's steady members at rank pass ``P`` (all made explicit first if this pass could
+    treat them differently), and those whose last token is in this pass, into ``pa.wake`` in
+    running order. Returns (steady members, due members)."""
+    acc = pa.acc
+    seq = rq.seq
+    wake = pa.wake
     ns = rk.nsteady[k]
     if ns > 0 and not steady_ok(p, pool, rq, rk, k, P):
         materialize_nb(p, rq, rk, k, P, prev_end)
@@ -115,13 +119,30 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
                 j -= 1
             wake[j + 1] = x
         acc[PROGRESS] = 1
+    return ns, nw
+
+
+@inline
+def _schedule_running_requests(p, pool, rq, rk, k, P, ns, pa):
+    """Phase A: the running requests take the token budget in running order (the ``ns`` steady
+    members one token each, first) at rank pass ``P``; an allocation that fails preempts."""
+    # Hot loops touch only these locals: reading an array out of a NamedTuple inside a loop costs
+    # an NRT incref/decref pair per access, which dominated the run time before this hoisting.
+    acc = pa.acc
+    isl = rq.isl
+    gen = rq.generated
+    comp = rq.computed
+    alloc = rq.alloc
+    xnext = rq.xnext
+    slog = pa.slog
+    bs = p.block_size
     acc[BUDGET] = p.budget
     acc[BCOUNT] = 0
     acc[BISL] = 0
     acc[BPREFIX] = 0
     acc[PREEMPTED_ANY] = 0
     nlog = 0  # schedules logged in this pass (synced with acc[NLOG] around calls)
-    # Phase A: running requests, in running order. Steady members take one token each; those
+    # Running requests, in running order. Steady members take one token each; those
     # whose step starts a block allocate it here, all at once: every allocation of this pass fits
     # (``steady_ok``) and none is a cache hit, so the pool ends the same whatever their order
     # (the same blocks leave the LRU head) and their output blocks are anonymous.
@@ -167,7 +188,13 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             cur = xnext[cur]
     acc[BUDGET] = budget
     acc[NLOG] = nlog
-    # Phase B: waiting requests, FIFO, only if nothing was preempted.
+
+
+@inline
+def _admit_waiting_requests(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g):
+    """Phase B: waiting requests are admitted FIFO while seats and KV allow, only if nothing was
+    preempted; one that can never fit is rejected."""
+    acc = pa.acc
     while acc[PREEMPTED_ANY] == 0 and rk.n_run[k] < p.max_seqs:
         u = rk.wait_head[k]
         if acc[HANDED_FIRST] != 0:
@@ -228,7 +255,11 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
         acc[PROGRESS] = 1
         if before - acc[BUDGET] == 0 and acc[BUDGET] == 0:
             break
-    # Duration: prefill of this pass's prompt tokens.
+
+
+@inline
+def _prefill_ms(p, perf, rk, k, acc):
+    """Duration, prefill part: the time of this pass's new prompt tokens (tabulated per rank)."""
     prefill_ms = 0.0
     bc = acc[BCOUNT]
     if bc > 0 and p.stage != DECODE:
@@ -244,6 +275,18 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             prefill_ms = modeled_ms_nb(prefill_time_nb(perf, t), p.speedup)
             rk.pkey[k] = t
             rk.pms[k] = prefill_ms
+    return prefill_ms
+
+
+@inline
+def _prompts_completed_161(p, rq, rk, pa):
+    """Duration, 1.6.1 rules: the emitters whose prompt completes in this pass (left out of the
+    decode batch) as (count, total length); counts ``committed_prefill_tokens`` as well."""
+    acc = pa.acc
+    slog = pa.slog
+    isl = rq.isl
+    gen = rq.generated
+    comp = rq.computed
     # 1.6.1 charges decode time only for the emitters that had emitted a token before this pass:
     # those whose prompt completes in it are left out of the decode batch (docs/decisions/0025).
     # It also counts the tokens of every schedule that computes prompt tokens (a recomputation
@@ -262,6 +305,24 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
                     gen[r] >= osl[r] or (p.max_model_len > 0 and length >= p.max_model_len)):
                 pf_n += 1
                 pf_len += length
+    return pf_n, pf_len
+
+
+@inline
+def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_head, pend_tail, g, prev_end):
+    """Emission, and the decode part of the duration, which it returns."""
+    acc = pa.acc
+    isl = rq.isl
+    gen = rq.generated
+    comp = rq.computed
+    alloc = rq.alloc
+    xnext = rq.xnext
+    seq = rq.seq
+    sbase = rq.sbase
+    emit = pa.emit
+    emit_n = pa.emit_n
+    wake = pa.wake
+    bs = p.block_size
     # Emission: every request whose computed tokens reach its known length emits one token. One
     # walk emits; completions are finished afterwards, once the decode time has been read off
     # the pool (it counts their blocks: they are freed at the end of the pass). Explicit members
@@ -348,6 +409,4 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
         rk.nsteady[k] = ns - nfin + conv_n
         rk.slen[k] = rk.slen[k] - fin_len + (ns - nfin) + conv_len
         pa.ncommon[0] += ns - nfin
-    return (now + prefill_ms) + decode_ms
-
-
+    return decode_ms
