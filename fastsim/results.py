@@ -103,9 +103,9 @@ def history_columns(st, rt):
     cols = readmission_columns(st.scratch)
     if rt.best.shape[0]:
         # the overlap of the chosen target, from the prefill load the route added (isl - overlap * bs)
-        sel = np.where(rt.best >= 0, (st.requests.isl - rt.route_pf) // st.scratchrams.block_size, -1)
+        sel = np.where(rt.best >= 0, (st.requests.isl - rt.route_pf) // st.params.block_size, -1)
         cols["route_selected_blocks"] = sel.astype(np.int64)
-        cols["route_reported_tokens"] = np.maximum(sel, 0).astype(np.int64) * st.scratchrams.block_size
+        cols["route_reported_tokens"] = np.maximum(sel, 0).astype(np.int64) * st.params.block_size
         cols["route_best_blocks"] = rt.best.astype(np.int64)
         cols["route_released_ms"] = rt.released.copy()
     return cols
