@@ -1,7 +1,7 @@
 """Which Dynamo release fastsim reproduces: 1.6.1 (the default) or 1.4.2.
 
-The two releases differ in how a pass's decode time is charged (``kernels/scheduler.py``,
-``_step_ms`` and ``rank_pass_nb``; the rules and the experiments that settled them are in
+The two releases differ in how a pass's decode time is charged (``kernels/pass_time.py``,
+``step_ms`` and ``rank_pass_nb``; the rules and the experiments that settled them are in
 ``docs/decisions/0025-dynamo-1.6.1-timing-rules.md``) and in the summary fields they report
 (``fastsim/report.py``).
 """
@@ -26,6 +26,6 @@ def check_version(version) -> str:
 
 def timing_rules(version) -> int:
     """The kernels' ``Params.timing_rules`` flag of a release."""
-    from fastsim.kernels.scheduler import TIMING_142, TIMING_161
+    from fastsim.kernels.codes import TIMING_142, TIMING_161
 
     return TIMING_161 if check_version(version) == "1.6.1" else TIMING_142

@@ -23,7 +23,7 @@ numbers the requests of a synthetic workload of single turns from 1 (their ``uui
 
 The inputs are per-request columns of the report's request table (``Report._req``): the rank
 (``worker_idx``), first admission time and reuse, the readmission log of the loop
-(``readmit_row``, ``readmit_reused``, ``readmit_stage``, ``readmit_ms``: ``kernels/scheduler.py``)
+(``readmit_row``, ``readmit_reused``, ``readmit_stage``, ``readmit_ms``: ``kernels/admission.py``)
 and the kv_router's figures (``route_*``: ``kernels/router.py``).
 """
 
@@ -33,7 +33,7 @@ import json
 
 import numpy as np
 
-# scheduler stages (kernels/scheduler.py): the pool of a readmission
+# scheduler stages (kernels/codes.py): the pool of a readmission
 _STAGE_POOL = {0: "agg", 1: "prefill", 2: "decode"}
 
 _ROUTE = ('{"pool":"%s","outcome":"%s","queue_entered_at_ms":%s,"released_at_ms":%s,'

@@ -24,19 +24,19 @@ class InvariantError(FastsimError):
 
 
 def check(st, engine) -> None:
-    """Raise :class:`InvariantError` if the final state ``st`` (sim._State) breaks an invariant."""
+    """Raise :class:`InvariantError` if the final state ``st`` (``state.SimState``) breaks an invariant."""
     from fastsim.kernels.kvpool import NACTIVE, NFREE, NINACTIVE
     from fastsim.kernels.loop import NDONE
-    from fastsim.kernels.scheduler import COMPLETED, REJECTED
+    from fastsim.kernels.codes import COMPLETED, REJECTED
 
     bad = []
-    rq = st.rq
+    rq = st.requests
     status = rq.status
     if not np.isin(status, (COMPLETED, REJECTED)).all():
         rows = np.flatnonzero(~np.isin(status, (COMPLETED, REJECTED)))
         bad.append(f"{rows.size} requests did not terminate (first row {rows[0]})")
-    if int(st.cl.state[NDONE]) != rq.isl.shape[0]:
-        bad.append(f"{int(st.cl.state[NDONE])} terminal events for {rq.isl.shape[0]} requests")
+    if int(st.cluster.state[NDONE]) != rq.isl.shape[0]:
+        bad.append(f"{int(st.cluster.state[NDONE])} terminal events for {rq.isl.shape[0]} requests")
     done = status == COMPLETED
     mml = int(engine.max_model_len or 0)
     full = rq.generated == rq.osl
@@ -76,10 +76,10 @@ def check(st, engine) -> None:
         bad.append("a free KV slot is still registered")
     if (meta[:, NACTIVE] != 0).any():
         bad.append(f"KV blocks still active after the run on ranks {np.flatnonzero(meta[:, NACTIVE])[:5].tolist()}")
-    gstate = st.fl.gstate
-    dp = st.cl.dp
+    gstate = st.fleet.gstate
+    dp = st.cluster.dp
     dead = np.repeat(np.isin(gstate, (4, 5)), dp)
-    if (dead & ((st.rk.n_run > 0) | (st.rk.n_wait > 0))).any():
+    if (dead & ((st.ranks.n_run > 0) | (st.ranks.n_wait > 0))).any():
         bad.append("a retired or cancelled worker holds requests")
     if bad:
         raise InvariantError("invariant violated: " + "; ".join(bad))

@@ -15,13 +15,12 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from fastsim.errors import FastsimWarning
+from fastsim.kernels.codes import (OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_IN_FLIGHT, OUTCOME_NOT_ARRIVED,
+                                   OUTCOME_REJECTED)
 from fastsim.trace_checks import row_name
 
 __all__ = ["LostGroup", "LostRequestsWarning", "account", "warn"]
 
-# report status codes (fastsim.report): 0 never arrived, 1 in flight, 2 completed, 3 rejected,
-# 4 failed (disaggregated)
-_NOT_ARRIVED, _IN_FLIGHT, _COMPLETED, _REJECTED, _FAILED = 0, 1, 2, 3, 4
 
 
 class LostRequestsWarning(FastsimWarning):
@@ -75,7 +74,7 @@ def account(report, workload, engines, max_sim_time_ms: Optional[float] = None,
     aggregated run, " (prefill pool)" / " (decode pool)" for a disaggregated one);
     ``decode_engine``: the decode pool's engine args, for failed hand-offs."""
     status = np.asarray(report._req["status"])
-    lost = np.flatnonzero(status != _COMPLETED)
+    lost = np.flatnonzero(status != OUTCOME_COMPLETED)
     if lost.size == 0:
         return []
     isl = np.asarray(workload.isl)
@@ -86,11 +85,11 @@ def account(report, workload, engines, max_sim_time_ms: Optional[float] = None,
         groups[reason] = [1, row] if g is None else [g[0] + 1, g[1]]
 
     st = status[lost]
-    rejected = lost[st == _REJECTED]
+    rejected = lost[st == OUTCOME_REJECTED]
     if rejected.size:
         for row, reason in zip(rejected.tolist(), _rejection_reasons(rejected, isl, engines)):
             add(reason, row)
-    failed = lost[st == _FAILED]
+    failed = lost[st == OUTCOME_FAILED]
     if failed.size:
         if decode_engine is not None:
             bs, cap = int(decode_engine.block_size), int(decode_engine.num_gpu_blocks)
@@ -101,8 +100,8 @@ def account(report, workload, engines, max_sim_time_ms: Optional[float] = None,
         groups[reason] = [int(failed.size), int(failed[0])]
     cap = "the --max-sim-time-seconds cap" if max_sim_time_ms is not None else "the end of the run"
     cap_ms = f" ({max_sim_time_ms:g} ms)" if max_sim_time_ms is not None else ""
-    for code, reason in ((_NOT_ARRIVED, f"never arrived before {cap}{cap_ms}"),
-                         (_IN_FLIGHT, f"unfinished (in flight) at {cap}{cap_ms}")):
+    for code, reason in ((OUTCOME_NOT_ARRIVED, f"never arrived before {cap}{cap_ms}"),
+                         (OUTCOME_IN_FLIGHT, f"unfinished (in flight) at {cap}{cap_ms}")):
         rows = lost[st == code]
         if rows.size:
             groups[reason] = [int(rows.size), int(rows[0])]

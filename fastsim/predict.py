@@ -490,9 +490,9 @@ def replay_coverage(report, captured: bool) -> dict:
     many (one per request that reached a terminal state)."""
     import numpy as np
 
-    from fastsim.report import COMPLETED
+    from fastsim.kernels.codes import OUTCOME_COMPLETED
 
-    n = int(np.count_nonzero(np.asarray(report._req["status"]) >= COMPLETED)) if captured else 0
+    n = int(np.count_nonzero(np.asarray(report._req["status"]) >= OUTCOME_COMPLETED)) if captured else 0
     return {"capture_per_request": bool(captured), "capture_planner_details": False, "per_request_records": n}
 
 

@@ -36,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fastsim.kernels.codes import OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT, OUTCOME_NOT_ARRIVED
 from fastsim.kernels.stats import (PERCENTILES, dd_insert_many_nb, dd_new_hist, dd_percentile_nb,
                                    nearest_rank)
 
 STATUS_NAMES = ("pending", "in_flight", "completed", "rejected", "failed")
-COMPLETED, REJECTED, FAILED = 2, 3, 4
 
 _STAT_NAMES = ("mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std")
 _DIST_PREFIXES = (("ttft", "_ms"), ("ttst", "_ms"), ("tpot", "_ms"), ("itl", "_ms"),
@@ -251,7 +251,7 @@ def build_report(req, gaps, meta):
     worker) and ``disaggregated``.
     """
     status = np.asarray(req["status"]).astype(np.int8, copy=False)
-    comp = status == COMPLETED
+    comp = status == OUTCOME_COMPLETED
     arr = np.asarray(req["arrival_ms"], dtype=np.float64)
     term = np.asarray(req["terminal_ms"], dtype=np.float64)
     out_len = np.asarray(req["output_length"], dtype=np.int64)
@@ -278,7 +278,7 @@ def build_report(req, gaps, meta):
     dg = int(meta.get("decode_gpus_per_worker") or 0)
 
     s = {
-        "num_requests": int(np.count_nonzero(status != 0)),
+        "num_requests": int(np.count_nonzero(status != OUTCOME_NOT_ARRIVED)),
         "completed_requests": completed,
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
@@ -530,7 +530,7 @@ class Report:
             n = status.shape[0]
             names = np.array(STATUS_NAMES, dtype=object)
             term = names[status].copy()
-            term[status <= 1] = None
+            term[status <= OUTCOME_IN_FLIGHT] = None
             data = {}
             for name, kind in JSONL_FIELDS:
                 if kind == "z" or (kind == "S" and cols[name] is None):
@@ -569,7 +569,7 @@ class Report:
         """
         cols = self._columns()
         status = np.asarray(self._req["status"]).astype(np.int64)
-        rows = np.nonzero(status >= COMPLETED)[0]
+        rows = np.nonzero(status >= OUTCOME_COMPLETED)[0]
         agentic = self._req.get("agentic_texts")
         if agentic is None:
             rows = rows[np.lexsort((rows, cols["arrival_time_ms"][rows]))]

@@ -5,7 +5,7 @@ A sweep runs many configurations of the same trace in each worker process; betwe
 engine and cluster settings change. While reuse is on (:func:`enable`, or :func:`during` for a
 block), ``workload.load_trace`` hands every configuration the same :class:`~fastsim.workload.Workload`
 for the same file (the key holds its path, size, modification time and inode, and the reading
-options) and issues the warnings its reading gave again; ``sim._block_keys`` keeps a shared
+options) and issues the warnings its reading gave again; ``state.block_keys`` keeps a shared
 Workload's block keys per engine block size; ``perf.load_perf_model`` keeps the timing tables of a
 file. The simulation only reads these arrays (they are inputs of the loop), so sharing them
 changes no result. Reuse is off unless a sweep turns it on: a user's own calls get fresh objects,

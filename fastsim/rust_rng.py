@@ -27,11 +27,9 @@ Known-answer tests live in ``tests/test_rust_rng.py``.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from fastsim.kernels.jit import compiled
+from fastsim.kernels.rng_draws import canon_u32_nb, exp_arrivals_nb, exp_gaps_nb
 
 __all__ = [
     "seed_from_u64",
@@ -196,40 +194,13 @@ class StdRng:
         return int(result)
 
 
-@compiled(_nrt=False, error_model="python", no_cfunc_wrapper=False)
-def _exp_arrivals(x, mean_ms, out):  # pragma: no cover - numba
-    # Rust's f64::ln is libm's log; numba's math.log is the same call (numpy's SIMD log is not:
-    # it differs in the last bit for ~0.3% of inputs).
-    t = 0.0
-    out[0] = 0.0
-    for i in range(x.shape[0]):
-        u = 1.0 - float(x[i] >> np.uint64(11)) * 1.1102230246251565e-16
-        if u < 2.2250738585072014e-308:
-            u = 2.2250738585072014e-308
-        elif u > 1.0:
-            u = 1.0
-        t += -mean_ms * math.log(u)
-        out[i + 1] = t
-
-
-@compiled(_nrt=False, error_model="python", no_cfunc_wrapper=False)
-def _exp_gaps(x, mean_ms, out):  # pragma: no cover - numba
-    for i in range(x.shape[0]):
-        u = 1.0 - float(x[i] >> np.uint64(11)) * 1.1102230246251565e-16
-        if u < 2.2250738585072014e-308:
-            u = 2.2250738585072014e-308
-        elif u > 1.0:
-            u = 1.0
-        out[i] = -mean_ms * math.log(u)
-
-
 def poisson_gaps_ms(rng: StdRng, mean_ms: float, n: int) -> np.ndarray:
     """``n`` of Dynamo's exponential gaps (``sample_exponential_ms``):
     ``-mean * ln((1 - random::<f64>()).clamp(f64::MIN_POSITIVE, 1.0))``, one ``next_u64`` each."""
     if mean_ms == 0.0:
         return np.zeros(n, dtype=np.float64)
     out = np.empty(n, dtype=np.float64)
-    _exp_gaps(rng.next_u64_array(n), float(mean_ms), out)
+    exp_gaps_nb(rng.next_u64_array(n), float(mean_ms), out)
     return out
 
 
@@ -240,34 +211,8 @@ def poisson_arrivals_ms(seed: int, mean_ms: float, count: int) -> np.ndarray:
     ``--arrival-seed`` is the seed, unmixed)."""
     out = np.zeros(count, dtype=np.float64)
     if count > 1 and mean_ms != 0.0:
-        _exp_arrivals(StdRng(seed).next_u64_array(count - 1), float(mean_ms), out)
+        exp_arrivals_nb(StdRng(seed).next_u64_array(count - 1), float(mean_ms), out)
     return out
-
-
-@compiled(_nrt=False, error_model="python", no_cfunc_wrapper=False)
-def _canon_u32(words, n, out):  # pragma: no cover - numba
-    # rand 0.9 UniformInt<u32>::sample_single_inclusive (Canon's method); returns words used or -1
-    n64 = np.uint64(n)
-    neg = np.uint64((np.uint64(1) << np.uint64(32)) - n64)  # (-n) mod 2^32 for 1 <= n <= 2^32 - 1
-    m32 = np.uint64(0xFFFFFFFF)
-    pos = 0
-    nw = words.shape[0]
-    for i in range(out.shape[0]):
-        if pos >= nw:
-            return -1
-        prod = np.uint64(words[pos]) * n64
-        pos += 1
-        result = prod >> np.uint64(32)
-        lo = prod & m32
-        if lo > neg:
-            if pos >= nw:
-                return -1
-            new_hi = (np.uint64(words[pos]) * n64) >> np.uint64(32)
-            pos += 1
-            if lo + new_hi > m32:
-                result += np.uint64(1)
-        out[i] = np.int64(result)
-    return pos
 
 
 def random_range_u32_array(rng: StdRng, n: int, count: int) -> np.ndarray:
@@ -282,7 +227,7 @@ def random_range_u32_array(rng: StdRng, n: int, count: int) -> np.ndarray:
     extra = 64
     while True:
         words = probe._words(count + extra)
-        used = _canon_u32(words, n, out)
+        used = canon_u32_nb(words, n, out)
         if used >= 0:
             rng._words(used)  # advance the real generator by what was consumed
             return out

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from fastsim.errors import NotSupportedError
+from fastsim.kernels.codes import OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
 from fastsim.sglang_pages import page_keys_of
 
 # An admission whose KV allocation fails after the budget check passed is not reproduced exactly
@@ -640,7 +641,7 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
                 busy_until[g] = None
                 for row in pending.pop(g, []):
                     done += 1
-                    status[row] = 2
+                    status[row] = OUTCOME_COMPLETED
                     nt = next_turn.get(row)
                     if nt is not None:
                         s = int(workload.session[nt])
@@ -655,7 +656,7 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
             dp_next[g] = (k + 1) % dp
             rid = g * dp + k
             cols["arrival_ms"][row] = now
-            status[row] = 1
+            status[row] = OUTCOME_IN_FLIGHT
             rank_of[row] = rid
             ranks[rid].waiting.append(make_req(row))
         # 3. drive idle groups
@@ -722,6 +723,6 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
         "worker_idx": rank_of,
         "preemptions": np.zeros(n, np.int64),
     })
-    term = cols["terminal_ms"][status == 2]
+    term = cols["terminal_ms"][status == OUTCOME_COMPLETED]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
     return cols, np.asarray(gaps), committed[0], worker_seconds

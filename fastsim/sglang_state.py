@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastsim.kernels.radix import new_radix
-from fastsim.kernels.sglang import SgRanks, SgReqs, SgScratch
+from fastsim.kernels.sglang import CNT_COMMITTED, CNT_HEAP, CNT_READMISSIONS, SgRanks, SgReqs, SgScratch
 from fastsim.kernels.stats import dd_new_hist
 
 
@@ -63,7 +63,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     # the arrival heap starts as every session's first turn, in (time, session, turn) order
     order = np.lexsort((tie[first], ready[first]))
     heap[:first.shape[0]] = first[order]
-    s.cnt[0] = first.shape[0]
+    s.cnt[CNT_HEAP] = first.shape[0]
     t = new_radix(n_ranks, cfg.total_pages)
     return q, pr, fp, s, t, k
 
@@ -88,9 +88,9 @@ def columns(q, s, num_workers, dp):
                      f"{name}_min": float(g[off + 3]) if cnt else 0.0,
                      f"{name}_max": float(g[off + 4]) if cnt else 0.0, f"{name}_shift": float(g[off + 5]),
                      f"{name}_hist": hist})
-    m = int(s.cnt[7])
+    m = int(s.cnt[CNT_READMISSIONS])
     order = np.argsort(s.rlog_row[:m], kind="stable")
     cols["preemptions"] = np.bincount(s.rlog_row[:m], minlength=n).astype(np.int64)
     cols.update(readmit_row=s.rlog_row[:m][order], readmit_ms=s.rlog_ms[:m][order],
                 readmit_reused=s.rlog_reused[:m][order], readmit_stage=np.zeros(m, np.int64))
-    return cols, gaps, int(s.cnt[3])
+    return cols, gaps, int(s.cnt[CNT_COMMITTED])

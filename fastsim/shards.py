@@ -32,6 +32,8 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim.errors import InputError
+from fastsim.run_config import RunConfig
+from fastsim.state import build_state, router_state, settle_unarrived
 
 # A split run costs about 2 ms more in a fresh process (each shard's own set-up, the thread, the
 # fold): on 4 workers of a 2-core guest, 20k requests took 7.5 ms unsplit and 8.0 split, 50k
@@ -127,7 +129,7 @@ def _sub_workload(workload, rows):
 
 
 class Results(NamedTuple):
-    """A split run's per-request results: the request-state columns ``sim._request_columns``
+    """A split run's per-request results: the request-state columns ``results.request_columns``
     reads, in the cluster's rows and ranks."""
 
     arrival: np.ndarray
@@ -295,12 +297,12 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
 
     Returns ``(status, results, gaps, fleet, worker_seconds, states, remaining)``: the loop's
     status (OK or DEAD_END), the per-request :class:`Results` and the pooled gap statistics in
-    the cluster's rows and groups (as ``sim._request_columns`` and ``sim._gap_columns`` take
-    them), a fleet record for ``sim._fleet_frame``, the cluster's worker-seconds, the shards'
+    the cluster's rows and groups (as ``results.request_columns`` and ``results.gap_columns`` take
+    them), a fleet record for ``results.fleet_frame``, the cluster's worker-seconds, the shards'
     final states (for the invariant checks) and the requests left in flight (a dead end)."""
-    from fastsim import sim
     from fastsim.dynamo_version import timing_rules
-    from fastsim.kernels.loop import DEAD_END, NDONE, NARRIVED, NTICKS, OK, TICKS_FULL, run_loop_nb
+    from fastsim.kernels.codes import DEAD_END, OK, TICKS_FULL
+    from fastsim.kernels.loop import NDONE, NARRIVED, NTICKS, run_loop_nb
 
     n = int(workload.isl.shape[0])
     fold = _TickFold(k, num_workers)
@@ -315,40 +317,41 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
         # the request state of a shard in a thread is mapped by its own loop, page by page (it
         # has time to spare: the calling thread's shard starts last); the calling thread's own
         # is mapped here, in huge pages
-        states[s] = sim._build_state(sub, engine, n_workers[s], n_workers[s], dp, None, None, False,
-                                     [], None, None, steady_decode, light_ticks, tick_log=log,
-                                     timing_rules=timing_rules(version),
-                                     huge_pages=s == k - 1)
+        run = RunConfig(num_workers=n_workers[s], worker_rows=n_workers[s], dp=dp, steady_decode=steady_decode,
+                        light_ticks=light_ticks, timing_rules=timing_rules(version), tick_log=log,
+                        huge_pages=s == k - 1)
+        states[s] = build_state(sub, engine, run)
 
     def run(s):
         try:
             st = states[s]
-            rt = sim._router_state("round_robin", None, st.params, st.n, n_workers[s] * dp,
-                                   n_workers[s], 1, seed)
+            rt = router_state("round_robin", None, st.params, st.n_requests, n_workers[s] * dp,
+                              n_workers[s], 1, seed)
             out = np.zeros(4)
+            (params, perf, pool, requests, ranks, sessions, cluster, gaps, fleet, scratch) = st.tables()
             while True:
-                status = run_loop_nb(st.params, st.perf, st.pool, st.rq, st.rk, st.ss, st.cl,
-                                     st.gaps, rt, st.fl, st.pa, out)
+                status = run_loop_nb(params, perf, pool, requests, ranks, sessions, cluster, gaps, rt, fleet,
+                                     scratch, out)
                 if status != TICKS_FULL:
                     break
-                fold.offer(s, st.cl.tlog[:int(st.cl.state[NTICKS])].copy(), False, fold=s < k - 1)
-                st.cl.state[NTICKS] = 0
+                fold.offer(s, st.cluster.tlog[:int(st.cluster.state[NTICKS])].copy(), False, fold=s < k - 1)
+                st.cluster.state[NTICKS] = 0
             if status not in (OK, DEAD_END):
                 raise RuntimeError(f"shard {s} of a split run stopped with status {status}")
-            sim.settle_unarrived(st.rq, int(st.cl.state[NARRIVED]))
-            m = st.n
-            last = st.cl.tlog[:int(st.cl.state[NTICKS])].copy()
+            settle_unarrived(st.requests, int(st.cluster.state[NARRIVED]))
+            m = st.n_requests
+            last = st.cluster.tlog[:int(st.cluster.state[NTICKS])].copy()
             if s < k - 1:
                 with scatter_lock:  # (the shards' rows interleave: one shard writes at a time)
-                    _scatter(dst, st.rq, rows[s], rank_map[s], 0, m)
+                    _scatter(dst, st.requests, rows[s], rank_map[s], 0, m)
                 fold.offer(s, last, True)
             else:
                 with scatter_lock:
                     # the last shard (usually the last to finish) shares its rows with a helping
                     # shard: posted before its last ticks, as a helper stops once all are done
-                    half = fold.post(lambda: _scatter(dst, st.rq, rows[s], rank_map[s], 0, m // 2))
+                    half = fold.post(lambda: _scatter(dst, st.requests, rows[s], rank_map[s], 0, m // 2))
                     fold.offer(s, last, True, fold=False)
-                    _scatter(dst, st.rq, rows[s], rank_map[s], m // 2, m)
+                    _scatter(dst, st.requests, rows[s], rank_map[s], m // 2, m)
                     fold.finish(half)
             results[s] = status
             if s < k - 1:
@@ -360,7 +363,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
                 fold.cond.notify_all()
 
     # the per-request results in the cluster's rows, as the unsplit loop leaves them in its
-    # request state (``sim._request_columns`` reads them): each shard writes its rows when its
+    # request state (``results.request_columns`` reads them): each shard writes its rows when its
     # loop ends, the first ones while the others still run, and so maps their pages (small
     # pages: a huge page the host has taken back can take 5-7 ms to come, ``fastsim/arena.py``,
     # and a thread cannot time its faults and fall back; mapped here instead, they cost the
@@ -405,7 +408,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
         w = n_workers[s]
         for name in ("itl", "itl_n", "otpu", "otpu_n"):
             getattr(gaps, name)[s::k] = getattr(st.gaps, name)[:w]
-        fleet.gstate[s::k] = st.fl.gstate[:w]
-        fleet.passes[s::k] = st.fl.passes[:w]
-    remaining = sum(int(st.cl.state[NARRIVED] - st.cl.state[NDONE]) for st in states)
+        fleet.gstate[s::k] = st.fleet.gstate[:w]
+        fleet.passes[s::k] = st.fleet.passes[:w]
+    remaining = sum(int(st.cluster.state[NARRIVED] - st.cluster.state[NDONE]) for st in states)
     return status, dst, gaps, fleet, ws, states, remaining

@@ -10,18 +10,11 @@ from fastsim import arena
 from fastsim.errors import InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.workload import session_labels
-from fastsim.sim import (
-    in_flight_with_gaps,
-    max_tokens,
-    _block_keys,
-    _engine_params,
-    _gap_columns,
-    _load_kernels,
-    _requests,
-    _router_state,
-    check_memory,
-    settle_unarrived,
-)
+from fastsim.results import fleet_frame, gap_columns, in_flight_with_gaps, readmission_columns
+from fastsim.run_config import check_schedule, history_kept, readmission_log_size, worker_rows
+from fastsim.sim import load_kernels, check_memory
+from fastsim.state import (block_keys, engine_params, max_tokens, request_table, router_state, session_table,
+                           settle_unarrived)
 from fastsim.dead_end import dead_end_error
 from fastsim.trace_checks import check_workload
 
@@ -84,10 +77,12 @@ def simulate_disagg(
     args = dict(locals())
     from fastsim.dynamo_version import check_version, timing_rules
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
-    from fastsim.kernels.heap import new_tourney
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.loop import _PH, DEAD_END, NARRIVED, NDONE, SIM_CAP, Cluster, make_sessions, new_gaps
-    from fastsim.kernels.scheduler import COMPLETED, DECODE, FAILED, NOT_ARRIVED, PREFILL, REJECTED, make_ranks, make_pass_acc
+    from fastsim.kernels.codes import (COMPLETED, DEAD_END, DECODE, FAILED, NOT_ARRIVED, OUTCOME_FAILED,
+                                       OUTCOME_IN_FLIGHT, PREFILL, REJECTED, SIM_CAP, outcome_of)
+    from fastsim.kernels.fleet import make_fleet
+    from fastsim.kernels.loop import NARRIVED, NDONE, make_cluster, new_gaps
+    from fastsim.kernels.rank_state import COMMITTED_TOKENS, READMISSIONS, make_pass_acc, make_ranks
     from fastsim.perf import engine_perf_model
     from fastsim.report import build_report
     from fastsim.router_config import RouterConfig
@@ -109,58 +104,44 @@ def simulate_disagg(
         raise InputError(f"prefill_engine_args: kv_transfer_bandwidth is {bw!r}; it must be > 0 (GB/s)")
 
     from fastsim.history import identity_columns
-    from fastsim.sim import _history_kept, _readmission_log_size, readmission_columns
 
-    history = _history_kept(dynamo_version)
+    history = history_kept(dynamo_version)
     if _readmission_log is None:
-        _readmission_log = _readmission_log_size(workload) if history else 0
+        _readmission_log = readmission_log_size(workload) if history else 0
     schedules = _pool_schedules(scaling_schedule)
     P0, D0 = int(num_prefill_workers), int(num_decode_workers)
-    P, D = _capacity(P0, schedules["prefill"]), _capacity(D0, schedules["decode"])
+    P, D = worker_rows(P0, schedules["prefill"], None, None), worker_rows(D0, schedules["decode"], None, None)
     version = check_version(dynamo_version)
     check_workload(workload)
     check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
                  num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],
                  pools=[(prefill_engine, P), (decode_engine, D)], kernels_loaded=_LOADED)
-    _load_disagg_kernels()
+    load_disagg_kernels()
     t0 = time.perf_counter()
-    pp = _engine_params(prefill_engine, PREFILL, steady_decode, light_ticks, timing_rules(version))
-    pd = _engine_params(decode_engine, DECODE, steady_decode, light_ticks, timing_rules(version))
+    pp = engine_params(prefill_engine, PREFILL, steady_decode, light_ticks, timing_rules(version))
+    pd = engine_params(decode_engine, DECODE, steady_decode, light_ticks, timing_rules(version))
     n = int(workload.isl.shape[0])
     bs = pp.block_size
     # each pool shares prompt blocks only if its own prefix caching is on
-    keys_p = _block_keys(workload, bs, pp.caching)
-    keys_d = keys_p if pd.caching == pp.caching else _block_keys(workload, bs, pd.caching)
+    keys_p = block_keys(workload, bs, pp.caching)
+    keys_d = keys_p if pd.caching == pp.caching else block_keys(workload, bs, pd.caching)
     # Dynamo 1.4.2 replays a flat synthetic request list through a path whose prefill copy
     # generates one token (V06 reproduces only so); trace and session workloads run the copy for
     # the full output length (cluster doc C5). Dynamo 1.6.1's prefill copy generates one token
     # for every workload (docs/decisions/0025).
     one_token = version == "1.6.1" or _flat_synthetic(workload)
     osl_p = np.minimum(workload.osl, 1) if one_token else None
-    rq_p = _requests(workload, *keys_p, bs, osl_p)
-    rq_d = _requests(workload, *keys_d, bs)
+    rq_p = request_table(workload, *keys_p, bs, osl_p)
+    rq_d = request_table(workload, *keys_d, bs)
 
     def ranks(m, cap, budget):
         return make_ranks(m, bs, cap, budget)
 
     concurrency = int(replay_concurrency or 0)
-    ss = make_sessions(workload, concurrency)
+    ss = session_table(workload, concurrency)
     G = P + D
-    ctree, cdue = new_tourney(G)
-    ptree, pdue = new_tourney(G)
-    cl = Cluster(
-        dp=1, concurrency=concurrency, single_path=False,
-        max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
-        busy=np.zeros(G, np.bool_), stalled=np.zeros(G, np.bool_),
-        pend_head=np.full(G, -1, np.int32), pend_tail=np.full(G, -1, np.int32),
-        wctr=np.zeros(G, np.int64), ctree=ctree, cdue=cdue, dirty=np.zeros(G, np.bool_),
-        dlist=np.zeros(G + 1, np.int64), dwork=np.zeros(G, np.int64), last_stamp=np.full(G, np.nan),
-        pass_commit=np.zeros(G, np.int64),
-        state=np.zeros(7, np.int64), light=np.zeros(G, np.int64),
-        # phantom events: the pass ends of decode workers' steady runs (kernels/disagg.py)
-        ph=np.zeros(G * _PH), ph_head=np.zeros(G, np.int64), ph_n=np.zeros(G, np.int64),
-        ptree=ptree, pdue=pdue, tlog=np.zeros(0),
-    )
+    # (the phantom events are the pass ends of decode workers' steady runs: kernels/disagg.py)
+    cl = make_cluster(G, 1, concurrency, False, max_sim_time_ms)
     gaps = new_gaps(G, skip=gap_skip)
     cfg = RouterConfig.coerce(router_config)
     cfg_p, cfg_d = stage_router_configs(cfg)
@@ -169,9 +150,9 @@ def simulate_disagg(
             "router_queue_threshold in disaggregated replay is not supported yet by fastsim for Dynamo "
             "1.6.1 (its prefill router releases a queued request with the cache overlaps it saw at the "
             "arrival, docs/decisions/0262); it is for --dynamo-version 1.4.2")
-    rt_p = _router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history, queue_overlaps=True)
-    rt_d = _router_state(router_mode, cfg_d, pd, n, D, G, 1024, seed + 1)
-    rt_none = _router_state("round_robin", None, pd, 0, 1, G, 1, 0)
+    rt_p = router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history, queue_overlaps=True)
+    rt_d = router_state(router_mode, cfg_d, pd, n, D, G, 1024, seed + 1)
+    rt_none = router_state("round_robin", None, pd, 0, 1, G, 1, 0)
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     emit_cap = max(pp.max_seqs, pd.max_seqs) if n else 1
     emit_cap = int(min(emit_cap, max(n, 1))) + 1
@@ -203,16 +184,16 @@ def simulate_disagg(
         st=np.zeros(4, np.int64),
     )
     out = np.zeros(4)
-    fl_p = _fleet(P0, P, prefill_engine, schedules["prefill"])
-    fl_d = _fleet(D0, D, decode_engine, schedules["decode"])
+    fl_p = make_fleet(P, P0, prefill_engine.startup_time, schedule=schedules["prefill"])
+    fl_d = make_fleet(D, D0, decode_engine.startup_time, schedule=schedules["decode"])
     rk_p, rk_d = ranks(P, pp.cap, pp.budget), ranks(D, pd.cap, pd.budget)
     status = run_disagg_nb(pp, pd, engine_perf_model(prefill_engine),
                            engine_perf_model(decode_engine),
                            make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,
                            ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
-    if history and int(pa.alog_n[0]) > _readmission_log:
+    if history and int(pa.alog_n[READMISSIONS]) > _readmission_log:
         # more readmissions than the log holds: run again with room for every one of them
-        return simulate_disagg(**dict(args, _readmission_log=int(pa.alog_n[0])))
+        return simulate_disagg(**dict(args, _readmission_log=int(pa.alog_n[READMISSIONS])))
     settle_unarrived(rq_p, int(cl.state[NARRIVED]))
     settle_unarrived(rq_d, int(cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0
@@ -226,9 +207,8 @@ def simulate_disagg(
         if left.any():
             return simulate_disagg(**dict(args, steady_decode=False, gap_skip=left))
     st = rq_d.status
-    status_col = np.select(
-        [st == COMPLETED, st == REJECTED, st == FAILED, (st == NOT_ARRIVED) & (rq_p.status == NOT_ARRIVED)],
-        [2, 3, 4, 0], 1).astype(np.int8)
+    status_col = outcome_of(st, failed=True)
+    status_col[(st == NOT_ARRIVED) & (rq_p.status != NOT_ARRIVED)] = OUTCOME_IN_FLIGHT  # in transfer
     req = {
         "arrival_ms": rq_p.arrival,
         "first_admit_ms": rq_p.first_admit,
@@ -262,7 +242,7 @@ def simulate_disagg(
     if labels is not None:
         req["session_id"], req["turn_index"] = labels
     # a request that failed at the handoff has no decode worker
-    req["worker_idx"] = np.where(status_col == 4, -1, req["worker_idx"])
+    req["worker_idx"] = np.where(status_col == OUTCOME_FAILED, -1, req["worker_idx"])
     if history:
         # Dynamo 1.6.1 writes a routed pool's overlap as 0 under round robin (1.4.2: null), and
         # the requested output length of the request, not of its prefill copy
@@ -276,10 +256,10 @@ def simulate_disagg(
             req["route_selected_blocks"] = np.where(dg.route_overlap >= 0, dg.route_overlap // bs, -1)
             req["route_best_blocks"] = rt_p.best.astype(np.int64)
             req["route_released_ms"] = rt_p.released.copy()
-    committed = int(rk_p.seqc[5] + rk_d.seqc[5])
+    committed = int(rk_p.counters[COMMITTED_TOKENS] + rk_d.counters[COMMITTED_TOKENS])
     if status == SIM_CAP:  # a pass in flight at the cap has not committed its prompt tokens yet
         committed -= int(cl.pass_commit[cl.last_stamp > out[2]].sum())
-    report = build_report(req, _gap_columns(gaps), {
+    report = build_report(req, gap_columns(gaps), {
         "num_workers": P0 + D0,
         "single_path": False,
         "decode_worker_seconds": float(out[1]),
@@ -295,10 +275,8 @@ def simulate_disagg(
     def fleet():
         import pandas as pd
 
-        from fastsim.sim import _fleet_frame
-
-        return pd.concat([_fleet_frame(fl_p).assign(pool="prefill"),
-                          _fleet_frame(fl_d).assign(pool="decode")], ignore_index=True)
+        return pd.concat([fleet_frame(fl_p).assign(pool="prefill"),
+                          fleet_frame(fl_d).assign(pool="decode")], ignore_index=True)
 
     report.fleet = fleet
     report.workers = None
@@ -307,8 +285,6 @@ def simulate_disagg(
 
 def _pool_schedules(schedule):
     """``{"prefill": [...], "decode": [...]}`` -> validated lists (missing keys: no scaling)."""
-    from fastsim.sim import _check_schedule
-
     if schedule is None:
         return {"prefill": [], "decode": []}
     if isinstance(schedule, str):
@@ -321,42 +297,13 @@ def _pool_schedules(schedule):
     if not isinstance(schedule, dict) or set(schedule) - {"prefill", "decode"}:
         raise InputError('a disaggregated scaling schedule is {"prefill": [[t_ms, workers], ...], '
                          '"decode": [...]} (either key may be left out)')
-    return {pool: _check_schedule(schedule.get(pool)) for pool in ("prefill", "decode")}
-
-
-def _capacity(n0, schedule):
-    """Worker rows a pool needs: its initial workers plus every scale-up step."""
-    cap, cur = n0, n0
-    for _, target in schedule:
-        cap += max(0, target - cur)
-        cur = target
-    return cap
-
-
-def _fleet(n0, cap, engine, schedule):
-    from fastsim.kernels.fleet import ACTIVE, Fleet
-
-    gstate = np.zeros(cap, dtype=np.int8)
-    gstate[:n0] = ACTIVE
-    fs = np.zeros(10, dtype=np.int64)
-    fs[:3] = n0
-    fs[7] = -1
-    return Fleet(
-        startup_ms=float(engine.startup_time) * 1000.0 if engine.startup_time else 0.0,
-        planner_ms=0.0, tel_ms=0.0, gstate=gstate, ready_at=np.full(cap, np.inf),
-        passes=np.zeros(cap, dtype=np.int64), hold=np.zeros(cap, dtype=np.int64),
-        sched_t=np.array([t for t, _ in schedule], dtype=np.float64),
-        sched_n=np.array([c for _, c in schedule], dtype=np.int64),
-        tel_t=np.zeros(0), tel_w=np.zeros(0, np.int32), tel_run=np.zeros(0, np.int32),
-        tel_wait=np.zeros(0, np.int32), tel_kv=np.zeros(0, np.int32), tel_cached=np.zeros(0, np.int32),
-        tel_passes=np.zeros(0, np.int64), fs=fs, ff=np.zeros(4),
-    )
+    return {pool: check_schedule(schedule.get(pool)) for pool in ("prefill", "decode")}
 
 
 _LOADED = False
 
 
-def _load_disagg_kernels():
+def load_disagg_kernels():
     """Load the disaggregated loop once per process, outside the timed region (see sim.py)."""
     global _LOADED
     if _LOADED:
@@ -373,7 +320,7 @@ def _load_disagg_kernels():
                          "(first run only; later runs load them from the cache; 'fastsim warmup' "
                          "does it ahead)\n")
         sys.stderr.flush()
-    _load_kernels()
+    load_kernels()
     simulate_disagg(synthetic(16, 2, 1, arrival_interval_ms=1.0),
                     EngineArgs(block_size=16, worker_type="prefill"),
                     EngineArgs(block_size=16, worker_type="decode"))

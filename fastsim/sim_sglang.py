@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from fastsim.errors import NotSupportedError
+from fastsim.kernels.codes import ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
 
 
 def _not_yet(what: str) -> NotSupportedError:
@@ -48,7 +49,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     perf = engine_perf_model(engine)
     if not reference:
         from fastsim import sglang_state
-        from fastsim.kernels.sglang import ADMIT_OOM, DEAD_END, DP_PRESSURE, run_sglang_nb
+        from fastsim.kernels.sglang import CNT_READMISSIONS, run_sglang_nb
 
         state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
                                    float(engine.decode_speedup_ratio))
@@ -65,9 +66,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     else:
         q, pr, fp, s, t, k = state
         status = run_sglang_nb(q, pr, fp, s, t, k, perf)
-        if status == 0 and s.cnt[7] > s.rlog_row.shape[0]:  # more readmissions than the log held
+        if status == OK and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
             q, pr, fp, s, t, k = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
-                                                    float(engine.decode_speedup_ratio), int(s.cnt[7]))
+                                                    float(engine.decode_speedup_ratio), int(s.cnt[CNT_READMISSIONS]))
             status = run_sglang_nb(q, pr, fp, s, t, k, perf)
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
@@ -77,7 +78,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             raise _dead_end(workload, q, cfg)
         cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp)
     wall_ms = (time.perf_counter() - t0) * 1000.0
-    term = cols["terminal_ms"][cols["status"] == 2]
+    term = cols["terminal_ms"][cols["status"] == OUTCOME_COMPLETED]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
     single = num_workers == 1 and dp == 1
     from fastsim.history import identity_columns
@@ -97,8 +98,8 @@ def _dead_end(workload, q, cfg):
 
     from fastsim.errors import InputError
 
-    stuck = np.flatnonzero(q.status == 1)
-    blocked = np.flatnonzero((q.status == 1) & np.isnan(q.first_admit))
+    stuck = np.flatnonzero(q.status == OUTCOME_IN_FLIGHT)
+    blocked = np.flatnonzero((q.status == OUTCOME_IN_FLIGHT) & np.isnan(q.first_admit))
     where = ""
     if blocked.shape[0]:
         r = int(blocked[np.argmin(q.arrival[blocked])])

@@ -35,9 +35,9 @@ def cached(kernel: str) -> bool:
 
 
 def _aggregated():
-    from fastsim.sim import _load_kernels
+    from fastsim.sim import load_kernels
 
-    _load_kernels()
+    load_kernels()
 
 
 def _trace_and_kv_router():
@@ -53,9 +53,9 @@ def _trace_and_kv_router():
 
 
 def _disaggregated():
-    from fastsim.sim_disagg import _load_disagg_kernels
+    from fastsim.sim_disagg import load_disagg_kernels
 
-    _load_disagg_kernels()
+    load_disagg_kernels()
 
 
 def _sglang():

@@ -42,33 +42,6 @@ class Graph(NamedTuple):
     next_play: np.ndarray  # int64[1]: the next play a freed lane takes
 
 
-def no_graph():
-    """The empty graph of an ordinary workload."""
-    z = np.zeros(0, dtype=np.int64)
-    f = np.zeros(0)
-    return Graph(lanes=0, play=z, ndeps=z, ready=f, rel=f, out_ptr=np.zeros(1, dtype=np.int64), out_row=z,
-                 out_delay=f, out_trigger=np.zeros(0, dtype=np.int8), play_ptr=np.zeros(1, dtype=np.int64),
-                 play_rows=z, left=z, start=f, settled=f, lane=z, next_play=np.zeros(1, dtype=np.int64))
-
-
-def make_graph(g):
-    """The loop's state of an :class:`fastsim.traces.graph.AgenticGraph` (fresh for each run)."""
-    n_plays = g.n_plays
-    nb = g.not_before_ms
-    if g.lanes:
-        rel = nb - g.play_root_min[g.play]  # from the play's start, less its earliest root
-    else:
-        rel = nb - nb.min()  # from the trace's earliest time
-    return Graph(
-        lanes=int(g.lanes), play=g.play.astype(np.int64), ndeps=g.ndeps.astype(np.int64).copy(),
-        ready=np.full(nb.shape[0], -np.inf), rel=np.asarray(rel, dtype=np.float64),
-        out_ptr=g.out_ptr, out_row=g.out_row, out_delay=g.out_delay, out_trigger=g.out_trigger,
-        play_ptr=g.play_ptr, play_rows=g.play_rows, left=np.diff(g.play_ptr).astype(np.int64),
-        start=np.full(n_plays, np.nan), settled=np.full(n_plays, np.nan),
-        lane=np.full(n_plays, -1, dtype=np.int64), next_play=np.zeros(1, dtype=np.int64),
-    )
-
-
 @inner
 def _push(ss, count, slot, r, t):
     ss.ready_at[r] = t

@@ -94,3 +94,70 @@ def prefetch_nb(typingctx, arr, idx):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# ----------------------------------------------------------------------------- a request's blocks
+# ----------------------------------------------------------------------------- blocks
+@inner
+def key_span(rq, r):
+    """(offset, count) of request ``r``'s content keys in ``rq.keys``. A workload without any
+    (unique prompts, or prefix caching off) gives (0, 0) without reading ``key_ptr`` (all zeros,
+    ``state.block_keys``): a fresh process then never maps its pages."""
+    if rq.keys.shape[0] == 0:
+        return np.int64(0), np.int64(0)
+    base = rq.key_ptr[r]
+    return base, rq.key_ptr[r + 1] - base
+
+@inner
+def stream_row_nb(rq, r):
+    """The row whose token stream request ``r``'s private blocks belong to (``Reqs.kid``)."""
+    if rq.kid.shape[0] == 0:
+        return r
+    s = rq.kid[r]
+    return s if s >= 0 else ~s
+
+@inner
+def carries_blocks_nb(rq, r):
+    """Does the session's next turn continue ``r``'s blocks (a growing stream, not its last turn)?"""
+    return rq.kid.shape[0] != 0 and rq.kid[r] < 0
+
+@inner
+def block_key_nb(rq, r, j):
+    """Identity of block ``j`` of request ``r``: content key for full prompt blocks, else unique.
+
+    Dynamo allocates every block outside a request's cached prefix as a new physical block; when
+    an equal block is already registered, the new one becomes a second copy of that key (cache
+    hits keep going to the first copy still alive; see ``kvpool``).
+    """
+    base, nkeys = key_span(rq, r)
+    if j < nkeys:
+        return rq.keys[base + j]
+    return unique_key_nb(stream_row_nb(rq, r), j)
+
+# Token counts to blocks. A hardware division costs tens of cycles and a pass makes a dozen of
+# them; with a power-of-two block size (the usual case) they are shifts and masks, which give the
+# same floor quotient and non-negative remainder for negative numbers too (two's complement).
+@inner
+def blocks_floor(p, x):
+    """``x // block_size``."""
+    if p.bshift >= 0:
+        return x >> p.bshift
+    return x // p.block_size
+
+@inner
+def blocks_ceil(p, x):
+    """Blocks that hold ``x`` tokens: ``ceil(x / block_size)``."""
+    return blocks_floor(p, x + p.block_size - 1)
+
+@inner
+def block_mod(p, x):
+    """``x % block_size`` (in ``[0, block_size)``)."""
+    if p.bshift >= 0:
+        return x & (p.block_size - 1)
+    return x % p.block_size
+
+@inner
+def fill_keys(rq, r, j0, j1, kbuf):
+    for j in range(j0, j1):
+        kbuf[j - j0] = block_key_nb(rq, r, j)
+    return j1 - j0

@@ -50,23 +50,32 @@ from fastsim.kernels.fleet import (
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
 from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
-from fastsim.kernels.loop import (
+from fastsim.kernels.codes import (
+    COMPLETED,
     DEAD_END,
-    NDONE,
+    FAILED,
+    HANDED,
+    KV_ROUTER,
     OK,
+    REJECTED,
     SIM_CAP,
-    _fill_prompt_keys,
-    _next_arrival,
-    _turns_follow,
+    TERM_HANDOFF,
+    TERM_REJECTED,
+    TIMING_161,
+)
+from fastsim.kernels.loop import (
+    NDONE,
+    fill_prompt_keys,
+    next_arrival,
+    turns_follow,
     pop_arrival_nb,
     run_ahead_nb,
     start_arrivals_nb,
     step_phantoms_nb,
-    _on_terminal,
-    _stamp_tokens,
+    on_terminal,
+    stamp_tokens,
 )
 from fastsim.kernels.router import (
-    KV_ROUTER,
     NQUEUE,
     all_busy_nb,
     choose_target_nb,
@@ -81,26 +90,18 @@ from fastsim.kernels.router import (
     release_prefill_nb,
     score_targets_nb,
 )
-from fastsim.kernels.scheduler import (
-    COMPLETED,
-    FAILED,
-    HANDED,
+from fastsim.kernels.admission import free_blocks_nb
+from fastsim.kernels.queues import arrive_nb, enqueue_waiting_nb
+from fastsim.kernels.rank_state import (
+    COMMITTED_TOKENS,
+    DIAG_LIGHT_ARRIVALS,
+    DIAG_LIGHT_TICKS,
     HANDED_FIRST,
     PREEMPTED_ANY,
     PROGRESS,
-    REJECTED,
-    TERM_HANDOFF,
-    TERM_REJECTED,
-    arrive_nb,
-    enqueue_waiting_nb,
-    free_blocks_nb,
-    materialize_nb,
-    rank_pass_nb,
-    steady_pass_ms,
-    steady_pass_nb,
-    steady_pass_ok,
-    TIMING_161,
 )
+from fastsim.kernels.scheduler import rank_pass_nb
+from fastsim.kernels.steady import materialize_nb, steady_pass_ms, steady_pass_nb, steady_pass_ok
 
 NXHEAP, RRPRE, RRDEC, NHANDOFF = 0, 1, 2, 3
 
@@ -157,7 +158,7 @@ def _final(rq_d, ss, cl, r, status, t):
     rq_d.status[r] = status
     rq_d.terminal[r] = t
     cl.state[NDONE] += 1
-    _on_terminal(ss, cl, r, t)
+    on_terminal(ss, cl, r, t)
 
 
 @inner
@@ -177,7 +178,7 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now):
     k = 0
     if rt_p.mode == KV_ROUTER:
         bs = pp.block_size
-        nfull = _fill_prompt_keys(rq_p, np.int64(r), bs, pa.kbuf)
+        nfull = fill_prompt_keys(rq_p, np.int64(r), bs, pa.kbuf)
         score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
                          rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
         k = choose_target_nb(rt_p, dg.n_pre)
@@ -201,7 +202,7 @@ def _admit_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now):
     decode router has no queue). True if routed."""
     if rt_p.mode == KV_ROUTER and (rt_p.state[NQUEUE] > 0 or all_busy_nb(rt_p, dg.n_pre)):
         bs = pp.block_size
-        nfull = _fill_prompt_keys(rq_p, np.int64(r), bs, pa.kbuf)
+        nfull = fill_prompt_keys(rq_p, np.int64(r), bs, pa.kbuf)
         score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
                          rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
         queue_push_nb(rt_p, r, queue_key_nb(rt_p, now, rq_p.isl[r], bs, dg.n_pre))
@@ -259,7 +260,7 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
         return
     k = 0
     if rt_d.mode == KV_ROUTER:
-        nfull = _fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
+        nfull = fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
         _score_decode(rt_d, fl_d, dg.n_dec, nfull)
         k = choose_target_nb(rt_d, dg.n_dec)
         commit_route_nb(rt_d, pa.kbuf, nfull, min(nfull, rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]),
@@ -315,7 +316,7 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         r = dg.res_head[k]
         isl = rq_d.isl[r]
         nb = (isl + bs - 1) // bs
-        nfull = _fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
+        nfull = fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
         matched, active = match_slots_nb(pool_d, k, pa.kbuf, nfull, pa.hslot)
         if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
             dg.res_tries[k] = 0  # the head waits: this event's other attempts lapse
@@ -439,7 +440,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d
             nxt = rq_d.tnext[r]
             k = g - dg.n_pre
             if rt_d.mode == KV_ROUTER:
-                nfull = _fill_prompt_keys(rq_d, np.int64(r), pd.block_size, pa.kbuf)
+                nfull = fill_prompt_keys(rq_d, np.int64(r), pd.block_size, pa.kbuf)
                 release_blocks_nb(rt_d, pa.kbuf, nfull, min(nfull, rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]), k)
             _final(rq_d, ss, cl, r, COMPLETED if rq_d.term_kind[r] != TERM_REJECTED else REJECTED, t)
         r = nxt
@@ -472,22 +473,22 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     pa.acc[HANDED_FIRST] = 0 if pre else (1 if dg.res_head[k] >= 0 else 0)
     prev_end = cl.last_stamp[g]
     if pre:
-        committed = rk_p.seqc[5]
+        committed = rk_p.counters[COMMITTED_TOKENS]
         end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end)
-        cl.pass_commit[g] = rk_p.seqc[5] - committed
+        cl.pass_commit[g] = rk_p.counters[COMMITTED_TOKENS] - committed
     else:
-        committed = rk_d.seqc[5]
+        committed = rk_d.counters[COMMITTED_TOKENS]
         end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end)
-        cl.pass_commit[g] = rk_d.seqc[5] - committed
+        cl.pass_commit[g] = rk_d.counters[COMMITTED_TOKENS] - committed
         if cl.pend_head[g] >= 0 or pa.acc[PREEMPTED_ANY] != 0:
             dg.front_stale[k] = False  # a request left: the queued head may fit now
     if end < now:
         end = now
     progress = pa.acc[PROGRESS] != 0
     if not pre:
-        _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0],
+        stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0],
                       prev_end, k, k + 1)
     cl.last_stamp[g] = end
     if end > now:
@@ -629,7 +630,7 @@ def _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p, fl_
         return False
     if not (at_rest_nb(fl_p) and at_rest_nb(fl_d)):
         return False
-    if _next_arrival(ss, cl)[1] <= now or (dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now):
+    if next_arrival(ss, cl)[1] <= now or (dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now):
         return False
     if rk_d.n_run[k] == 0 or not steady_pass_ok(pd, pool_d, rq_d, rk_d, k):
         return False
@@ -640,11 +641,11 @@ def _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p, fl_
     if cl.cdue[cl.ctree[1]] <= now:  # another pass ends now too: the drain orders them
         tourney_set_nb(cl.ctree, cl.cdue, g, now)
         return False
-    rk_d.seqc[3] += 1
+    rk_d.diag[DIAG_LIGHT_TICKS] += 1
     prev_end = cl.last_stamp[g]
     ns = rk_d.nsteady[k]
     steady_pass_nb(pd, perf_d, pool_d, rk_d, k, now)
-    _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, np.int64(0), end, np.int64(ns), prev_end, k,
+    stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, np.int64(0), end, np.int64(ns), prev_end, k,
                   k + 1)
     cl.last_stamp[g] = end
     cl.pass_commit[g] = 0
@@ -663,13 +664,13 @@ def _steady_run_decode(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, dg, g, now)
     start at the time cap, not after."""
     E = cl.cdue[g]
     tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
-    limit = _next_arrival(ss, cl)[1]
+    limit = next_arrival(ss, cl)[1]
     for h in range(dg.n_pre):
         if cl.cdue[h] < limit:
             limit = cl.cdue[h]
     if dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] < limit:
         limit = dg.xready[dg.xheap[0]]
-    if _turns_follow(ss, cl) and cl.cdue[cl.ctree[1]] < limit:
+    if turns_follow(ss, cl) and cl.cdue[cl.ctree[1]] < limit:
         limit = cl.cdue[cl.ctree[1]]
     if cl.max_sim_time >= 0.0 and not cl.max_sim_time >= limit:
         limit = np.nextafter(cl.max_sim_time, np.inf)
@@ -705,7 +706,7 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
             t = cl.cdue[cl.ctree[1]]
         if dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] < t:
             t = dg.xready[dg.xheap[0]]
-        t_arr = _next_arrival(ss, cl)[1]
+        t_arr = next_arrival(ss, cl)[1]
         if t_arr < t:
             t = t_arr
         if t == np.inf:
@@ -742,7 +743,7 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
             # find nothing else to do unless one of them went to an idle worker (the last drain
             # left every idle worker with nothing it could do).
             woke = _route_arrivals(pp, pool_p, rq_p, rq_d, rk_p, ss, cl, rt_p, fl_p, dg, pa, now)[1]
-            rk_p.seqc[4] += 1
+            rk_p.diag[DIAG_LIGHT_ARRIVALS] += 1
             light = not woke
     # steady members become explicit before the results are read
     for k in range(rk_p.n_run.shape[0]):

@@ -54,6 +54,39 @@ class Fleet(NamedTuple):
     ff: np.ndarray  # float64[4]
 
 
+def make_fleet(rows, active, startup_s=None, planner_ms=None, telemetry_ms=None, schedule=(),
+               telemetry_rows=0):
+    """The fleet of a run with room for ``rows`` workers, the first ``active`` of them serving;
+    ``startup_s``: a new worker's start-up time; ``schedule``: validated ``(t_ms, workers)``
+    steps; ``telemetry_rows``: first room for telemetry samples."""
+    gstate = np.zeros(rows, dtype=np.int8)
+    gstate[:active] = ACTIVE
+    fs = np.zeros(10, dtype=np.int64)
+    fs[NCREATED] = fs[NACT] = fs[NLIVE] = active
+    fs[TARGET] = -1  # no pending planner target
+    c = telemetry_rows
+    return Fleet(
+        startup_ms=float(startup_s) * 1000.0 if startup_s else 0.0,
+        planner_ms=float(planner_ms or 0.0),
+        tel_ms=float(telemetry_ms or 0.0),
+        gstate=gstate,
+        ready_at=np.full(rows, np.inf),
+        passes=np.zeros(rows, dtype=np.int64),
+        hold=np.zeros(rows, dtype=np.int64),
+        sched_t=np.array([t for t, _ in schedule], dtype=np.float64),
+        sched_n=np.array([n for _, n in schedule], dtype=np.int64),
+        tel_t=np.zeros(c),
+        tel_w=np.zeros(c, dtype=np.int32),
+        tel_run=np.zeros(c, dtype=np.int32),
+        tel_wait=np.zeros(c, dtype=np.int32),
+        tel_kv=np.zeros(c, dtype=np.int32),
+        tel_cached=np.zeros(c, dtype=np.int32),
+        tel_passes=np.zeros(c, dtype=np.int64),
+        fs=fs,
+        ff=np.array([0.0, float(planner_ms or 0.0), 0.0, 0.0]),
+    )
+
+
 @kernel_noalloc
 def nth_active_nb(fl, idx):
     """Id of the ``idx``-th active worker in ascending id order."""

@@ -71,10 +71,11 @@ class KvPool(NamedTuple):
     ev_key: np.ndarray  # uint64[M]: ring buffer of event keys
     ev_code: np.ndarray  # int32[M]: 2 * rank + 1 for stored, 2 * rank for removed
     ev_time: np.ndarray  # float64[M]
-    ev_meta: np.ndarray  # int64[3]: [first entry, entries, 1 if the ring overflowed]
+    ev_meta: np.ndarray  # int64[3], by the EV_ slots: first entry, entries, 1 if the ring overflowed
 
 
 NFREE, NACTIVE, NINACTIVE, HEAD, TAIL, NEVICT, NSTACK, NEXTNEW = 0, 1, 2, 3, 4, 5, 6, 7
+EV_FIRST, EV_COUNT, EV_OVERFLOWED = range(3)  # ``KVPool.ev_meta`` slots
 
 
 def _lazy_zeros(n, dtype):
@@ -428,14 +429,14 @@ def _feed(pool, rank, key, stored):
     if m == 0 or (key >> np.uint64(63)) != 0:
         return
     em = pool.ev_meta
-    if em[1] == m:
-        em[2] = 1  # the caller re-runs with a larger feed
+    if em[EV_COUNT] == m:
+        em[EV_OVERFLOWED] = 1  # the caller re-runs with a larger feed
         return
-    i = (em[0] + em[1]) % m
+    i = (em[EV_FIRST] + em[EV_COUNT]) % m
     pool.ev_key[i] = key
     pool.ev_code[i] = 2 * rank + (1 if stored else 0)
     pool.ev_time[i] = np.inf  # the pass is under way: sealed at its end
-    em[1] += 1
+    em[EV_COUNT] += 1
 
 
 @inner
@@ -446,9 +447,9 @@ def seal_feed_nb(pool, end):
     if m == 0:
         return
     em = pool.ev_meta
-    j = em[1] - 1
+    j = em[EV_COUNT] - 1
     while j >= 0:
-        i = (em[0] + j) % m
+        i = (em[EV_FIRST] + j) % m
         if pool.ev_time[i] != np.inf:
             break
         pool.ev_time[i] = end

@@ -21,7 +21,22 @@ from typing import NamedTuple
 import numpy as np
 from numba.core import types
 
-from fastsim.kernels.agentic import Graph, graph_dispatched_nb, graph_ended_nb, graph_start_nb, make_graph, no_graph
+from fastsim.kernels.agentic import Graph, graph_dispatched_nb, graph_ended_nb, graph_start_nb
+from fastsim.kernels.codes import (
+    COMPLETED,
+    DEAD_END,
+    KV_ROUTER,
+    LOG_FULL,
+    OK,
+    PLANNER_TICK,
+    REJECTED,
+    SIM_CAP,
+    TABLE_FULL,
+    TELEMETRY_FULL,
+    TERM_COMPLETED,
+    TICKS_FULL,
+    TIMING_161,
+)
 from fastsim.kernels.fleet import (
     ACTIVE,
     DRAINING,
@@ -49,8 +64,9 @@ from fastsim.kernels.indirect import Indirect, deref, link, pin
 from fastsim.kernels.jit import inline, inner, loop_kernel
 from fastsim.kernels.router import (
     FCFS,
-    KV_ROUTER,
     LCFS,
+    NQUEUE,
+    OVERFLOW,
     all_busy_nb,
     choose_target_nb,
     commit_route_nb,
@@ -63,31 +79,24 @@ from fastsim.kernels.router import (
     score_targets_nb,
     sync_index_nb,
 )
-from fastsim.kernels.scheduler import (
-    COMPLETED,
+from fastsim.kernels.blocks import block_mod, fill_keys, key_span
+from fastsim.kernels.pass_time import decode_ms_161, step_ms
+from fastsim.kernels.queues import arrive_nb, enqueue_waiting_nb
+from fastsim.kernels.rank_state import (
+    AWAITING_READMISSION,
+    COMMITTED_TOKENS,
+    DIAG_LIGHT_ARRIVALS,
+    DIAG_LIGHT_TICKS,
+    DIAG_RUN_AHEAD_PASSES,
+    DIAG_STEADY_PASSES,
     PROGRESS,
-    REJECTED,
-    TERM_COMPLETED,
-    TIMING_161,
-    _fill_keys,
-    decode_ms_161,
-    enqueue_waiting_nb,
-    key_span,
-    materialize_nb,
-    rank_pass_nb,
-    _block_mod,
-    _step_ms,
-    arrive_nb,
-    steady_next_ok,
-    steady_pass_ms,
-    steady_pass_nb,
-    steady_pass_ok,
+    READMISSIONS,
 )
+from fastsim.kernels.scheduler import rank_pass_nb
+from fastsim.kernels.steady import materialize_nb, steady_next_ok, steady_pass_ms, steady_pass_nb, steady_pass_ok
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb, seal_feed_nb
 from fastsim.kernels.stats import (DD_GAMMA, DD_GAMMA_LN, DD_KEY_MAX, DD_KEY_MIN, DD_NBINS, DD_OFFSET,
                                     dd_index_nb)
-
-OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL = range(8)
 
 
 class Sessions(NamedTuple):
@@ -107,39 +116,6 @@ class Sessions(NamedTuple):
     cur: np.ndarray  # int64[1]: the next static first turn (-1: none left)
     cur_t: np.ndarray  # float64[1]: its arrival time
     graph: Graph  # agentic request graph releasing the arrivals (kernels/agentic.py; empty: none)
-
-
-def make_sessions(workload, concurrency):
-    """The arrival structure of ``workload`` (``concurrency`` > 0: closed loop)."""
-    n = workload.isl.shape[0]
-    first = np.asarray(workload.session_arrival_ms, dtype=np.float64)
-    graph = no_graph() if workload.graph is None else make_graph(workload.graph)
-    agentic = graph.play.shape[0] > 0
-    if agentic or concurrency or first.shape[0] < 2 or bool(np.all(first[1:] >= first[:-1])):
-        order = np.zeros(0, dtype=np.int64)  # (traces and synthetic loads usually come sorted)
-    else:
-        order = np.argsort(first, kind="stable")
-    if not concurrency and workload.session_ptr.shape[0] - 1 == n and not agentic:
-        tie = np.zeros(0, dtype=np.int64)  # single-turn open loop: the heap stays empty
-    else:
-        tie = (workload.session_ptr[workload.session] + workload.turn).astype(np.int64)
-    return Sessions(
-        session=np.asarray(workload.session, dtype=np.int64),
-        turn=np.asarray(workload.turn, dtype=np.int64),
-        delay=np.asarray(workload.delay_ms, dtype=np.float64),
-        ptr=np.asarray(workload.session_ptr, dtype=np.int64),
-        rows=np.asarray(workload.session_rows, dtype=np.int64),
-        first_arrival=first,
-        order=order,
-        n_static=0 if concurrency or agentic else int(first.shape[0]),  # (a graph uses the heap)
-        tie=tie,
-        # (written only for rows entering the heap, which a single-turn open loop never uses)
-        ready_at=np.zeros(n if tie.shape[0] else 1),
-        heap=np.zeros(max(n, 1) if tie.shape[0] else 1, dtype=np.int64),
-        cur=np.full(1, -1, dtype=np.int64),
-        cur_t=np.full(1, np.inf),
-        graph=graph,
-    )
 
 
 class Cluster(NamedTuple):
@@ -180,10 +156,45 @@ class Cluster(NamedTuple):
 RR, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE, NTICKS = range(7)
 
 
+def make_cluster(groups, dp=1, concurrency=0, single_path=False, max_sim_time_ms=None, tick_log=0):
+    """The loop's state of ``groups`` logical workers of ``dp`` ranks each, before the first event
+    (``concurrency`` 0: open loop; ``tick_log``: entries of the tick log, 0 for none)."""
+    from fastsim.kernels.heap import new_tourney
+
+    ctree, cdue = new_tourney(groups)
+    ptree, pdue = new_tourney(groups)
+    return Cluster(
+        dp=dp,
+        concurrency=concurrency,
+        single_path=single_path,
+        max_sim_time=float(max_sim_time_ms) if max_sim_time_ms is not None else -1.0,
+        busy=np.zeros(groups, dtype=np.bool_),
+        stalled=np.zeros(groups, dtype=np.bool_),
+        pend_head=np.full(groups, -1, dtype=np.int32),
+        pend_tail=np.full(groups, -1, dtype=np.int32),
+        wctr=np.zeros(groups, dtype=np.int64),
+        ctree=ctree,
+        cdue=cdue,
+        dirty=np.zeros(groups, dtype=np.bool_),
+        dlist=np.zeros(groups + 1, dtype=np.int64),
+        dwork=np.zeros(groups, dtype=np.int64),
+        last_stamp=np.full(groups, np.nan),
+        pass_commit=np.zeros(groups, dtype=np.int64),
+        state=np.zeros(7, dtype=np.int64),
+        light=np.zeros(groups, dtype=np.int64),
+        ph=np.zeros(groups * _PH),
+        ph_head=np.zeros(groups, dtype=np.int64),
+        ph_n=np.zeros(groups, dtype=np.int64),
+        ptree=ptree,
+        pdue=pdue,
+        tlog=np.zeros(tick_log),
+    )
+
+
 class Gaps(NamedTuple):
     """Pooled inter-token gap statistics: ITL and 1000 / gap (output-token throughput per user).
 
-    The sums are kept per group (``sim.merged_gap_sums`` combines them), so a group's gaps add up
+    The sums are kept per group (``results.merged_gap_sums`` combines them), so a group's gaps add up
     in its own order whatever the other groups do meanwhile: a group may run ahead of the event
     loop (``_steady_run``). Counts, minima, maxima and histograms are order-free and shared.
     """
@@ -249,7 +260,7 @@ def _load_static(ss, cl):
 
 
 @inner
-def _next_arrival(ss, cl):
+def next_arrival(ss, cl):
     """(row, time) of the earliest pending arrival, static first turns merged with the heap by
     (time, session and turn order), or (-1, inf)."""
     best = ss.cur[0]
@@ -266,7 +277,7 @@ def _next_arrival(ss, cl):
 def pop_arrival_nb(ss, cl, now):
     """Take the next arrival due at or before ``now`` (in arrival order): (row, its arrival
     time), or (-1, inf)."""
-    r, t = _next_arrival(ss, cl)
+    r, t = next_arrival(ss, cl)
     if r < 0 or t > now:
         return -1, np.inf
     if cl.state[NHEAP] > 0 and ss.heap[0] == r:
@@ -301,7 +312,7 @@ def _activate_session(ss, cl, s, t):
 
 
 @inner
-def _turns_follow(ss, cl):
+def turns_follow(ss, cl):
     """True if a turn's end can release an arrival: sessions of several turns, a closed loop or
     an agentic request graph (in an open loop of single turns every arrival is known from the
     start)."""
@@ -309,13 +320,13 @@ def _turns_follow(ss, cl):
 
 
 @inner
-def _on_terminal(ss, cl, r, t):
+def on_terminal(ss, cl, r, t):
     """A turn ended (completed or rejected): release the session's next turn or free its slot
     (agentic graphs: its dependents)."""
     if ss.graph.play.shape[0] > 0:
         graph_ended_nb(ss, cl.state, np.int64(NHEAP), r, t)
         return
-    if not _turns_follow(ss, cl):
+    if not turns_follow(ss, cl):
         return
     s = ss.session[r]
     nxt = ss.turn[r] + 1
@@ -419,7 +430,7 @@ def _pool_gaps_at(gaps, gap, c, g, i, oi):
 
 
 @inner
-def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
+def stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
     """Stamp one token at time ``t`` on each of ``rows[:n]`` and on the ``ncommon`` steady
     members of ranks ``k0 .. k1-1`` (whose last token was at ``prev_end``, the group's previous
     pass end), and pool the inter-token gaps.
@@ -480,9 +491,9 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
 
 
 @inner
-def _fill_prompt_keys(rq, r, bs, kbuf):
+def fill_prompt_keys(rq, r, bs, kbuf):
     """Keys of the full prompt blocks of ``r`` into ``kbuf``; returns their count."""
-    return _fill_keys(rq, r, np.int64(0), rq.isl[r] // bs, kbuf)
+    return fill_keys(rq, r, np.int64(0), rq.isl[r] // bs, kbuf)
 
 
 @inline
@@ -504,13 +515,13 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
         cl.state[NDONE] += 1
         if rt.mode == KV_ROUTER:
             _release_kv(p, rq, rt, pa, r)
-        _on_terminal(ss, cl, r, t)
+        on_terminal(ss, cl, r, t)
         r = nxt
     cl.pend_head[g] = -1
     cl.pend_tail[g] = -1
     if rt.mode == KV_ROUTER:
         n_targets = rk.n_run.shape[0]
-        while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
+        while rt.state[NQUEUE] > 0 and not all_busy_nb(rt, n_targets):
             _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), t)
 
 
@@ -529,7 +540,7 @@ def _release_kv(p, rq, rt, pa, r):
     """kv_router: request ``r``'s prefill load and prompt blocks leave the router."""
     k = rq.rank[r]
     release_prefill_nb(rt, r, k)
-    nfull = _fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
+    nfull = fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
     release_blocks_nb(rt, pa.kbuf, nfull, _shareable(rq, r, nfull), k)
 
 
@@ -538,7 +549,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     """Route request ``r`` to the cheapest target at ``now`` and submit it there."""
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
-    nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
+    nfull = fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
     nshare = _shareable(rq, r, nfull)
     sync_index_nb(rt, pool, now)
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
@@ -569,7 +580,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     prev_end = cl.last_stamp[g]
     end = now
     progress = False
-    committed = rk.seqc[5]
+    committed = rk.counters[COMMITTED_TOKENS]
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] == 0:
             continue
@@ -581,8 +592,8 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
             end = e
         if pa.acc[PROGRESS] != 0:
             progress = True
-    cl.pass_commit[g] = rk.seqc[5] - committed
-    _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
+    cl.pass_commit[g] = rk.counters[COMMITTED_TOKENS] - committed
+    stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
                   k0 + dp)
     cl.last_stamp[g] = end
     if end > now:
@@ -624,14 +635,14 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     """kv_router: dispatch now, or queue the request while every target is busy (a call: it
     stays out of the inlined loop)."""
     n_targets = rk.n_run.shape[0]
-    if rt.state[2] > 0 or all_busy_nb(rt, n_targets):
+    if rt.state[NQUEUE] > 0 or all_busy_nb(rt, n_targets):
         if rt.policy == FCFS:
             key = now
         elif rt.policy == LCFS:
             key = -now
         else:  # wspt: smallest uncached prompt first
             bs = p.block_size
-            nfull = _fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
+            nfull = fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
             nshare = _shareable(rq, r, nfull)
             sync_index_nb(rt, pool, now)
             score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
@@ -689,7 +700,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         if fl.fs[NSTARTING] > 0 and mark_ready_nb(fl, now):
             if rt.mode == KV_ROUTER:
                 n_targets = rk.n_run.shape[0]
-                while rt.state[2] > 0 and not all_busy_nb(rt, n_targets):
+                while rt.state[NQUEUE] > 0 and not all_busy_nb(rt, n_targets):
                     _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now)
         # 3. arrivals
         _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now)
@@ -722,7 +733,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         # the drive (zero-delay turns), or a fleet change. Anything else would be a no-op round.
         if changed or cl.dlist[gcap] > 0:
             continue
-        if _next_arrival(ss, cl)[1] <= now:
+        if next_arrival(ss, cl)[1] <= now:
             continue
         return
 
@@ -733,9 +744,9 @@ def _next_arrival_at(ss, cl, rt, fl, g):
     cannot change, with every arrival known from the start (an open loop of single turns), sends
     the arrivals to the workers in turn: the next one for ``g`` is a fixed number of arrivals
     ahead (``_route``'s counter). Otherwise any arrival may reach it: the next arrival."""
-    if (rt.mode == KV_ROUTER or _turns_follow(ss, cl) or not at_rest_nb(fl)
+    if (rt.mode == KV_ROUTER or turns_follow(ss, cl) or not at_rest_nb(fl)
             or fl.fs[NCREATED] != fl.fs[NACT]):
-        return _next_arrival(ss, cl)[1]
+        return next_arrival(ss, cl)[1]
     nact = fl.fs[NACT]
     c = cl.state[RR]
     idx = c if c < nact else (0 if c == nact else c % nact)  # (as ``_route``)
@@ -759,11 +770,11 @@ def _light_refused(rk, ss, cl, rt, fl, g, now):
     for k in range(g * cl.dp, (g + 1) * cl.dp):
         if rk.n_wait[k] > 0 or rk.xhead[k] >= 0:
             return True
-    if rt.mode == KV_ROUTER and (rt.fhead[g] >= 0 or rt.state[2] > 0):
+    if rt.mode == KV_ROUTER and (rt.fhead[g] >= 0 or rt.state[NQUEUE] > 0):
         return True
     if not at_rest_nb(fl):
         return True
-    return _next_arrival(ss, cl)[1] <= now
+    return next_arrival(ss, cl)[1] <= now
 
 
 @inline
@@ -795,7 +806,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             tourney_set_nb(cl.ctree, cl.cdue, g, now)
             return False
     # the group's pass that ended now had nothing to apply; its next pass (as _drive_group)
-    rk.seqc[3] += 1
+    rk.diag[DIAG_LIGHT_TICKS] += 1
     fl.passes[g] += 1
     prev_end = cl.last_stamp[g]
     common = 0
@@ -803,7 +814,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         if rk.n_run[k] + rk.n_wait[k] > 0:
             common += rk.nsteady[k]
             seal_feed_nb(pool, steady_pass_nb(p, perf, pool, rk, k, now))
-    _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
+    stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
                   k0 + dp)
     cl.last_stamp[g] = end
     cl.pass_commit[g] = 0
@@ -862,7 +873,7 @@ def _run_limit(ss, cl, rt, fl, g):
     time cap. Takes ``g`` off the tournament for the run."""
     limit = _next_arrival_at(ss, cl, rt, fl, g)
     tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)  # off the tournament while it runs
-    if _turns_follow(ss, cl):
+    if turns_follow(ss, cl):
         if cl.cdue[cl.ctree[1]] < limit:
             limit = cl.cdue[cl.ctree[1]]
     if fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < limit:
@@ -944,7 +955,7 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
     d0 = d1 = d2 = d3 = 0.0
     dj = 4
     while E < limit and m < _PH and n < room and steady_next_ok(p, pool, rq, rk, k, P, nact):
-        nb = rk.bcnt[k * bs + _block_mod(p, P)]
+        nb = rk.bcnt[k * bs + block_mod(p, P)]
         if t161:
             if dj == 4:
                 d0 = decode_ms_161(p, perf, slen, ns)
@@ -955,7 +966,7 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
             dms = d0 if dj == 0 else (d1 if dj == 1 else (d2 if dj == 2 else d3))
             dj += 1
         else:
-            dms = _step_ms(p, perf, rk, k, nact + nb, slen, ns)
+            dms = step_ms(p, perf, rk, k, nact + nb, slen, ns)
         e = (E + 0.0) + dms
         if not e > E:
             break  # a zero-length pass: the drain's business
@@ -979,9 +990,9 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
         cl.ph_n[g] = m
         rk.rpass[k] = P
         rk.slen[k] = slen
-        rk.seqc[2] += n
-        rk.seqc[3] += n
-        rk.seqc[6] += n
+        rk.diag[DIAG_STEADY_PASSES] += n
+        rk.diag[DIAG_LIGHT_TICKS] += n
+        rk.diag[DIAG_RUN_AHEAD_PASSES] += n
         cl.last_stamp[g] = E
     tourney_set_nb(cl.ctree, cl.cdue, g, E)
     return now, ws, n
@@ -1043,8 +1054,8 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
             if not steady_next_ok(p, pool, rq, rk, k, P, nact):
                 ok = False
                 break
-            nb = rk.bcnt[k * bs + _block_mod(p, P)]
-            e = (E + 0.0) + _step_ms(p, perf, rk, k, nact + nb, rk.slen[k], rk.nsteady[k])
+            nb = rk.bcnt[k * bs + block_mod(p, P)]
+            e = (E + 0.0) + step_ms(p, perf, rk, k, nact + nb, rk.slen[k], rk.nsteady[k])
             if e > end:
                 end = e
         if not ok or not end > E:
@@ -1053,7 +1064,7 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
             if rk.n_run[k] + rk.n_wait[k] == 0:
                 continue
             P = rk.rpass[k]
-            nb = rk.bcnt[k * bs + _block_mod(p, P)]
+            nb = rk.bcnt[k * bs + block_mod(p, P)]
             if nb > 0:
                 alloc_anon_nb(pool, k, nb)
                 seal_feed_nb(pool, end)  # (its evictions reach a lagging kv_router at the pass end)
@@ -1072,9 +1083,9 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
         if cl.ph_n[g] == 0 and m > 0:
             tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[base + head])
         cl.ph_n[g] = m
-        rk.seqc[2] += nrank
-        rk.seqc[3] += n
-        rk.seqc[6] += n
+        rk.diag[DIAG_STEADY_PASSES] += nrank
+        rk.diag[DIAG_LIGHT_TICKS] += n
+        rk.diag[DIAG_RUN_AHEAD_PASSES] += n
         fl.passes[g] += n
         cl.last_stamp[g] = E
         cl.pass_commit[g] = 0
@@ -1092,19 +1103,25 @@ def _steady_members_only(rk, cl, g):
     return True
 
 
+LIGHT_NONE, LIGHT_THEN_DRAIN, LIGHT_DONE = range(3)  # what ``_light_ticks`` handled
+
+
 @inner
 def _light_ticks(tabs, now, ws):
     """Handle light ticks (``_light_tick``) from ``now`` on, one after the other, stepping the
     clock and the worker-seconds between them as the event loop would, while the loop would do
     nothing else in between (no telemetry tick, no time cap, no fleet event: ``_light_tick``).
-    Returns ``(now, ws, drain)``: the tick at the returned ``now`` still needs the full drain if
-    ``drain``, else it has been handled (the loop goes on to its next event). ``tabs`` points to
-    the loop's tables (``kernels/indirect.py``)."""
+    Returns ``(now, ws, outcome)``: LIGHT_NONE if the first tick was not light (nothing
+    changed), LIGHT_THEN_DRAIN if some were and the tick at the returned ``now`` still needs the
+    full drain, LIGHT_DONE if that tick has been handled too (the loop goes on to its next event).
+    ``tabs`` points to the loop's tables (``kernels/indirect.py``)."""
     p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa = deref(tabs)
+    outcome = LIGHT_NONE
     while True:
         g = cl.ctree[1]
         if not _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
-            return now, ws, True
+            return now, ws, outcome
+        outcome = LIGHT_THEN_DRAIN
         if cl.dp == 1:
             if rk.sechead[g] < 0:
                 now, ws = _steady_run(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws)
@@ -1112,14 +1129,14 @@ def _light_ticks(tabs, now, ws):
             now, ws = _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws)
         # the loop's next event (light ticks leave no fleet event pending: see _light_tick)
         t = cl.cdue[cl.ctree[1]]
-        t_arr = _next_arrival(ss, cl)[1]
+        t_arr = next_arrival(ss, cl)[1]
         if t_arr < t:
             t = t_arr
         if t == np.inf or (fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < t) or (
                 cl.max_sim_time >= 0.0 and t > cl.max_sim_time):
-            return now, ws, False  # the loop's own business
+            return now, ws, LIGHT_DONE  # the loop's own business
         if _tick_room(cl) < 0:
-            return now, ws, False  # the tick log is nearly full: the loop returns TICKS_FULL
+            return now, ws, LIGHT_DONE  # the tick log is nearly full: the loop returns TICKS_FULL
         ws = _step_ws(cl, fl, ws, now, t)
         now = t
 
@@ -1166,7 +1183,7 @@ def _loop(tabs, out):
             drain_now = False
             if last:
                 break
-            if rt.state[1] != 0:
+            if rt.state[OVERFLOW] != 0:
                 status = TABLE_FULL
                 break
             if fl.planner_ms > 0.0 and fl.ff[NEXTPLAN] <= now:
@@ -1178,7 +1195,7 @@ def _loop(tabs, out):
         if _tick_room(cl) < 0:
             status = TICKS_FULL  # the caller empties the log and calls again
             break
-        if pa.alog.shape[0] > 0 and pa.alog_n[1] > pa.alog.shape[0] - pa.alog_n[0]:
+        if pa.alog.shape[0] > 0 and pa.alog_n[AWAITING_READMISSION] > pa.alog.shape[0] - pa.alog_n[READMISSIONS]:
             # the preempted requests could overflow the readmission log: the caller grows it
             status = LOG_FULL
             break
@@ -1187,7 +1204,7 @@ def _loop(tabs, out):
             t = next_fleet_event_nb(fl)
         if cl.cdue[cl.ctree[1]] < t:
             t = cl.cdue[cl.ctree[1]]
-        t_arr = _next_arrival(ss, cl)[1]
+        t_arr = next_arrival(ss, cl)[1]
         if t_arr < t:
             t = t_arr
         if t == np.inf:
@@ -1234,7 +1251,7 @@ def _loop(tabs, out):
             # they mostly join a group in mid-pass, and the tick ends there). Not for kv_router:
             # its routing can fill the router's block table, which the loop checks after a drain.
             _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now)
-            rk.seqc[4] += 1
+            rk.diag[DIAG_LIGHT_ARRIVALS] += 1
             drain_now = cl.dlist[cl.dirty.shape[0]] > 0
             continue
         if p.fast:
@@ -1248,10 +1265,11 @@ def _loop(tabs, out):
                 if v >= 4 and v < 11:
                     cl.light[g] = v + 1
                 else:
-                    n_light = rk.seqc[3]
+                    outcome = LIGHT_NONE
                     if not _light_refused(rk, ss, cl, rt, fl, g, now):
-                        now, ws, drain_now = _light_ticks_call(tabs, now, ws)
-                    if rk.seqc[3] != n_light:
+                        now, ws, outcome = _light_ticks_call(tabs, now, ws)
+                        drain_now = outcome != LIGHT_DONE
+                    if outcome != LIGHT_NONE:
                         cl.light[g] = 0
                     else:
                         cl.light[g] = 4 if v >= 11 else v + 1
@@ -1265,7 +1283,7 @@ def _loop(tabs, out):
 
 # The light ticks are compiled on their own and called through a pointer (``kernels/indirect.py``):
 # the loop's module does not hold their body, so LLVM does not optimise and compile it again there.
-LIGHT_TICKS = Indirect(_light_ticks, types.Tuple((types.float64, types.float64, types.boolean)),
+LIGHT_TICKS = Indirect(_light_ticks, types.Tuple((types.float64, types.float64, types.int64)),
                        ("tabs", "float64", "float64"))
 _light_ticks_call = LIGHT_TICKS.call
 link(_loop, LIGHT_TICKS)

@@ -36,9 +36,8 @@ import numpy as np
 from fastsim.kernels.blocks import mix64_nb
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inner, kernel_noalloc
-from fastsim.kernels.kvpool import match_prefix_nb
+from fastsim.kernels.kvpool import EV_COUNT, EV_FIRST, match_prefix_nb
 
-ROUND_ROBIN, KV_ROUTER = 0, 1
 FCFS, LCFS, WSPT = 0, 1, 2
 # state slots
 NENTRIES, OVERFLOW, NQUEUE, QSEQ = 0, 1, 2, 3
@@ -191,8 +190,8 @@ def sync_index_nb(rt, pool, now):
         return
     em = pool.ev_meta
     m = pool.ev_key.shape[0]
-    while em[1] > 0:
-        i = em[0]
+    while em[EV_COUNT] > 0:
+        i = em[EV_FIRST]
         if pool.ev_time[i] + rt.lag > now:
             break
         code = pool.ev_code[i]
@@ -200,8 +199,8 @@ def sync_index_nb(rt, pool, now):
             _union_add(rt.index, code >> 1, pool.ev_key[i])
         else:
             _union_remove(rt.index, code >> 1, pool.ev_key[i])
-        em[0] = (i + 1) % m
-        em[1] -= 1
+        em[EV_FIRST] = (i + 1) % m
+        em[EV_COUNT] -= 1
 
 
 # ----------------------------------------------------------------------------- decisions

@@ -18,10 +18,11 @@ import math
 
 import numpy as np
 
+from fastsim.kernels.codes import ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
-from fastsim.kernels.radix import (dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb, root_nb)
+from fastsim.kernels.radix import dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
 from fastsim.kernels.stats import dd_index_nb
 
 # Params indices (int64 array)
@@ -30,14 +31,15 @@ P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WOR
 # FParams indices (float64 array)
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED = range(5)
 
+# ``SgState.cnt`` slots: heap entries, this pass's emissions and completions, committed prefill
+# tokens, requests done, the round-robin counter, (unused), readmissions logged
+CNT_HEAP, CNT_EMIT, CNT_FIN, CNT_COMMITTED, CNT_DONE, CNT_RR, CNT_SPARE, CNT_READMISSIONS = range(8)
+
 LPM_FALLBACK = 128
 IN_BATCH_CHECK = 32
 IN_BATCH_DEPRIORITIZE = 32
 RETRACT_DECODE_STEPS = 20
 
-DEAD_END = 1
-ADMIT_OOM = 2
-DP_PRESSURE = 3
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -94,7 +96,7 @@ class SgScratch(NamedTuple):
     emit: np.ndarray       # int64: rows that got a token in the current group pass
     fin: np.ndarray        # int64: rows that completed in the current group pass
     heap: np.ndarray       # arrival heap
-    cnt: np.ndarray        # int64 counters: [heap, emit, fin, committed, done, rr, -, readmissions]
+    cnt: np.ndarray        # int64 counters, by the CNT_ slots below
     busy: np.ndarray       # float64[W] end of the worker's pass in flight (inf: idle)
     rounds: np.ndarray     # int64[W] prefill_decode_interval countdown
     done_head: np.ndarray  # int64[W]
@@ -386,14 +388,14 @@ def _append_token_nb(q, pr, t, r, row):
 
 @inline
 def _emit_nb(s, row):
-    s.emit[s.cnt[1]] = row
-    s.cnt[1] += 1
+    s.emit[s.cnt[CNT_EMIT]] = row
+    s.cnt[CNT_EMIT] += 1
 
 
 @inline
 def _fin_nb(s, row):
-    s.fin[s.cnt[2]] = row
-    s.cnt[2] += 1
+    s.fin[s.cnt[CNT_FIN]] = row
+    s.cnt[CNT_FIN] += 1
 
 
 @llvm_inline
@@ -460,18 +462,18 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
                 return -1.0
             q.mat[row] = end
             q.alloc[row] = _ceil(end, ps)
-            s.cnt[3] += end - prefix  # committed prefill tokens
+            s.cnt[CNT_COMMITTED] += end - prefix  # committed prefill tokens
             if math.isnan(q.first_admit[row]):
                 q.first_admit[row] = now
                 q.reused[row] = prefix
             elif fresh and q.gen[row] > 0:
                 # a retracted request admitted again (its first chunk after the retraction)
-                i = s.cnt[7]
+                i = s.cnt[CNT_READMISSIONS]
                 if i < s.rlog_row.shape[0]:
                     s.rlog_row[i] = row
                     s.rlog_ms[i] = now
                     s.rlog_reused[i] = prefix
-                s.cnt[7] = i + 1
+                s.cnt[CNT_READMISSIONS] = i + 1
             total_isl += end
             total_prefix += prefix
             rem_total -= charged + out_res
@@ -500,7 +502,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
     start_t = now + prefill
     end_t = start_t
     nret = 0
-    fin0 = s.cnt[2]  # this pass's completions are cached after its tokens, in order
+    fin0 = s.cnt[CNT_FIN]  # this pass's completions are cached after its tokens, in order
     if n > 0:
         _first_tokens_nb(q, pr, s, t, k, r, nf)
     else:
@@ -547,7 +549,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
                 else:
                     _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
                 row = nxt
-    for i in range(fin0, s.cnt[2]):
+    for i in range(fin0, s.cnt[CNT_FIN]):
         _finish_nb(q, pr, s, t, r, s.fin[i])
     if n == 0:
         for i in range(nret):  # SGLang re-queues retracted requests at the back
@@ -645,13 +647,13 @@ def _pool_gap_nb(s, v, c):
 
 @inner
 def _arrive_nb(q, pr, s, k, row, now):
-    g = s.cnt[5] % pr[P_WORKERS]
-    s.cnt[5] += 1
+    g = s.cnt[CNT_RR] % pr[P_WORKERS]
+    s.cnt[CNT_RR] += 1
     d = s.dpnext[g]
     s.dpnext[g] = (d + 1) % pr[P_DP]
     r = g * pr[P_DP] + d
     q.arrival[row] = now
-    q.status[row] = 1
+    q.status[row] = OUTCOME_IN_FLIGHT
     q.rank[row] = r
     _w_push_back(q, k, r, row)
 
@@ -663,8 +665,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, perf):
     W = pr[P_WORKERS]
     dp = pr[P_DP]
     inf = np.inf
-    while s.cnt[4] < n:
-        t_arr = q.ready[s.heap[0]] if s.cnt[0] > 0 else inf
+    while s.cnt[CNT_DONE] < n:
+        t_arr = q.ready[s.heap[0]] if s.cnt[CNT_HEAP] > 0 else inf
         t_end = inf
         for g in range(W):
             if s.busy[g] < t_end:
@@ -680,16 +682,16 @@ def run_sglang_nb(q, pr, fp, s, t, k, perf):
                 s.done_head[g] = -1
                 while row != -1:
                     nxt = q.done_next[row]
-                    s.cnt[4] += 1
-                    q.status[row] = 2
+                    s.cnt[CNT_DONE] += 1
+                    q.status[row] = OUTCOME_COMPLETED
                     nt = q.next_row[row]
                     if nt != -1:
                         q.ready[nt] = now + q.delay[nt]
-                        heap_push_nb(s.heap, s.cnt, 0, q.ready, q.tie, nt)
+                        heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
                     row = nxt
         # 2. arrivals
-        while s.cnt[0] > 0 and q.ready[s.heap[0]] <= now:
-            row = heap_pop_nb(s.heap, s.cnt, 0, q.ready, q.tie)
+        while s.cnt[CNT_HEAP] > 0 and q.ready[s.heap[0]] <= now:
+            row = heap_pop_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie)
             _arrive_nb(q, pr, s, k, row, now)
         # 3. idle workers with work run a pass on each rank with work
         progress = True
@@ -708,8 +710,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, perf):
                 if not any_work:
                     continue
                 defer = s.rounds[g] > 0 and any_running
-                s.cnt[1] = 0
-                s.cnt[2] = 0
+                s.cnt[CNT_EMIT] = 0
+                s.cnt[CNT_FIN] = 0
                 end = now
                 prefilled = False
                 for r in range(g * dp, (g + 1) * dp):
@@ -728,7 +730,7 @@ def run_sglang_nb(q, pr, fp, s, t, k, perf):
                     s.rounds[g] -= 1
                 run_gap = 0.0
                 run_n = 0
-                for i in range(s.cnt[1]):
+                for i in range(s.cnt[CNT_EMIT]):
                     row = s.emit[i]
                     if q.gen[row] == 1:
                         q.first_token[row] = end
@@ -744,13 +746,13 @@ def run_sglang_nb(q, pr, fp, s, t, k, perf):
                     q.last_token[row] = end
                 if run_n > 0:
                     _pool_gap_nb(s, run_gap, run_n)
-                for i in range(s.cnt[2]):
+                for i in range(s.cnt[CNT_FIN]):
                     row = s.fin[i]
                     q.terminal[row] = end
                     q.done_next[row] = s.done_head[g]
                     s.done_head[g] = row
-                if end > now or s.cnt[1] > 0 or s.cnt[2] > 0:
+                if end > now or s.cnt[CNT_EMIT] > 0 or s.cnt[CNT_FIN] > 0:
                     s.busy[g] = end
                     if end <= now:
                         progress = True
-    return 0
+    return OK

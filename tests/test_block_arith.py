@@ -13,8 +13,9 @@ from numba import njit
 import fastsim.errors
 import fastsim.sim as sim
 import fastsim.sim_disagg as sim_disagg
+import fastsim.state as state
 from fastsim.config import EngineArgs
-from fastsim.kernels.scheduler import _block_mod, _blocks_ceil, _blocks_floor
+from fastsim.kernels.blocks import block_mod, blocks_ceil, blocks_floor
 from fastsim.workload import synthetic
 
 from test_steady_decode import _cluster_case, assert_same_results
@@ -23,14 +24,14 @@ from test_steady_decode import _cluster_case, assert_same_results
 @njit
 def _arith(p, xs, out):
     for i in range(xs.shape[0]):
-        out[i, 0] = _blocks_floor(p, xs[i])
-        out[i, 1] = _blocks_ceil(p, xs[i])
-        out[i, 2] = _block_mod(p, xs[i])
+        out[i, 0] = blocks_floor(p, xs[i])
+        out[i, 1] = blocks_ceil(p, xs[i])
+        out[i, 2] = block_mod(p, xs[i])
 
 
 @pytest.mark.parametrize("bs", [1, 2, 16, 64, 512, 3, 48, 100])
 def test_helpers_match_python_floor_division(bs):
-    p = sim._engine_params(EngineArgs(block_size=bs))
+    p = state.engine_params(EngineArgs(block_size=bs))
     assert (p.bshift >= 0) == (bs & (bs - 1) == 0)
     xs = np.array(list(range(-3 * bs - 2, 3 * bs + 3)) + [2**40 + 7, -(2**40) - 7], dtype=np.int64)
     out = np.zeros((xs.shape[0], 3), dtype=np.int64)
@@ -40,13 +41,13 @@ def test_helpers_match_python_floor_division(bs):
 
 
 def _division_only(m):
-    real = sim._engine_params
+    real = state.engine_params
 
     def params(*a, **k):
         return real(*a, **k)._replace(bshift=-1)
 
-    m.setattr(sim, "_engine_params", params)
-    m.setattr(sim_disagg, "_engine_params", params)
+    m.setattr(state, "engine_params", params)
+    m.setattr(sim_disagg, "engine_params", params)
 
 
 def _one_row_gap_cache(m):
@@ -186,12 +187,12 @@ def test_block_keys_are_equal_exactly_when_the_prompt_prefixes_are(seed):
 
 def test_per_group_gap_sums_merge_to_the_pooled_statistic():
     """Gap sums are kept per group (each about its own shift) and merged in group order for the
-    report (``sim.merged_gap_sums``): one group gives its own sums bit for bit; several give the
+    report (``results.merged_gap_sums``): one group gives its own sums bit for bit; several give the
     count, minimum and maximum exactly and the mean and variance of all the gaps."""
     import numba
 
     import fastsim.kernels.loop as loop
-    from fastsim.sim import merged_gap_sums
+    from fastsim.results import merged_gap_sums
 
     @numba.njit
     def drive(gaps, values, groups, counts):

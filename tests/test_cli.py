@@ -275,7 +275,7 @@ def test_compile_notice_only_when_compiling():
     import subprocess
     import sys
 
-    code = "from fastsim.sim import _load_kernels; _load_kernels()"
+    code = "from fastsim.sim import load_kernels; load_kernels()"
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)  # warms the cache
     again = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert "compiling" not in again.stderr

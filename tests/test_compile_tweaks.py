@@ -141,9 +141,9 @@ def test_kernels_called_through_a_pointer_keep_machine_code():
 
 
 def _blocks_ceil_ir():
-    from fastsim.kernels import scheduler
+    from fastsim.kernels import blocks
 
-    return compiler.run_frontend(scheduler._blocks_ceil.py_func)
+    return compiler.run_frontend(blocks.blocks_ceil.py_func)
 
 
 def _elsewhere(n):

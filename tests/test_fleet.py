@@ -24,11 +24,12 @@ from fastsim.workload import synthetic
 
 
 def _fleet(n_initial, cap, startup_ms):
-    from fastsim.sim import _build_state
+    from fastsim.run_config import RunConfig
+    from fastsim.state import build_state
 
-    st = _build_state(synthetic(16, 2, 1, arrival_interval_ms=1.0), EngineArgs(block_size=16),
-                      cap, n_initial, 1, None, None, False, [], None, None)
-    return st.fl._replace(startup_ms=startup_ms)
+    st = build_state(synthetic(16, 2, 1, arrival_interval_ms=1.0), EngineArgs(block_size=16),
+                     RunConfig(num_workers=n_initial, worker_rows=cap))
+    return st.fleet._replace(startup_ms=startup_ms)
 
 
 def _states(fl):
@@ -162,9 +163,10 @@ def test_invariants_hold_in_debug_mode():
 
 def test_invariant_checker_catches_a_broken_state():
     from fastsim.invariants import InvariantError, check
-    from fastsim.sim import _build_state
+    from fastsim.run_config import RunConfig
+    from fastsim.state import build_state
 
-    st = _build_state(synthetic(16, 2, 2, arrival_interval_ms=1.0), EngineArgs(block_size=16),
-                      1, 1, 1, None, None, True, [], None, None)
+    st = build_state(synthetic(16, 2, 2, arrival_interval_ms=1.0), EngineArgs(block_size=16),
+                     RunConfig(num_workers=1, worker_rows=1, single_path=True))
     with pytest.raises(InvariantError, match="did not terminate"):
         check(st, EngineArgs(block_size=16))

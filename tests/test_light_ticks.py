@@ -19,6 +19,7 @@ import pytest
 import fastsim.errors
 import fastsim.sim as sim
 from fastsim.config import EngineArgs
+from fastsim.kernels.rank_state import DIAG_FALLBACKS, DIAG_LIGHT_ARRIVALS, DIAG_LIGHT_TICKS
 from fastsim.workload import synthetic
 
 from test_steady_decode import _cluster_case, _disagg_case, assert_same_results
@@ -38,21 +39,21 @@ def _light_once(monkeypatch, workload, engine, fallbacks=False, arrivals=False, 
     light ticks of the first run (and, with ``fallbacks=True``, its steady-pass fallbacks; with
     ``arrivals=True``, the arrival ticks it handled on their light path instead)."""
     states = []
-    build = sim._build_state
+    build = sim.build_state
 
     def keep(*args, **kwargs):
         st = build(*args, **kwargs)
-        if kwargs.get("gap_skip") is None:  # (not the second run of a capped one, see below)
+        if args[2].gap_skip is None:  # (not the second run of a capped one, see below)
             states.append(st)
         return st
 
-    monkeypatch.setattr(sim, "_build_state", keep)
+    monkeypatch.setattr(sim, "build_state", keep)
     a = sim.simulate(workload, engine, light_ticks=True, **kw)
     # (a capped run is made again, every request explicit, to leave the gaps of the requests in
     # flight out: the light ticks are those of its first run)
-    n, nfall, narr = (int(states[-1].rk.seqc[i]) for i in (3, 1, 4))
+    n, nfall, narr = (int(states[-1].ranks.diag[i]) for i in (DIAG_LIGHT_TICKS, DIAG_FALLBACKS, DIAG_LIGHT_ARRIVALS))
     b = sim.simulate(workload, engine, light_ticks=False, **kw)
-    assert int(states[-1].rk.seqc[3]) == 0 and int(states[-1].rk.seqc[4]) == 0
+    assert int(states[-1].ranks.diag[DIAG_LIGHT_TICKS]) == 0 and int(states[-1].ranks.diag[DIAG_LIGHT_ARRIVALS]) == 0
     assert_same_results(a, b)
     if arrivals:
         return narr
@@ -180,9 +181,9 @@ def _light_disagg_once(monkeypatch, workload, pre, dec, arrivals=False, **kw):
 
     monkeypatch.setattr(kd, "run_disagg_nb", run)
     a = simulate_disagg(workload, pre, dec, light_ticks=True, **kw)
-    n, narr = int(seen[-1][1].seqc[3]), int(seen[-1][0].seqc[4])
+    n, narr = int(seen[-1][1].diag[DIAG_LIGHT_TICKS]), int(seen[-1][0].diag[DIAG_LIGHT_ARRIVALS])
     b = simulate_disagg(workload, pre, dec, light_ticks=False, **kw)
-    assert int(seen[-1][1].seqc[3]) == 0 and int(seen[-1][0].seqc[4]) == 0
+    assert int(seen[-1][1].diag[DIAG_LIGHT_TICKS]) == 0 and int(seen[-1][0].diag[DIAG_LIGHT_ARRIVALS]) == 0
     assert_same_results(a, b)
     return narr if arrivals else n
 

@@ -7,6 +7,7 @@ import pytest
 
 import fastsim.pages as pages
 import fastsim.sim as sim
+import fastsim.state as state
 from fastsim.config import EngineArgs
 from fastsim.errors import InputError
 from fastsim.workload import synthetic
@@ -30,13 +31,13 @@ def _advice():
 
 def _seen_during_build(monkeypatch, run):
     seen = []
-    real = sim._build_state
+    real = sim.build_state
 
     def spy(*a, **k):
         seen.append(_advice())
         return real(*a, **k)
 
-    monkeypatch.setattr(sim, "_build_state", spy)
+    monkeypatch.setattr(sim, "build_state", spy)
     run()
     return seen
 
@@ -79,7 +80,7 @@ def test_overlapping_simulations_restore_the_advice_once(monkeypatch):
 
 @pytest.mark.parametrize("n", [1, 8191, 8192, 8193, 20000])
 def test_max_tokens_without_a_temporary(n):
-    """``sim.max_tokens`` sums in chunks (no request-sized temporary): the same maximum wherever
+    """``state.max_tokens`` sums in chunks (no request-sized temporary): the same maximum wherever
     it falls, chunk edges included."""
     import numpy as np
 
@@ -89,4 +90,4 @@ def test_max_tokens_without_a_temporary(n):
     for where in {0, n // 2, n - 1, min(8191, n - 1), min(8192, n - 1)}:
         i, o = isl.copy(), osl.copy()
         i[where] = 9000
-        assert sim.max_tokens(i, o) == int((i + o).max())
+        assert state.max_tokens(i, o) == int((i + o).max())

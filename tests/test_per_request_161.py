@@ -211,7 +211,7 @@ def test_a_small_readmission_log_gives_the_same_records(tmp_path, capsys, monkey
     from fastsim import sim
 
     want = _replay("preemption_fifo", tmp_path, capsys)
-    monkeypatch.setattr(sim, "_readmission_log_size", lambda workload: 1)
+    monkeypatch.setattr(sim, "readmission_log_size", lambda workload: 1)
     assert _replay("preemption_fifo", tmp_path, capsys) == want
 
 

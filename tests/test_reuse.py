@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fastsim
-from fastsim import perf, reuse, sim
+from fastsim import perf, reuse, state
 from fastsim.errors import TraceWarning
 from fastsim.sweep import TIMING_COLUMNS, sweep
 from fastsim.workload import load_trace as _load_trace
@@ -67,14 +67,14 @@ def test_warnings_of_the_reading_come_again_with_every_configuration(tmp_path):
 @pytest.mark.filterwarnings("ignore::fastsim.errors.TraceWarning")
 def test_block_keys_are_built_once_per_block_size():
     w = load_trace(TRACE)
-    assert sim._block_keys(w, 64)[1] is not sim._block_keys(w, 64)[1]  # not a shared workload
+    assert state.block_keys(w, 64)[1] is not state.block_keys(w, 64)[1]  # not a shared workload
     with reuse.during():
         w = load_trace(TRACE)
-        ptr, keys = sim._block_keys(w, 64)
-        assert sim._block_keys(w, 64)[1] is keys
-        other = sim._block_keys(w, 16)[1]
+        ptr, keys = state.block_keys(w, 64)
+        assert state.block_keys(w, 64)[1] is keys
+        other = state.block_keys(w, 16)[1]
         assert other is not keys and other.shape[0] > keys.shape[0]
-        fresh = sim._block_keys(load_trace(TRACE, trace_block_size=256), 64)
+        fresh = state.block_keys(load_trace(TRACE, trace_block_size=256), 64)
         assert fresh[1] is not keys
 
 

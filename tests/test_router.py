@@ -104,11 +104,11 @@ def test_simultaneous_identical_prompts_split_by_load(tmp_path):
 def _queue_order(keys):
 
     from fastsim.kernels.router import queue_pop_nb, queue_push_nb
-    from fastsim.sim import _router_state
-    from fastsim.kernels.scheduler import Params
+    from fastsim.state import router_state
+    from fastsim.kernels.rank_state import Params
 
     params = Params(16, 64, 8, 64, True, True, True, 0, 1.0, 1.0, 0)
-    rt = _router_state("kv_router", None, params, len(keys), 2, 2, 1024, 0)
+    rt = router_state("kv_router", None, params, len(keys), 2, 2, 1024, 0)
     for r, k in enumerate(keys):
         queue_push_nb(rt, r, float(k))
     return [int(queue_pop_nb(rt)) for _ in keys]

@@ -19,6 +19,7 @@ import pytest
 import fastsim.errors
 import fastsim.sim as sim
 from fastsim.config import EngineArgs
+from fastsim.kernels.rank_state import DIAG_FALLBACKS, DIAG_STEADY_PASSES
 from fastsim.workload import load_mooncake, synthetic
 
 from test_engine_vs_naive import random_case
@@ -158,20 +159,20 @@ def test_paused_and_capped_runs():
 
 
 def _counted(monkeypatch, workload, engine, **kw):
-    """(steady passes, fallbacks) of one simulation (``rk.seqc[2]``, ``rk.seqc[1]``)."""
+    """(steady passes, fallbacks) of one simulation (``rk.diag[DIAG_STEADY_PASSES]``, ``rk.diag[DIAG_FALLBACKS]``)."""
     states = []
-    build = sim._build_state
+    build = sim.build_state
 
     def keep(*args, **kwargs):
         states.append(build(*args, **kwargs))
         return states[-1]
 
-    monkeypatch.setattr(sim, "_build_state", keep)
+    monkeypatch.setattr(sim, "build_state", keep)
     _same(workload, engine, **kw)
     # the last steady run's state: a run may build its state again (a larger readmission log)
     st = [s for s in states if s.params.steady][-1]
     assert not states[-1].params.steady
-    return int(st.rk.seqc[2]), int(st.rk.seqc[1])
+    return int(st.ranks.diag[DIAG_STEADY_PASSES]), int(st.ranks.diag[DIAG_FALLBACKS])
 
 
 def test_both_paths_are_exercised(monkeypatch):

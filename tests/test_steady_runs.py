@@ -20,6 +20,7 @@ import pytest
 
 import fastsim.sim as sim
 from fastsim.config import EngineArgs
+from fastsim.kernels.rank_state import DIAG_RUN_AHEAD_PASSES
 from fastsim.workload import load_mooncake
 
 from test_steady_decode import assert_same_results
@@ -38,25 +39,25 @@ def _slice(tmp_path, first, n):
 def _three_ways(monkeypatch, path, engine, speedup=1.0, **kw):
     """Run ``path`` with steady runs (the default), without light ticks and runs, and pass at a
     time, under both releases' rules; check the three agree; returns the passes run ahead in
-    steady runs (``rk.seqc[6]``) under each release."""
+    steady runs (``rk.diag[DIAG_RUN_AHEAD_PASSES]``) under each release."""
     states = []
-    build = sim._build_state
+    build = sim.build_state
 
     def keep(*args, **kwargs):
         st = build(*args, **kwargs)
-        if kwargs.get("gap_skip") is None:  # (not the explicit rerun of a capped run)
+        if args[2].gap_skip is None:  # (not the explicit rerun of a capped run)
             states.append(st)
         return st
 
-    monkeypatch.setattr(sim, "_build_state", keep)
+    monkeypatch.setattr(sim, "build_state", keep)
     ahead = {}
     for version in ("1.6.1", "1.4.2"):
         wl = load_mooncake(path, trace_block_size=512, arrival_speedup_ratio=speedup,
                            dynamo_version=version)
         a = sim.simulate(wl, engine, dynamo_version=version, **kw)
-        ahead[version] = int(states[-1].rk.seqc[6])
+        ahead[version] = int(states[-1].ranks.diag[DIAG_RUN_AHEAD_PASSES])
         b = sim.simulate(wl, engine, dynamo_version=version, light_ticks=False, **kw)
-        assert int(states[-1].rk.seqc[6]) == 0
+        assert int(states[-1].ranks.diag[DIAG_RUN_AHEAD_PASSES]) == 0
         c = sim.simulate(wl, engine, dynamo_version=version, steady_decode=False, **kw)
         assert_same_results(a, b)
         assert_same_results(a, c)
@@ -134,10 +135,10 @@ def test_disaggregated_trace_slice(monkeypatch, tmp_path):
             a = simulate_disagg(wl, pre, dec, num_prefill_workers=2, num_decode_workers=3,
                                 dynamo_version=version, **kw)
             if "max_sim_time_ms" not in kw:  # (a capped run is made again, every request explicit)
-                assert int(seen[-1].seqc[6]) > 1_000
+                assert int(seen[-1].diag[DIAG_RUN_AHEAD_PASSES]) > 1_000
             b = simulate_disagg(wl, pre, dec, num_prefill_workers=2, num_decode_workers=3,
                                 dynamo_version=version, light_ticks=False, **kw)
-            assert int(seen[-1].seqc[6]) == 0
+            assert int(seen[-1].diag[DIAG_RUN_AHEAD_PASSES]) == 0
             c = simulate_disagg(wl, pre, dec, num_prefill_workers=2, num_decode_workers=3,
                                 dynamo_version=version, steady_decode=False, **kw)
             assert_same_results(a, b)
