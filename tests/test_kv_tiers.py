@@ -203,3 +203,13 @@ def test_recorded_161_case_matches_dynamo(name, tmp_path, capsys):
     misses = _misses(got, json.loads((DATA / f"{name}.json").read_text()))
     assert not misses, "\n".join(misses)
     assert _timeline(mine) == _timeline(_reference(name))
+
+
+def test_cli_names_the_flag_and_the_tier(capsys):
+    flat = json.dumps({"num_g2_blocks": 100, "kv_bytes_per_token": 8})
+    assert cli.main(["replay", TINY, "--extra-engine-args", flat]) == 2
+    err = capsys.readouterr().err
+    assert "--extra-engine-args: num_g2_blocks" in err and "not supported yet" in err
+    nested = json.dumps({"engine": {"block_size": 64, "native_host_offload": {"num_host_blocks": 100}}})
+    assert cli.main(["replay", TINY, "--extra-engine-args", nested]) == 2
+    assert 'add it, for example "kv_cache_bytes_per_token": 131072' in capsys.readouterr().err
