@@ -3,8 +3,8 @@ sweep workers, and the first simulation of a process.
 
 The kernels are compiled by numba on first use and cached on disk (``kernels/jit.py``: the cache
 directory). :func:`warm_up` runs one tiny simulation of each kind (a single worker, a cluster split
-into shards, a trace with prefix caching, KV-aware routing, disaggregated serving, the SGLang engine), so that every
-kernel a replay or a sweep needs is compiled (on an empty cache) or loaded before the first real
+into shards, a trace with prefix caching, KV-aware routing, disaggregated serving, the SGLang engine,
+the host KV tier), so that every kernel a replay or a sweep needs is compiled (on an empty cache) or loaded before the first real
 run. Processes that share one cache directory (``NUMBA_CACHE_DIR``, e.g. on a shared file system
 for Dask workers) compile it once between them.
 """
@@ -65,10 +65,28 @@ def _sglang():
                                extra_engine_args={"engine_type": "sglang", "block_size": 16})
 
 
+def _host_tier():
+    """The host KV tier's kernels (``kernels/host_tier.py``), through one store and one load."""
+    import numpy as np
+
+    from fastsim.kernels import host_tier as h
+
+    ht = h.make_host_tier(1, 4, 16, 2, 1.0, 1.0, n_live=4, n_keys=8)
+    keys = np.arange(1, 3, dtype=np.uint64)
+    h.prepare_store_nb(ht, 0, 0, keys, 2)
+    h.submit_prepared_nb(ht, 0, 0.0)
+    h.pop_due_nb(ht, 0, h.next_deadline_nb(ht, 0))
+    if h.lookup_nb(ht, 0, keys[0]) == h.HIT and not h.loading_nb(ht, 0, keys[0]):
+        tid = h.schedule_load_nb(ht, 0, 1, keys, 2, 1.0, 0.0)[1]
+        h.pop_due_nb(ht, 0, h.deadline_nb(ht, 0, tid))
+    h.resident_blocks_nb(ht, 0)
+
+
 STEPS = (("aggregated loop (one worker, a split cluster)", _aggregated),
          ("trace replay, prefix caching, KV-aware routing", _trace_and_kv_router),
          ("disaggregated loop", _disaggregated),
-         ("SGLang engine", _sglang))
+         ("SGLang engine", _sglang),
+         ("host KV tier", _host_tier))
 
 
 def warm_up(report=None) -> float:

@@ -21,6 +21,7 @@ def test_warmup_reports_each_step_and_the_total(tmp_path):
     from fastsim import warmup
 
     assert warmup.cached("run_loop_nb") and warmup.cached("run_disagg_nb") and warmup.cached("run_sglang_nb")
+    assert warmup.cached("pop_due_nb") and warmup.cached("prepare_store_nb")
 
 
 def test_warmup_help_names_the_command():
