@@ -264,6 +264,20 @@ def deadline_nb(ht, k, tid):
     return ht.xdead[k * n_live + tid % n_live]
 
 
+@kernel_noalloc
+def store_fence_nb(ht, k, tid):
+    """The deadline of rank ``k``'s store ``tid`` if it is still in flight (its GPU blocks are
+    still being read: a pass that reuses one starts no earlier), else -inf. Stores enter the D2H
+    lane in id order, so ``tid`` is in flight iff it is not older than the lane's head."""
+    meta = ht.meta
+    if tid < 0 or meta[k, D2H_TAIL] == meta[k, D2H_HEAD]:
+        return -np.inf
+    n_live = ht.xkind.shape[0] // meta.shape[0]
+    if tid < ht.d2h[k * n_live + meta[k, D2H_HEAD] % n_live]:
+        return -np.inf
+    return ht.xdead[k * n_live + tid % n_live]
+
+
 @inner
 def _next(ht, k):
     """(deadline, id) of rank ``k``'s next completion among submitted transfers, or (inf, -1)."""

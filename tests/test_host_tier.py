@@ -8,7 +8,7 @@ import pytest
 from fastsim.kernels.host_tier import (
     ALREADY_PRESENT, HIT, LOAD, LOG_FULL, MISS, NEEDS_EVICTION, PENDING, PREPARED, STORE,
     deadline_nb, loading_nb, lookup_nb, make_host_tier, next_deadline_nb, pop_due_nb,
-    prepare_store_nb, resident_blocks_nb, schedule_load_nb, submit_prepared_nb)
+    prepare_store_nb, resident_blocks_nb, schedule_load_nb, store_fence_nb, submit_prepared_nb)
 
 
 def keys(*ks):
@@ -125,3 +125,20 @@ def test_full_rings_ask_for_a_larger_run():
     submit_prepared_nb(ht, 0, 0.0)
     pop_due_nb(ht, 0, np.inf)
     assert prepare_store_nb(ht, 0, 0, keys(6), 1)[0] == PREPARED  # the first one's room is free
+
+
+def test_store_fence_while_in_flight_only():
+    ht = tier(d2h=1.0, h2d=1.0)
+    a = prepare_store_nb(ht, 0, 0, keys(1), 1)[1]
+    store_resident(ht, 0, keys(2))  # (submits and completes a as well)
+    assert store_fence_nb(ht, 0, a) == -np.inf
+    b = prepare_store_nb(ht, 0, 0, keys(3), 1)[1]
+    load = schedule_load_nb(ht, 0, 0, keys(1), 1, 100.0, 0.0)[1]
+    c = prepare_store_nb(ht, 0, 0, keys(4), 1)[1]
+    assert store_fence_nb(ht, 0, c) == np.inf  # prepared in this pass: read until submitted
+    submit_prepared_nb(ht, 0, 100.0)
+    assert store_fence_nb(ht, 0, b) == 100.0 + 8.388608
+    assert store_fence_nb(ht, 0, c) == (100.0 + 8.388608) + 8.388608  # FIFO: after b
+    assert pop_due_nb(ht, 0, 100.0 + 8.388608) == (b, STORE, 0)  # (the load ends at the same time)
+    assert store_fence_nb(ht, 0, b) == -np.inf and store_fence_nb(ht, 0, c) > 100.0
+    assert pop_due_nb(ht, 0, np.inf)[0] == load
