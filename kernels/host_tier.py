@@ -109,7 +109,7 @@ def make_host_tier(n_ranks, cap, block_size, kv_cache_bytes_per_token, d2h_gbps,
 
 @inner
 def _home(ht, key):
-    return np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & ht.tmask
+    return np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & ht.tmask
 
 
 @inner
@@ -175,8 +175,8 @@ def _key_at(ht, k, tid, i):
 
 @kernel_noalloc
 def prepare_store_nb(ht, k, row, keys, n):
-    """Admit the missing blocks of request ``row``'s store cohort ``keys[:n]`` on rank ``k``,
-    whole or not at all: returns (PREPARED, id), (ALREADY_PRESENT, -1), (NEEDS_EVICTION, -1) when
+    """Admit the missing blocks of request ``row``'s store cohort ``keys[:n]`` (distinct keys, as
+    a request's chained block keys are) on rank ``k``, whole or not at all: returns (PREPARED, id), (ALREADY_PRESENT, -1), (NEEDS_EVICTION, -1) when
     they do not fit the free entries (nothing changes: see the module docstring) or (LOG_FULL,
     -1). The prepared store is submitted at the pass end (``submit_prepared_nb``)."""
     missing = 0
