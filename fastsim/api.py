@@ -130,7 +130,10 @@ def _common(
         _opt_nonneg(sla_e2e_ms, "sla_e2e_ms"),
     )
     max_sim = _opt_nonneg(max_sim_time_ms, "max_sim_time_ms")
+    from fastsim.kv_tiers import check_flat_tiers
+
     engine = EngineArgs.coerce(extra_engine_args, source="extra_engine_args")
+    check_flat_tiers(engine, check_version(dynamo_version), "extra_engine_args")
     if disagg:
         pools = dict(
             prefill=EngineArgs.coerce(prefill_engine_args, source="prefill_engine_args"),
@@ -138,6 +141,8 @@ def _common(
             num_prefill_workers=_positive_int(num_prefill_workers, "num_prefill_workers must be at least 1"),
             num_decode_workers=_positive_int(num_decode_workers, "num_decode_workers must be at least 1"),
         )
+        for pool in ("prefill", "decode"):
+            check_flat_tiers(pools[pool], check_version(dynamo_version), f"{pool}_engine_args")
         return dict(
             engine=pools["prefill"], num_workers=workers, router_mode=router_mode,
             replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim, sla=sla,

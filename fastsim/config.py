@@ -11,10 +11,12 @@ fields by :mod:`fastsim.engine_config`. Each field belongs to one of four groups
 * ``no_effect``: accepted with Dynamo's default and validation, but, as in Dynamo's aggregated
   offline replay, it changes nothing (live-mocker ports, ``startup_time`` of a static fleet, the
   disaggregated KV-transfer model, the router queue policy, ``reasoning``: its three fields are
-  required, then nothing changes). ``has_perf_model`` is a legacy field
+  required, then nothing changes; the KVBM offload tiers ``num_g2_blocks`` ... of 1.4.2, whose
+  offline replay runs without them, while 1.6.1 mode maps them to its host tier, see
+  :mod:`fastsim.kv_tiers`). ``has_perf_model`` is a legacy field
   Dynamo ignores; ``is_prefill``/``is_decode`` are JSON spellings of ``worker_type``.
 * ``unsupported``: a valid Dynamo option fastsim does not model yet (SGLang/TRT-LLM cores, AIC
-  timing, KVBM tiers). Any non-default value raises :class:`NotSupportedError`.
+  timing). Any non-default value raises :class:`NotSupportedError`.
 
 Validation follows Dynamo: unknown fields, duplicate keys, ``null`` for a non-nullable field, a
 wrong JSON type (``64.0`` is not an integer, ``1`` is not a boolean) and out-of-range values are all
@@ -94,6 +96,18 @@ class EngineArgs:
     zmq_kv_events_port: Optional[int] = None
     zmq_replay_port: Optional[int] = None
     reasoning: Optional[Any] = None
+    # KVBM offload tiers: Dynamo 1.4.2's offline replay runs without them; in 1.6.1 mode the G2
+    # names map to the host tier, which fastsim refuses until it simulates it (fastsim/kv_tiers.py).
+    num_g2_blocks: Optional[int] = None
+    num_g3_blocks: Optional[int] = None
+    enable_g4_storage: bool = False
+    offload_batch_size: Optional[int] = None
+    bandwidth_g1_to_g2_gbps: Optional[float] = None
+    bandwidth_g2_to_g1_gbps: Optional[float] = None
+    bandwidth_g2_to_g3_gbps: Optional[float] = None
+    bandwidth_g3_to_g2_gbps: Optional[float] = None
+    bandwidth_g2_to_g4_gbps: Optional[float] = None
+    bandwidth_g4_to_g2_gbps: Optional[float] = None
     # --- not supported yet (any non-default value is an error) -------------------------------
     aic_backend: Optional[str] = None
     aic_system: Optional[str] = None
@@ -114,16 +128,6 @@ class EngineArgs:
     gpu_memory_utilization: Optional[float] = None
     mem_fraction_static: Optional[float] = None
     free_gpu_memory_fraction: Optional[float] = None
-    num_g2_blocks: Optional[int] = None
-    num_g3_blocks: Optional[int] = None
-    enable_g4_storage: bool = False
-    offload_batch_size: Optional[int] = None
-    bandwidth_g1_to_g2_gbps: Optional[float] = None
-    bandwidth_g2_to_g1_gbps: Optional[float] = None
-    bandwidth_g2_to_g3_gbps: Optional[float] = None
-    bandwidth_g3_to_g2_gbps: Optional[float] = None
-    bandwidth_g2_to_g4_gbps: Optional[float] = None
-    bandwidth_g4_to_g2_gbps: Optional[float] = None
     sglang: Optional[Any] = None
     trtllm: Optional[Any] = None
 
@@ -249,12 +253,18 @@ _SPEC: dict[str, dict] = {
     "zmq_replay_port": dict(kind="uint", nullable=True, max=65535),
     "timing_model": dict(kind="timing", nullable=True),
     "reasoning": dict(kind="reasoning", nullable=True),
+    "num_g2_blocks": dict(kind="uint", nullable=True),
+    "num_g3_blocks": dict(kind="uint", nullable=True),
+    "enable_g4_storage": dict(kind="bool"),
+    "offload_batch_size": dict(kind="uint", nullable=True),
+    **{name: dict(kind="float0", nullable=True) for name in (
+        "bandwidth_g1_to_g2_gbps", "bandwidth_g2_to_g1_gbps", "bandwidth_g2_to_g3_gbps",
+        "bandwidth_g3_to_g2_gbps", "bandwidth_g2_to_g4_gbps", "bandwidth_g4_to_g2_gbps")},
 }
 
 _UNSUPPORTED_REASON = {
     "aic": "it configures AIConfigurator (AIC) timing and capacity models",
     "mem": "it configures GPU-memory based KV capacity estimation (AIC); set num_gpu_blocks instead",
-    "kvbm": "it configures KVBM offload tiers (G2/G3/G4)",
     "sglang": "it configures the SGLang engine core",
     "trtllm": "it configures the TRT-LLM engine core",
 }
@@ -267,12 +277,6 @@ for _f in (
     _UNSUPPORTED[_f] = "aic"
 for _f in ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction"):
     _UNSUPPORTED[_f] = "mem"
-for _f in (
-    "num_g2_blocks num_g3_blocks enable_g4_storage offload_batch_size bandwidth_g1_to_g2_gbps "
-    "bandwidth_g2_to_g1_gbps bandwidth_g2_to_g3_gbps bandwidth_g3_to_g2_gbps "
-    "bandwidth_g2_to_g4_gbps bandwidth_g4_to_g2_gbps"
-).split():
-    _UNSUPPORTED[_f] = "kvbm"
 _UNSUPPORTED.update(sglang="sglang", trtllm="trtllm")
 
 ENGINE_ARG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(EngineArgs))

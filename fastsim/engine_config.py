@@ -303,9 +303,11 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
     if engine.get("kv_cache_bytes_per_token") is not None:
         # Sizes offload-tier transfers only; without a tier it changes nothing.
         _uint(engine["kv_cache_bytes_per_token"], source, "engine.kv_cache_bytes_per_token", lo=1)
+    from fastsim.kv_tiers import check_g3_offload, check_native_host_offload, refuse_tiers
+
+    host_tier = check_native_host_offload(engine.get("native_host_offload"), engine, source)
+    refuse_tiers(host_tier, check_g3_offload(engine.get("g3_offload"), host_tier, source), source)
     for name, feature in (
-        ("native_host_offload", "host KV offload (G2)"),
-        ("g3_offload", "shared KV offload (G3)"),
         ("state_cache", "per-request state cache"),
         ("prefix_match_unit", "per-request state cache"),
         ("kv_cache_capacity_bytes", "KV cache groups sized in bytes"),

@@ -147,6 +147,9 @@ def simulate(
 
     version = check_version(dynamo_version)
     rules = timing_rules(version)
+    from fastsim.kv_tiers import check_flat_tiers
+
+    check_flat_tiers(engine, version, "engine")
 
     if router_mode not in ("round_robin", "kv_router"):
         raise InputError(f"router_mode is {router_mode!r}; allowed: 'round_robin', 'kv_router'")

@@ -112,6 +112,10 @@ def simulate_disagg(
     P0, D0 = int(num_prefill_workers), int(num_decode_workers)
     P, D = worker_rows(P0, schedules["prefill"], None, None), worker_rows(D0, schedules["decode"], None, None)
     version = check_version(dynamo_version)
+    from fastsim.kv_tiers import check_flat_tiers
+
+    check_flat_tiers(prefill_engine, version, "prefill engine")
+    check_flat_tiers(decode_engine, version, "decode engine")
     check_workload(workload)
     check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
                  num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],

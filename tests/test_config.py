@@ -172,8 +172,6 @@ def test_legacy_has_perf_model_is_ignored():
         ({"aic_tp_size": 2}, "aic_tp_size"),
         ({"aic_mtp_seed": 7}, "aic_mtp_seed"),
         ({"gpu_memory_utilization": 0.9}, "gpu_memory_utilization"),
-        ({"num_g2_blocks": 100}, "num_g2_blocks"),
-        ({"enable_g4_storage": True}, "enable_g4_storage"),
         ({"g1_backend": "kvbm"}, "g1_backend"),
         ({"trtllm": {"capacity_scheduler_policy": "x"}}, "trtllm"),
     ],

@@ -164,8 +164,10 @@ def test_bad_nested_config_names_the_field(obj, pattern):
     "obj, words",
     [
         ({"engine": {"backend": "trtllm"}}, "engine.backend 'trtllm'"),
-        ({"engine": {"native_host_offload": {"num_host_blocks": 100}}}, "host KV offload"),
-        ({"engine": {"g3_offload": {"scope": "x"}}}, "shared KV offload"),
+        ({"engine": {"native_host_offload": {"num_host_blocks": 100}, "kv_cache_bytes_per_token": 8}},
+         "host-memory KV offload"),
+        ({"engine": {"native_host_offload": {"num_host_blocks": 100}, "kv_cache_bytes_per_token": 8,
+                     "g3_offload": {"scope": "worker_local", "num_g3_blocks": 5}}}, "shared KV tier"),
         ({"engine": {"state_cache": {"bytes_per_request": 1}}}, "state cache"),
         ({"engine": {"kv_cache_groups": [{"x": 1}]}}, "KV cache groups"),
         ({"engine": {"kv_cache_capacity_bytes": 5}}, "engine.kv_cache_capacity_bytes"),
