@@ -20,6 +20,7 @@ _BIG_BUDGET = 1 << 62
 
 def _engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
     from fastsim.kernels.scheduler import Params
+    from fastsim.trtllm_config import output_limit
 
     budget = engine.max_num_batched_tokens
     max_seqs = engine.max_num_seqs
@@ -32,7 +33,7 @@ def _engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
         chunked=bool(engine.enable_chunked_prefill),
         caching=bool(engine.enable_prefix_caching),
         lifo=str(engine.preemption_mode).lower() == "lifo",
-        max_model_len=int(engine.max_model_len or 0),
+        max_model_len=output_limit(engine),
         speedup=float(engine.speedup_ratio),
         decode_speedup=float(engine.decode_speedup_ratio),
         stage=int(stage),
@@ -40,6 +41,7 @@ def _engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
         fast=bool(fast),
         timing_rules=int(timing_rules),
         bshift=bs.bit_length() - 1 if bs > 0 and bs & (bs - 1) == 0 else -1,
+        trtllm=engine.engine_type == "trtllm",
     )
 
 
@@ -380,6 +382,7 @@ def simulate(
     args = dict(locals())
     from fastsim import shards
     from fastsim.dynamo_version import check_version, timing_rules
+    from fastsim.trtllm_config import check_release
     from fastsim.kernels.scheduler import TIMING_161
     from fastsim.kernels.loop import (DEAD_END, LOG_FULL, NARRIVED, NDONE, PLANNER_TICK, SIM_CAP, TABLE_FULL,
                                       TELEMETRY_FULL, run_loop_nb)
@@ -408,6 +411,7 @@ def simulate(
         lag = None
 
     check_workload(workload)
+    check_release(engine, version)
     if engine.engine_type == "sglang":  # the SGLang engine has its own driver
         from fastsim.sim_sglang import simulate_sglang
 

@@ -34,6 +34,7 @@ from fastsim.kernels.kvpool import (
     release_dead_nb,
 )
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
+from fastsim.kernels.trtllm import admitted_nb, fits_nb, released_nb
 
 # request status codes (HANDED: a disaggregated request whose KV was transferred to this decode
 # worker, waiting to be activated; FAILED: its prompt can never fit the decode worker's KV)
@@ -67,6 +68,7 @@ class Params(NamedTuple):
     bshift: int = -1  # log2(block_size) when it is a power of two (divisions become shifts), else -1
     fast: bool = True  # run passes that only advance steady members on the light path (``steady_pass_nb``)
     timing_rules: int = TIMING_142  # TIMING_142 or TIMING_161 (see ``_step_ms``)
+    trtllm: bool = False  # TRT-LLM's no-evict admission (kernels/trtllm.py) instead of vLLM's
 
 
 class Reqs(NamedTuple):
@@ -147,6 +149,7 @@ class Ranks(NamedTuple):
     # a prefill time depends only on the pass's new prompt tokens: tabulated the same way, up to
     # the token budget (larger counts use the memo)
     ptab: np.ndarray  # float64[min(budget, _PTAB_MAX) + 1]
+    resv: np.ndarray  # int64[R]: TRT-LLM's reserved blocks (kernels/trtllm.py; 0 for vLLM)
 
 
 _HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
@@ -175,6 +178,7 @@ def make_ranks(n_ranks, block_size, cap, budget):
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
         ptab=np.full(min(budget, _PTAB_MAX) + 1, np.nan),
+        resv=np.zeros(n_ranks, dtype=np.int64),
     )
 
 
@@ -705,7 +709,11 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
         _stop_running(rq, rk, k, np.int64(r), np.bool_(explicit))
         if kind == TERM_COMPLETED:
+            active_before = pool.meta[k, NACTIVE]
+            alloc = rq.alloc[r]
             free_blocks_nb(p, pool, rq, k, r, np.bool_(False))
+            if p.trtllm:
+                released_nb(p, pool, rk, k, rq.isl[r], rq.osl[r], alloc, active_before)
     rq.status[r] = FINISHING
     rq.term_kind[r] = kind
     rq.tnext[r] = -1
@@ -870,13 +878,18 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             continue
         cached, active_cached, active = _cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf,
                                                        pa.hslot)
-        needed = _blocks_ceil(p, length) - active_cached
-        if needed > p.cap - pool.meta[k, NACTIVE]:
+        if p.trtllm:  # the whole to-completion KV must fit beside every running request's
+            if fits_nb(p, rk, k, rq.isl[u], rq.osl[u], active_cached) < 0:
+                break
+        elif _blocks_ceil(p, length) - active_cached > p.cap - pool.meta[k, NACTIVE]:
             break  # head-of-line blocking: wait, never preempt for a waiting request
         before = acc[BUDGET]
+        active_before = pool.meta[k, NACTIVE]
         res = _schedule(p, pool, rq, rk, k, np.int64(u), np.int64(cached), pa)
         if res != SCHEDULED:
             break
+        if p.trtllm:
+            admitted_nb(p, pool, rk, k, rq.isl[u], rq.osl[u], rq.alloc[u], active_before)
         _unlink_waiting(rq, rk, k, u)
         _start_running(rq, rk, k, u)
         # (the reuse columns start at 0 and are written only on a hit: without hits, as in a
