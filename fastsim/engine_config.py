@@ -280,6 +280,9 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
             raise InputError(f"{source}: field 'engine.prefill_schedule_interval': prefill_schedule_interval is "
                              "supported only for backend=vllm (SGLang's counterpart is "
                              "engine.prefill_decode_interval)")
+        if interval != 1 and backend == "trtllm":
+            raise InputError(f"{source}: field 'engine.prefill_schedule_interval': prefill_schedule_interval is "
+                             "supported only for backend=vllm")
         if interval != 1:
             raise _not_yet(source, "engine.prefill_schedule_interval", "vLLM prefill scheduling cadence")
     sglang = {}
