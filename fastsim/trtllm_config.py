@@ -3,7 +3,9 @@
 Dynamo 1.6.1 runs TRT-LLM on the vLLM scheduler core with its own admission rule
 (``kernels/trtllm.py``, docs/decisions/0360). Its only own knob is the ``trtllm`` object's
 ``capacity_scheduler_policy``, which takes one value, ``guaranteed_no_evict`` (the default); its
-default block size is 32 and, like vLLM, it needs blocks of at least two tokens.
+default block size is 32 and, like vLLM, it needs blocks of at least two tokens. Dynamo 1.4.2 runs
+the same engine (its reports equal fastsim's on the cases of tests/data/trtllm_142) but refuses
+``max_model_len`` on it.
 """
 
 from __future__ import annotations
@@ -49,9 +51,7 @@ def output_limit(engine) -> int:
 
 
 def check_release(engine, version: str) -> None:
-    """TRT-LLM is modelled as Dynamo 1.6.1 runs it; Dynamo 1.4.2 runs it by other rules."""
-    if engine.engine_type == "trtllm" and version != "1.6.1":
-        raise NotSupportedError(
-            f"engine_type 'trtllm' is not supported yet by fastsim with dynamo_version={version!r} (Dynamo "
-            f"{version} schedules TRT-LLM by rules of its own; fastsim models Dynamo 1.6.1's, use "
-            "dynamo_version='1.6.1')")
+    """Dynamo 1.4.2 runs TRT-LLM by the same rules as 1.6.1 but refuses ``max_model_len`` on it."""
+    if engine.engine_type == "trtllm" and version == "1.4.2" and engine.max_model_len is not None:
+        raise InputError("field 'max_model_len' is supported only for engine_type=vllm with "
+                         "dynamo_version='1.4.2' (Dynamo 1.4.2 refuses it on trtllm; 1.6.1 takes it)")

@@ -102,7 +102,22 @@ def test_bad_settings(text, err):
         EngineArgs.from_json(text)
 
 
-def test_dynamo_142_refuses_trtllm_by_name():
-    with pytest.raises(NotSupportedError, match="engine_type 'trtllm'"):
+CASES_142 = [line.split("\t") for line in (DATA.parent / "trtllm_142" / "cases.tsv").read_text().splitlines()
+             if line.strip()]
+
+
+@pytest.mark.parametrize("name,args", CASES_142, ids=[c[0] for c in CASES_142])
+def test_case_matches_dynamo_142(name, args):
+    """Dynamo 1.4.2 runs the same TRT-LLM engine: its reports, recorded in tests/data/trtllm_142."""
+    rep = _run(args.replace("../trtllm_161/", ""), dynamo_version="1.4.2")
+    ref = json.loads((DATA.parent / "trtllm_142" / f"{name}.json").read_text())
+    for k, v in ref.items():
+        if k in SKIP or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        assert rep.summary[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+
+
+def test_dynamo_142_refuses_max_model_len_on_trtllm():
+    with pytest.raises(InputError, match="max_model_len' is supported only for engine_type=vllm"):
         run_synthetic_trace_replay(100, 4, 2, arrival_interval_ms=1.0, dynamo_version="1.4.2",
-                                   extra_engine_args={"engine_type": "trtllm"})
+                                   extra_engine_args={"engine_type": "trtllm", "max_model_len": 500})
