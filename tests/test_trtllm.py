@@ -49,16 +49,8 @@ def _run(args, **extra):
     return run_synthetic_trace_replay(kw.pop("input_tokens"), kw.pop("output_tokens"), kw.pop("request_count"), **kw)
 
 
-# Recorded cases fastsim does not reproduce yet. Both route with kv_router where the KV router's
-# choice differs from Dynamo's from the first requests on, with the vLLM engine as much as with
-# TRT-LLM (prefix caching off; shared synthetic prefixes): see docs/decisions/0360.
-DIFFERS = {"no_cache_speed", "shared_prefix"}
-
-
 @pytest.mark.parametrize("name,args", CASES, ids=[c[0] for c in CASES])
 def test_case_matches_dynamo_161(name, args):
-    if name in DIFFERS:
-        pytest.xfail("the kv_router's choice differs from Dynamo 1.6.1's on any engine (docs/decisions/0360)")
     rep = _run(args)
     ref = json.loads((DATA / f"{name}.json").read_text())
     for k, v in ref.items():
