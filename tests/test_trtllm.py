@@ -113,3 +113,21 @@ def test_dynamo_142_refuses_max_model_len_on_trtllm():
     with pytest.raises(InputError, match="max_model_len' is supported only for engine_type=vllm"):
         run_synthetic_trace_replay(100, 4, 2, arrival_interval_ms=1.0, dynamo_version="1.4.2",
                                    extra_engine_args={"engine_type": "trtllm", "max_model_len": 500})
+
+
+# ----------------------------------------------------------------------------- against the naive engine
+# The compiled pass keeps each rank's reservation incrementally (kernels/trtllm.py); the naive
+# engine (tests/naive_engine.py) sums every running request's remaining reservation at each
+# admission. Random small traces with tiny pools, shared prefixes and small budgets, under Dynamo
+# 1.4.2's timing rules (the naive engine's), which run the same TRT-LLM engine.
+@pytest.mark.parametrize("seed", range(150))
+def test_compiled_engine_equals_naive_engine(seed, tmp_path):
+    from test_engine_vs_naive import diff, random_case, run_fastsim, run_naive
+
+    rows, tbs, engine = random_case(seed)
+    engine.pop("max_model_len", None)  # Dynamo 1.4.2 refuses it on trtllm
+    engine["engine_type"] = "trtllm"
+    if engine["block_size"] < 2:
+        engine["block_size"] = 2
+    d = diff(run_naive(rows, tbs, engine), run_fastsim(rows, tbs, engine, tmp_path))
+    assert d is None, f"seed {seed} engine {engine} tbs {tbs}: row {d[0]} {d[1]}: naive {d[2]!r} fastsim {d[3]!r}"
