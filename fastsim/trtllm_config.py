@@ -25,16 +25,16 @@ def check_trtllm_args(obj, source: str) -> None:
         if key not in _VALID:
             raise InputError(f"{source}: unknown field 'trtllm.{key}' (valid fields: {', '.join(_VALID)})")
         if value not in POLICIES:
-            raise InputError(f"{source}: field 'trtllm.{key}' must be 'guaranteed_no_evict' (the only TRT-LLM "
-                             f"capacity scheduler policy Dynamo models), got {value!r}")
+            raise InputError(f"{source}: field 'trtllm.{key}' must be 'guaranteed_no_evict' (the only "
+                             f"TRT-LLM capacity scheduler policy Dynamo models), got {value!r}")
     if obj.engine_type != "trtllm":
         return  # Dynamo accepts (and ignores) the trtllm object on the other engines
     if obj.block_size == 1:
         raise InputError(f"{source}: field 'block_size' must be at least 2 with engine_type=trtllm "
                          "(Dynamo: vLLM/TRT-LLM block_size must be at least two), got 1")
     if obj.worker_type != "aggregated":
-        raise NotSupportedError(f"{source}: field 'worker_type' with engine_type=trtllm is not supported yet by "
-                                "fastsim (disaggregated serving on the TRT-LLM engine)")
+        raise NotSupportedError(f"{source}: field 'worker_type' with engine_type=trtllm is not supported yet "
+                                "by fastsim (disaggregated serving on the TRT-LLM engine)")
 
 
 def output_limit(engine) -> int:
