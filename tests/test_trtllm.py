@@ -20,7 +20,8 @@ DATA = Path(__file__).parent / "data" / "trtllm_161"
 CASES = [line.split("\t") for line in (DATA / "cases.tsv").read_text().splitlines() if line.strip()]
 SKIP = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 INT_KW = ("num_workers", "input_tokens", "output_tokens", "request_count", "trace_block_size",
-          "turns_per_session", "num_prefix_groups", "arrival_seed", "num_prefill_workers", "num_decode_workers")
+          "turns_per_session", "num_prefix_groups", "arrival_seed", "num_prefill_workers", "num_decode_workers",
+          "replay_concurrency")
 FLOAT_KW = ("arrival_interval_ms", "inter_turn_delay_ms", "shared_prefix_ratio", "request_rate")
 
 
@@ -131,3 +132,19 @@ def test_compiled_engine_equals_naive_engine(seed, tmp_path):
         engine["block_size"] = 2
     d = diff(run_naive(rows, tbs, engine), run_fastsim(rows, tbs, engine, tmp_path))
     assert d is None, f"seed {seed} engine {engine} tbs {tbs}: row {d[0]} {d[1]}: naive {d[2]!r} fastsim {d[3]!r}"
+
+
+def test_disaggregated_trtllm_is_refused_by_name():
+    with pytest.raises(NotSupportedError, match="disaggregated serving on the TRT-LLM engine"):
+        EngineArgs.from_json('{"engine_type":"trtllm","is_prefill":true}')
+    with pytest.raises(NotSupportedError, match="disaggregated serving on the TRT-LLM engine"):
+        EngineArgs.from_json('{"engine":{"backend":"trtllm","worker_type":"decode"}}')
+
+
+@pytest.mark.parametrize("text,err", [
+    ('{"engine":{"backend":"trtllm","prefill_schedule_interval":2}}', "supported only for backend=vllm"),
+    ('{"engine":{"backend":"trtllm","prefill_decode_interval":2}}', "supported only for backend=sglang"),
+])
+def test_other_engines_knobs_are_refused(text, err):
+    with pytest.raises(InputError, match=err):
+        EngineArgs.from_json(text)
