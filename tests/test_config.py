@@ -167,7 +167,7 @@ def test_legacy_has_perf_model_is_ignored():
 @pytest.mark.parametrize(
     "obj, field",
     [
-        ({"engine_type": "trtllm"}, "engine_type"),
+        ({"engine_type": "trtllm", "worker_type": "decode"}, "worker_type"),
         ({"aic_backend": "vllm"}, "aic_backend"),
         ({"aic_tp_size": 2}, "aic_tp_size"),
         ({"aic_mtp_seed": 7}, "aic_mtp_seed"),
@@ -175,7 +175,6 @@ def test_legacy_has_perf_model_is_ignored():
         ({"num_g2_blocks": 100}, "num_g2_blocks"),
         ({"enable_g4_storage": True}, "enable_g4_storage"),
         ({"g1_backend": "kvbm"}, "g1_backend"),
-        ({"trtllm": {"capacity_scheduler_policy": "x"}}, "trtllm"),
     ],
 )
 def test_unmodelled_fields_are_not_supported_yet(obj, field):
@@ -227,7 +226,7 @@ def test_keyword_construction_is_validated():
     with pytest.raises(InputError, match="block_size"):
         EngineArgs(block_size=-1)
     with pytest.raises(NotSupportedError):
-        EngineArgs(engine_type="trtllm")
+        EngineArgs(engine_type="trtllm", worker_type="decode")
     assert EngineArgs(num_gpu_blocks=np.int64(100)).num_gpu_blocks == 100
     assert type(EngineArgs(num_gpu_blocks=np.int64(100)).num_gpu_blocks) is int
 
