@@ -5,19 +5,19 @@ Dynamo 1.6.1 runs TRT-LLM on the vLLM scheduler core with its own admission rule
 ``capacity_scheduler_policy``, which takes one value, ``guaranteed_no_evict`` (the default); its
 default block size is 32 and, like vLLM, it needs blocks of at least two tokens. Dynamo 1.4.2 runs
 the same engine (its reports equal fastsim's on the cases of tests/data/trtllm_142) but refuses
-``max_model_len`` on it.
+``max_model_len`` on it and TRT-LLM in disaggregated serving.
 """
 
 from __future__ import annotations
 
-from fastsim.errors import InputError, NotSupportedError
+from fastsim.errors import InputError
 
 POLICIES = ("guaranteed_no_evict",)
 _VALID = ("capacity_scheduler_policy",)
 
 
 def check_trtllm_args(obj, source: str) -> None:
-    """Validate ``obj.trtllm`` (an EngineArgs being built) and the settings TRT-LLM refuses."""
+    """Validate ``obj.trtllm`` (an EngineArgs being built) and the block size TRT-LLM refuses."""
     sub = obj.trtllm if obj.trtllm is not None else {}
     if not isinstance(sub, dict):
         raise InputError(f"{source}: field 'trtllm' must be an object, got {type(sub).__name__}")
@@ -32,9 +32,6 @@ def check_trtllm_args(obj, source: str) -> None:
     if obj.block_size == 1:
         raise InputError(f"{source}: field 'block_size' must be at least 2 with engine_type=trtllm "
                          "(Dynamo: vLLM/TRT-LLM block_size must be at least two), got 1")
-    if obj.worker_type != "aggregated":
-        raise NotSupportedError(f"{source}: field 'worker_type' with engine_type=trtllm is not supported yet "
-                                "by fastsim (disaggregated serving on the TRT-LLM engine)")
 
 
 def output_limit(engine) -> int:
@@ -51,7 +48,13 @@ def output_limit(engine) -> int:
 
 
 def check_release(engine, version: str) -> None:
-    """Dynamo 1.4.2 runs TRT-LLM by the same rules as 1.6.1 but refuses ``max_model_len`` on it."""
-    if engine.engine_type == "trtllm" and version == "1.4.2" and engine.max_model_len is not None:
+    """Dynamo 1.4.2 runs TRT-LLM by the same rules as 1.6.1 but refuses ``max_model_len`` on it and
+    TRT-LLM in disaggregated serving."""
+    if engine.engine_type != "trtllm" or version != "1.4.2":
+        return
+    if engine.max_model_len is not None:
         raise InputError("field 'max_model_len' is supported only for engine_type=vllm with "
                          "dynamo_version='1.4.2' (Dynamo 1.4.2 refuses it on trtllm; 1.6.1 takes it)")
+    if engine.worker_type != "aggregated":
+        raise InputError("disaggregated serving does not support engine_type=trtllm with "
+                         "dynamo_version='1.4.2' (as Dynamo 1.4.2 refuses it; 1.6.1 runs it)")

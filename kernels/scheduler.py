@@ -34,7 +34,7 @@ from fastsim.kernels.kvpool import (
     release_dead_nb,
 )
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
-from fastsim.kernels.trtllm import admitted_nb, fits_nb, released_nb
+from fastsim.kernels.trtllm import admitted_nb, fits_nb, left_running_nb, released_nb
 
 # request status codes (HANDED: a disaggregated request whose KV was transferred to this decode
 # worker, waiting to be activated; FAILED: its prompt can never fit the decode worker's KV)
@@ -709,6 +709,8 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
     if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
         _stop_running(rq, rk, k, np.int64(r), np.bool_(explicit))
+        if kind == TERM_HANDOFF and p.trtllm:  # its blocks stay held until the source is released
+            left_running_nb(p, rk, k, rq.isl[r], rq.osl[r], rq.alloc[r])
         if kind == TERM_COMPLETED:
             active_before = pool.meta[k, NACTIVE]
             alloc = rq.alloc[r]
@@ -855,7 +857,10 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             # no token budget and no prefill time, only a seat, and decodes in this pass.
             _unlink_waiting(rq, rk, k, u)
             if p.max_model_len > 0 and rq.isl[u] >= p.max_model_len:
+                active_before = pool.meta[k, NACTIVE]
                 free_blocks_nb(p, pool, rq, k, np.int64(u), np.bool_(False))
+                if p.trtllm:
+                    released_nb(p, pool, rk, k, rq.isl[u], rq.osl[u], rq.isl[u], active_before)
                 _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail,
                         g, np.bool_(True))
                 acc[PROGRESS] = 1

@@ -59,3 +59,10 @@ def released_nb(p, pool, rk, k, isl, osl, alloc, active_before):
     blocks before they were released."""
     held = _ceil_div(alloc, p.block_size)
     rk.resv[k] -= (completion_blocks_nb(p, isl, osl) - held) + (active_before - pool.meta[k, NACTIVE])
+
+
+@inner
+def left_running_nb(p, rk, k, isl, osl, alloc):
+    """A request left the running list holding its blocks (a prefill copy handed off): its
+    remaining reservation is no longer promised; its blocks leave with their release."""
+    rk.resv[k] -= completion_blocks_nb(p, isl, osl) - _ceil_div(alloc, p.block_size)

@@ -163,7 +163,6 @@ def test_bad_nested_config_names_the_field(obj, pattern):
 @pytest.mark.parametrize(
     "obj, words",
     [
-        ({"engine": {"backend": "trtllm", "worker_type": "prefill"}}, "disaggregated serving on the TRT-LLM"),
         ({"engine": {"native_host_offload": {"num_host_blocks": 100}}}, "host KV offload"),
         ({"engine": {"g3_offload": {"scope": "x"}}}, "shared KV offload"),
         ({"engine": {"state_cache": {"bytes_per_request": 1}}}, "state cache"),

@@ -14,7 +14,7 @@ import pytest
 
 from fastsim.api import run_synthetic_trace_replay, run_trace_replay
 from fastsim.config import EngineArgs
-from fastsim.errors import InputError, NotSupportedError
+from fastsim.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "trtllm_161"
 CASES = [line.split("\t") for line in (DATA / "cases.tsv").read_text().splitlines() if line.strip()]
@@ -134,11 +134,9 @@ def test_compiled_engine_equals_naive_engine(seed, tmp_path):
     assert d is None, f"seed {seed} engine {engine} tbs {tbs}: row {d[0]} {d[1]}: naive {d[2]!r} fastsim {d[3]!r}"
 
 
-def test_disaggregated_trtllm_is_refused_by_name():
-    with pytest.raises(NotSupportedError, match="disaggregated serving on the TRT-LLM engine"):
-        EngineArgs.from_json('{"engine_type":"trtllm","is_prefill":true}')
-    with pytest.raises(NotSupportedError, match="disaggregated serving on the TRT-LLM engine"):
-        EngineArgs.from_json('{"engine":{"backend":"trtllm","worker_type":"decode"}}')
+def test_disaggregated_forms():
+    assert EngineArgs.from_json('{"engine_type":"trtllm","is_prefill":true}').worker_type == "prefill"
+    assert EngineArgs.from_json('{"engine":{"backend":"trtllm","worker_type":"decode"}}').worker_type == "decode"
 
 
 @pytest.mark.parametrize("text,err", [
@@ -148,3 +146,11 @@ def test_disaggregated_trtllm_is_refused_by_name():
 def test_other_engines_knobs_are_refused(text, err):
     with pytest.raises(InputError, match=err):
         EngineArgs.from_json(text)
+
+
+def test_dynamo_142_refuses_disaggregated_trtllm():
+    with pytest.raises(InputError, match="disaggregated serving does not support engine_type=trtllm"):
+        run_synthetic_trace_replay(100, 4, 2, arrival_interval_ms=1.0, dynamo_version="1.4.2",
+                                   num_prefill_workers=1, num_decode_workers=1,
+                                   prefill_engine_args={"engine_type": "trtllm", "is_prefill": True},
+                                   decode_engine_args={"engine_type": "trtllm", "is_decode": True})
