@@ -517,17 +517,16 @@ def _validate(obj: EngineArgs, source: str) -> None:
             checked = _check_value(name, value, source, spec)
             if checked != value or type(checked) is not type(value):
                 object.__setattr__(obj, name, checked)
-        elif value != _DEFAULTS[name] and name != "sglang":
+        elif value != _DEFAULTS[name] and name not in ("sglang", "trtllm"):
             reason = _UNSUPPORTED_REASON[_UNSUPPORTED[name]]
             raise NotSupportedError(
                 f"{source}: field '{name}' is not supported yet by fastsim ({reason}); "
                 f"remove it or set it to its default {json.dumps(_DEFAULTS[name])}"
             )
-    if obj.engine_type == "trtllm":
-        raise NotSupportedError(
-            f"{source}: engine_type 'trtllm' is not supported yet by fastsim "
-            "(the vLLM and SGLang cores are modelled)"
-        )
+    if obj.engine_type == "trtllm" or obj.trtllm is not None:
+        from fastsim.trtllm_config import check_trtllm_args
+
+        check_trtllm_args(obj, source)
     if obj.engine_type == "sglang" or obj.sglang is not None:
         from fastsim.sglang_config import check_sglang_args
 

@@ -256,11 +256,6 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
     if backend not in ("vllm", "sglang", "trtllm"):
         raise InputError(f"{source}: field 'engine.backend' must be one of 'vllm', 'sglang', 'trtllm' "
                          f"(case-sensitive), got {_jtype(backend)}")
-    if backend == "trtllm":
-        raise NotSupportedError(
-            f"{source}: engine.backend 'trtllm' is not supported yet by fastsim (the vLLM and SGLang cores "
-            "are modelled)"
-        )
     if backend != "vllm":
         flat["engine_type"] = backend
     for name in _SAME_NAME:
@@ -285,6 +280,9 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
             raise InputError(f"{source}: field 'engine.prefill_schedule_interval': prefill_schedule_interval is "
                              "supported only for backend=vllm (SGLang's counterpart is "
                              "engine.prefill_decode_interval)")
+        if interval != 1 and backend == "trtllm":
+            raise InputError(f"{source}: field 'engine.prefill_schedule_interval': prefill_schedule_interval is "
+                             "supported only for backend=vllm")
         if interval != 1:
             raise _not_yet(source, "engine.prefill_schedule_interval", "vLLM prefill scheduling cadence")
     sglang = {}
@@ -327,6 +325,10 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
                 raise InputError(f"{source}: unknown field '{path}' (valid fields: {', '.join(defaults)})")
             if name == "sglang" and backend == "sglang":
                 sglang[key] = value  # checked with the flat form's sglang object (fastsim/sglang_config.py)
+            elif name == "trtllm":
+                if value != defaults[key]:
+                    raise InputError(f"{source}: field '{path}' must be 'guaranteed_no_evict' (the only TRT-LLM "
+                                     f"capacity scheduler policy), got {_jtype(value)}")
             elif value != defaults[key]:
                 raise _not_yet(source, path, f"it configures {feature}")
     if sglang:

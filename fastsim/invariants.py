@@ -38,7 +38,9 @@ def check(st, engine) -> None:
     if int(st.cluster.state[NDONE]) != rq.isl.shape[0]:
         bad.append(f"{int(st.cluster.state[NDONE])} terminal events for {rq.isl.shape[0]} requests")
     done = status == COMPLETED
-    mml = int(engine.max_model_len or 0)
+    from fastsim.trtllm_config import output_limit
+
+    mml = output_limit(engine)
     full = rq.generated == rq.osl
     if mml:
         full |= rq.isl + rq.generated >= mml

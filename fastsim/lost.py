@@ -59,6 +59,12 @@ def _rejection_reasons(rows, isl, engines):
                             f"{label} (Dynamo rejects them too)")
             todo &= ~hit
         bs, cap = int(eng.block_size), int(eng.num_gpu_blocks)
+        if eng.engine_type == "trtllm":  # it reserves the whole sequence: the prompt must leave room
+            hit = todo & (isl[rows] >= cap * bs)
+            reasons[hit] = (f"rejected: the prompt fills the {cap * bs} tokens of num_gpu_blocks {cap} of "
+                            f"block_size {bs}{label}, leaving no room for output (Dynamo's TRT-LLM "
+                            "rejects them too)")
+            continue
         hit = todo & (_blocks(isl[rows], bs) > cap)
         reasons[hit] = (f"rejected: the prompt needs more KV blocks than num_gpu_blocks {cap} of "
                         f"block_size {bs}{label} can ever hold (Dynamo rejects them too)")

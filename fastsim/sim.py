@@ -144,6 +144,7 @@ def simulate(
         TIMING_161,
     )
     from fastsim.kernels.loop import NARRIVED, NDONE, run_loop_nb
+    from fastsim.trtllm_config import check_release
 
     version = check_version(dynamo_version)
     rules = timing_rules(version)
@@ -172,6 +173,7 @@ def simulate(
         lag = None
 
     check_workload(workload)
+    check_release(engine, version)
     if engine.engine_type == "sglang":  # the SGLang engine has its own driver
         from fastsim.sim_sglang import simulate_sglang
 

@@ -89,6 +89,10 @@ def simulate_disagg(
 
     _check_pool(prefill_engine, "prefill_engine_args", "prefill")
     _check_pool(decode_engine, "decode_engine_args", "decode")
+    from fastsim.trtllm_config import check_release
+
+    check_release(prefill_engine, check_version(dynamo_version))
+    check_release(decode_engine, check_version(dynamo_version))
     if prefill_engine.block_size != decode_engine.block_size:
         raise InputError(
             f"prefill and decode engine args must use the same block_size "

@@ -20,6 +20,7 @@ _BIG_BUDGET = 1 << 62
 
 def engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
     from fastsim.kernels.rank_state import Params
+    from fastsim.trtllm_config import output_limit
 
     budget = engine.max_num_batched_tokens
     max_seqs = engine.max_num_seqs
@@ -32,7 +33,7 @@ def engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
         chunked=bool(engine.enable_chunked_prefill),
         caching=bool(engine.enable_prefix_caching),
         lifo=str(engine.preemption_mode).lower() == "lifo",
-        max_model_len=int(engine.max_model_len or 0),
+        max_model_len=output_limit(engine),
         speedup=float(engine.speedup_ratio),
         decode_speedup=float(engine.decode_speedup_ratio),
         stage=int(stage),
@@ -40,6 +41,7 @@ def engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
         fast=bool(fast),
         timing_rules=int(timing_rules),
         bshift=bs.bit_length() - 1 if bs > 0 and bs & (bs - 1) == 0 else -1,
+        trtllm=engine.engine_type == "trtllm",
     )
 
 

@@ -49,8 +49,9 @@ def cached_tokens(p, pool, rq, k, r, kbuf, hslot):
     n = fill_keys(rq, np.int64(r), np.int64(0), blocks_floor(p, length), kbuf)
     matched, active = match_slots_nb(pool, k, kbuf, n, hslot)
     cached = matched * p.block_size
-    if not _generation_complete(p, rq, r):
-        # logits are needed: a fully cached context recomputes its last block (notes 3.5)
+    if not p.trtllm and not _generation_complete(p, rq, r):
+        # logits are needed: a fully cached context recomputes its last block (notes 3.5; vLLM
+        # only: TRT-LLM reuses the whole cached context, docs/decisions/0360)
         cap = blocks_floor(p, length - 1) * p.block_size
         if cached > cap:
             cached = cap

@@ -50,6 +50,7 @@ from fastsim.kernels.fleet import (
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
 from fastsim.kernels.jit import inline, inner, kernel_noalloc
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
+from fastsim.kernels.trtllm import completion_blocks_nb
 from fastsim.kernels.codes import (
     COMPLETED,
     DEAD_END,
@@ -224,14 +225,24 @@ def _drain_prefill_queue(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, now):
 
 
 @inner
-def _release_source(pp, pool_p, rq_p, rt_p, fl_p, dg, pa, k, t):
+def _free_source(pp, pool_p, rq_p, rk_p, k, r):
+    """Free a handed-off prefill copy's KV; TRT-LLM's reservation loses the blocks it frees (the
+    copy left the running list, and its remainder with it, at its handoff: kernels/trtllm.py)."""
+    active_before = pool_p.meta[k, NACTIVE]
+    free_blocks_nb(pp, pool_p, rq_p, k, np.int64(r), np.bool_(False))
+    if pp.trtllm:
+        rk_p.resv[k] -= active_before - pool_p.meta[k, NACTIVE]
+
+
+@inner
+def _release_source(pp, pool_p, rq_p, rk_p, rt_p, fl_p, dg, pa, k, t):
     """Scheduling point of prefill worker ``k``: free the KV of copies activated downstream; the
     prefill router frees their requests here (docs/decisions/0260)."""
     r = dg.rel_head[k]
     changed = r >= 0
     while r >= 0:
         nxt = dg.rel_next[r]
-        free_blocks_nb(pp, pool_p, rq_p, k, np.int64(r), np.bool_(False))
+        _free_source(pp, pool_p, rq_p, rk_p, k, r)
         dg.released[r] = t
         if rt_p.mode == KV_ROUTER:
             free_request_nb(rt_p, k)
@@ -243,7 +254,7 @@ def _release_source(pp, pool_p, rq_p, rt_p, fl_p, dg, pa, k, t):
 
 
 @inner
-def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, r, t):
+def _handoff(pp, pd, pool_p, rq_p, rk_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, r, t):
     """The prefill copy emitted its last token at ``t``: choose a decode worker and queue the
     reservation there (or fail / reject the request as Dynamo does)."""
     k_pre = dg.pre_idx[r]
@@ -255,7 +266,7 @@ def _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, d
     if (isl + bs - 1) // bs > pd.cap:
         if rt_p.mode == KV_ROUTER:
             free_request_nb(rt_p, k_pre)
-        free_blocks_nb(pp, pool_p, rq_p, k_pre, np.int64(r), np.bool_(False))
+        _free_source(pp, pool_p, rq_p, rk_p, k_pre, r)
         _final(rq_d, ss, cl, r, FAILED, t)
         return
     k = 0
@@ -317,11 +328,21 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
         isl = rq_d.isl[r]
         nb = (isl + bs - 1) // bs
         nfull = fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
-        matched, active = match_slots_nb(pool_d, k, pa.kbuf, nfull, pa.hslot)
-        if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
-            dg.res_tries[k] = 0  # the head waits: this event's other attempts lapse
-            dg.front_stale[k] = True
-            continue
+        if pd.trtllm:
+            # TRT-LLM: fresh blocks only (no prefix credit), and the whole to-completion KV must
+            # fit beside every reservation already made here (kernels/trtllm.py)
+            matched = 0
+            if completion_blocks_nb(pd, isl, rq_d.osl[r]) > pd.cap - rk_d.resv[k]:
+                dg.res_tries[k] = 0
+                dg.front_stale[k] = True
+                continue
+        else:
+            matched, active = match_slots_nb(pool_d, k, pa.kbuf, nfull, pa.hslot)
+            if nb - min(active, matched) > pd.cap - pool_d.meta[k, NACTIVE]:
+                dg.res_tries[k] = 0  # the head waits: this event's other attempts lapse
+                dg.front_stale[k] = True
+                continue
+        active_before = pool_d.meta[k, NACTIVE]
         # the matched blocks are hits; the others are new (the shareable ones with slots) and
         # stay unregistered (invisible to the prefix cache) until activation
         nkeys = rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]
@@ -330,6 +351,9 @@ def _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, k, t):
                  pa.hslot)
         rq_d.nheld[r] = n_keyed
         rq_d.alloc[r] = isl
+        if pd.trtllm:  # the prompt's blocks are held; the rest of the sequence is promised
+            rk_d.resv[k] += (pool_d.meta[k, NACTIVE] - active_before) + completion_blocks_nb(
+                pd, isl, rq_d.osl[r]) - nb
         dg.res_matched[r] = matched
         dg.reserved[r] = t
         dg.res_head[k] = dg.res_next[r]
@@ -429,7 +453,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d
             nxt = rq_p.tnext[r]
             if rq_p.term_kind[r] == TERM_HANDOFF:
                 rq_p.status[r] = COMPLETED
-                _handoff(pp, pd, pool_p, rq_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, r, t)
+                _handoff(pp, pd, pool_p, rq_p, rk_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, r, t)
             else:  # rejected on the prefill worker
                 if rt_p.mode == KV_ROUTER:
                     release_prefill_nb(rt_p, r, dg.pre_idx[r])
@@ -449,7 +473,7 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d
     if g < dg.n_pre:
         if rt_p.state[NQUEUE] > 0:
             _drain_prefill_queue(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, t)
-        _release_source(pp, pool_p, rq_p, rt_p, fl_p, dg, pa, g, t)
+        _release_source(pp, pool_p, rq_p, rk_p, rt_p, fl_p, dg, pa, g, t)
     else:
         _grant_tries(dg, g - dg.n_pre, True)
         _reserve(pd, pool_d, rq_d, rk_d, cl, dg, pa, g - dg.n_pre, t)
@@ -571,7 +595,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                 if cl.busy[g] or fl_p.gstate[g] == UNUSED:
                     g += 1
                     continue
-                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, rt_p, fl_p, dg, pa, g, now):
+                if dg.rel_head[g] >= 0 and _release_source(pp, pool_p, rq_p, rk_p, rt_p, fl_p, dg, pa, g, now):
                     cl.stalled[g] = False
                     changed = True
                 if cl.stalled[g] or rk_p.n_run[g] + rk_p.n_wait[g] == 0:

@@ -27,6 +27,7 @@ class Params(NamedTuple):
     bshift: int = -1  # log2(block_size) when it is a power of two (divisions become shifts), else -1
     fast: bool = True  # run passes that only advance steady members on the light path (``steady_pass_nb``)
     timing_rules: int = TIMING_142  # TIMING_142 or TIMING_161 (see ``step_ms``)
+    trtllm: bool = False  # TRT-LLM's no-evict admission (kernels/trtllm.py) instead of vLLM's
 
 class Reqs(NamedTuple):
     """Per-request state (one row per request), scheduler and collector columns."""
@@ -106,6 +107,7 @@ class Ranks(NamedTuple):
     # a prefill time depends only on the pass's new prompt tokens: tabulated the same way, up to
     # the token budget (larger counts use the memo)
     ptab: np.ndarray  # float64[min(budget, _PTAB_MAX) + 1]
+    resv: np.ndarray  # int64[R]: TRT-LLM's reserved blocks (kernels/trtllm.py; 0 for vLLM)
 
 ADMISSIONS, COMMITTED_TOKENS = range(2)  # ``Ranks.counters`` slots
 
@@ -139,6 +141,7 @@ def make_ranks(n_ranks, block_size, cap, budget):
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
         ptab=np.full(min(budget, _PTAB_MAX) + 1, np.nan),
+        resv=np.zeros(n_ranks, dtype=np.int64),
     )
 
 class PassAcc(NamedTuple):

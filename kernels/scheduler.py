@@ -31,6 +31,7 @@ from fastsim.kernels.queues import start_running, stop_running, unlink, unlink_w
 from fastsim.kernels.rank_state import (AHEAD, BCOUNT, BISL, BPREFIX, BUDGET, COMMITTED_TOKENS, DIAG_FALLBACKS,
                                         DIAG_STEADY_PASSES, DUE, HANDED_FIRST, HOLD0, HOLD_MAX, NLOG, PREEMPTED_ANY,
                                         PROGRESS, SELF_NEXT)
+from fastsim.kernels.trtllm import admitted_nb, fits_nb, left_running_nb, released_nb
 from fastsim.kernels.steady import block_residue, due_pass, end_gen, materialize_nb, steady_join, steady_ok
 
 
@@ -40,8 +41,14 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
     if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
         stop_running(rq, rk, k, np.int64(r), np.bool_(explicit))
+        if kind == TERM_HANDOFF and p.trtllm:  # its blocks stay held until the source is released
+            left_running_nb(p, rk, k, rq.isl[r], rq.osl[r], rq.alloc[r])
         if kind == TERM_COMPLETED:
+            active_before = pool.meta[k, NACTIVE]
+            alloc = rq.alloc[r]
             free_blocks_nb(p, pool, rq, k, r, np.bool_(False))
+            if p.trtllm:
+                released_nb(p, pool, rk, k, rq.isl[r], rq.osl[r], alloc, active_before)
     rq.status[r] = FINISHING
     rq.term_kind[r] = kind
     rq.tnext[r] = -1
@@ -209,7 +216,10 @@ def _admit_waiting_requests(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g
             # no token budget and no prefill time, only a seat, and decodes in this pass.
             unlink_waiting(rq, rk, k, u)
             if p.max_model_len > 0 and rq.isl[u] >= p.max_model_len:
+                active_before = pool.meta[k, NACTIVE]
                 free_blocks_nb(p, pool, rq, k, np.int64(u), np.bool_(False))
+                if p.trtllm:
+                    released_nb(p, pool, rk, k, rq.isl[u], rq.osl[u], rq.isl[u], active_before)
                 _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail,
                         g, np.bool_(True))
                 acc[PROGRESS] = 1
@@ -233,13 +243,18 @@ def _admit_waiting_requests(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g
             continue
         cached, active_cached, active = cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf,
                                                        pa.hslot)
-        needed = blocks_ceil(p, length) - active_cached
-        if needed > p.cap - pool.meta[k, NACTIVE]:
+        if p.trtllm:  # the whole to-completion KV must fit beside every running request's
+            if fits_nb(p, rk, k, rq.isl[u], rq.osl[u], active_cached) < 0:
+                break
+        elif blocks_ceil(p, length) - active_cached > p.cap - pool.meta[k, NACTIVE]:
             break  # head-of-line blocking: wait, never preempt for a waiting request
         before = acc[BUDGET]
+        active_before = pool.meta[k, NACTIVE]
         res = schedule(p, pool, rq, rk, k, np.int64(u), np.int64(cached), pa)
         if res != SCHEDULED:
             break
+        if p.trtllm:
+            admitted_nb(p, pool, rk, k, rq.isl[u], rq.osl[u], rq.alloc[u], active_before)
         unlink_waiting(rq, rk, k, u)
         start_running(rq, rk, k, u)
         # (the reuse columns start at 0 and are written only on a hit: without hits, as in a

@@ -156,8 +156,14 @@ class NaiveEngine:
 
     def __init__(self, rows, *, trace_block_size, block_size=64, num_gpu_blocks=16384, max_num_seqs=256,
                  max_num_batched_tokens=8192, enable_prefix_caching=True, enable_chunked_prefill=True,
-                 preemption_mode="lifo", max_model_len=None, speedup_ratio=1.0, decode_speedup_ratio=1.0):
+                 preemption_mode="lifo", max_model_len=None, speedup_ratio=1.0, decode_speedup_ratio=1.0,
+                 engine_type="vllm"):
         self.bs = block_size
+        # TRT-LLM (guaranteed_no_evict): a request reserves its whole sequence at admission, and its
+        # output is cut to the room its prompt leaves in the pool (a prompt that leaves none is rejected)
+        self.trtllm = engine_type == "trtllm"
+        if self.trtllm and (max_model_len is None or max_model_len > num_gpu_blocks * block_size):
+            max_model_len = num_gpu_blocks * block_size
         self.cap = num_gpu_blocks
         self.max_seqs = max_num_seqs if max_num_seqs is not None else math.inf
         self.budget_per_pass = max_num_batched_tokens if max_num_batched_tokens is not None else math.inf
@@ -188,6 +194,10 @@ class NaiveEngine:
         r.held = []
         r.allocated = 0
 
+    def completion_blocks(self, r):
+        """TRT-LLM: the blocks ``r`` holds when it completes."""
+        return -(-min(r.prompt_len + r.osl, self.mml) // self.bs)
+
     def generation_complete(self, r):
         if r.generated >= r.osl:
             return True
@@ -201,7 +211,7 @@ class NaiveEngine:
         while matched < r.length // self.bs and self.pool.present(self.key(r, matched)):
             matched += 1
         cached = matched * self.bs
-        if not self.generation_complete(r):
+        if not self.trtllm and not self.generation_complete(r):  # (TRT-LLM reuses it all)
             cached = min(cached, ((r.length - 1) // self.bs) * self.bs)
         active = sum(1 for j in range(cached // self.bs) if self.pool.primary(self.key(r, j)) in self.pool.ref)
         return cached, active
@@ -302,7 +312,12 @@ class NaiveEngine:
                 self.changed = True
                 continue
             cached, active_cached = self.prefix_hit(r)
-            if -(-r.length // self.bs) - active_cached > self.cap - len(self.pool.ref):
+            if self.trtllm:
+                # every running request's remaining reservation is spoken for
+                reserved = sum(self.completion_blocks(x) - len(x.held) for x in self.running)
+                if self.completion_blocks(r) - active_cached > self.cap - len(self.pool.ref) - reserved:
+                    break
+            elif -(-r.length // self.bs) - active_cached > self.cap - len(self.pool.ref):
                 break
             before = self.budget
             if self.schedule(r, cached) != SCHEDULED:

@@ -145,7 +145,8 @@ def test_unknown_flag_is_an_argparse_error(capsys):
         ('{"block_sz": 16}', "did you mean 'block_size'"),
         ("{bad", "--extra-engine-args: malformed JSON at line 1 column 2"),
         ('{"block_size": 1.5}', "--extra-engine-args: field 'block_size' must be an integer"),
-        ('{"engine_type": "trtllm"}', "not supported yet"),
+        ('{"engine_type": "trtllm", "trtllm": {"capacity_scheduler_policy": "max_utilization"}}',
+         "must be 'guaranteed_no_evict'"),
         ('{"worker_type": "prefill"}', "trace replay only supports aggregated workers"),
     ],
 )

@@ -167,13 +167,11 @@ def test_legacy_has_perf_model_is_ignored():
 @pytest.mark.parametrize(
     "obj, field",
     [
-        ({"engine_type": "trtllm"}, "engine_type"),
         ({"aic_backend": "vllm"}, "aic_backend"),
         ({"aic_tp_size": 2}, "aic_tp_size"),
         ({"aic_mtp_seed": 7}, "aic_mtp_seed"),
         ({"gpu_memory_utilization": 0.9}, "gpu_memory_utilization"),
         ({"g1_backend": "kvbm"}, "g1_backend"),
-        ({"trtllm": {"capacity_scheduler_policy": "x"}}, "trtllm"),
     ],
 )
 def test_unmodelled_fields_are_not_supported_yet(obj, field):
@@ -225,7 +223,7 @@ def test_keyword_construction_is_validated():
     with pytest.raises(InputError, match="block_size"):
         EngineArgs(block_size=-1)
     with pytest.raises(NotSupportedError):
-        EngineArgs(engine_type="trtllm")
+        EngineArgs(g1_backend="kvbm")
     assert EngineArgs(num_gpu_blocks=np.int64(100)).num_gpu_blocks == 100
     assert type(EngineArgs(num_gpu_blocks=np.int64(100)).num_gpu_blocks) is int
 

@@ -163,7 +163,6 @@ def test_bad_nested_config_names_the_field(obj, pattern):
 @pytest.mark.parametrize(
     "obj, words",
     [
-        ({"engine": {"backend": "trtllm"}}, "engine.backend 'trtllm'"),
         ({"engine": {"native_host_offload": {"num_host_blocks": 100}, "kv_cache_bytes_per_token": 8}},
          "host-memory KV offload"),
         ({"engine": {"native_host_offload": {"num_host_blocks": 100}, "kv_cache_bytes_per_token": 8,
@@ -176,7 +175,6 @@ def test_bad_nested_config_names_the_field(obj, pattern):
         ({"engine": {"aic_mtp_seed": 7}}, "speculative decoding (MTP)"),
         ({"engine": {"prefill_schedule_interval": 4}}, "vLLM prefill scheduling cadence"),
         ({"engine": {"sglang": {"schedule_policy": "lpm"}}}, "SGLang engine"),
-        ({"engine": {"trtllm": {"capacity_scheduler_policy": "x"}}}, "TRT-LLM engine"),
         ({"engine": {"timing_model": {"type": "external", "provider": "ais", "config": {}}}}, "AIConfigurator"),
         ({"engine": {}, "tensor_parallel_size": 2}, "tensor_parallel_size"),
         ({"engine": {}, "cuda_graph_reserved_bytes": 5}, "cuda_graph_reserved_bytes"),
