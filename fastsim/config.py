@@ -249,7 +249,12 @@ _SPEC: dict[str, dict] = {
     "zmq_replay_port": dict(kind="uint", nullable=True, max=65535),
     "timing_model": dict(kind="timing", nullable=True),
     "reasoning": dict(kind="reasoning", nullable=True),
+    # speculative decoding (MTP, decision 0340)
+    "aic_nextn": dict(kind="int1", nullable=True, max=5),
+    "aic_nextn_accept_rates": dict(kind="rates", nullable=True),
+    "aic_mtp_seed": dict(kind="uint"),
 }
+_MTP_FIELDS = ("aic_nextn", "aic_nextn_accept_rates", "aic_mtp_seed")
 
 _UNSUPPORTED_REASON = {
     "aic": "it configures AIConfigurator (AIC) timing and capacity models",
@@ -262,7 +267,7 @@ _UNSUPPORTED: dict[str, str] = {}
 for _f in (
     "aic_backend aic_system aic_backend_version aic_tp_size aic_model_path aic_moe_tp_size "
     "aic_moe_ep_size aic_attention_dp_size aic_gemm_dtype aic_moe_dtype aic_fmha_dtype "
-    "aic_kv_cache_dtype aic_comm_dtype aic_nextn aic_nextn_accept_rates aic_mtp_seed"
+    "aic_kv_cache_dtype aic_comm_dtype"
 ).split():
     _UNSUPPORTED[_f] = "aic"
 for _f in ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction"):
@@ -282,14 +287,14 @@ _JSON_EXTRA = ("is_prefill", "is_decode", "has_perf_model")
 _ALL_JSON_FIELDS = ENGINE_ARG_FIELDS + _JSON_EXTRA + ("prefill_decode_interval",)
 
 FIELD_GROUPS: dict[str, tuple[str, ...]] = {
-    "modelled": ENGINE_ARG_FIELDS[: ENGINE_ARG_FIELDS.index("startup_time")],
+    "modelled": ENGINE_ARG_FIELDS[: ENGINE_ARG_FIELDS.index("startup_time")] + _MTP_FIELDS,
     "no_effect": ENGINE_ARG_FIELDS[
         ENGINE_ARG_FIELDS.index("startup_time") : ENGINE_ARG_FIELDS.index("aic_backend")
     ]
     + _JSON_EXTRA,
     "unsupported": tuple(_UNSUPPORTED),
 }
-assert set(FIELD_GROUPS["unsupported"]) == set(ENGINE_ARG_FIELDS[ENGINE_ARG_FIELDS.index("aic_backend") :])
+assert set(FIELD_GROUPS["unsupported"]) | set(_MTP_FIELDS) == set(ENGINE_ARG_FIELDS[ENGINE_ARG_FIELDS.index("aic_backend") :])
 
 _HINTS = {
     "watermark": "Dynamo 1.4.2 has no watermark: admission is an exact fit "
@@ -374,14 +379,15 @@ def _build(cls, raw: dict, source: str) -> "EngineArgs":
         raw = nested_to_flat(raw, source)
     for name in raw:
         if name == "prefill_schedule_interval":  # Dynamo 1.6.1 takes it flat too (vllm only)
-            raise InputError(f"{source}: field 'prefill_schedule_interval' is not supported yet by fastsim "
-                             "(vLLM prefill scheduling cadence); remove it or leave it at its default")
+            continue
         if name not in _ALL_JSON_FIELDS:
             hint = misplaced_flat_field_hint(name)
             if hint:
                 raise InputError(f"{source}: unknown field '{name}': {hint}")
             raise InputError(_unknown_field_message(source, name))
     raw = dict(raw)
+    if "prefill_schedule_interval" in raw:
+        _prefill_schedule_interval(raw, source)
     if raw.get("timing_model") is not None:
         # The flat form takes Dynamo 1.6's selector too: polynomial, fixed, or a dynamo_profile NPZ.
         timing = timing_fields(raw.pop("timing_model"), source, "timing_model")
@@ -489,6 +495,12 @@ def _check_value(name: str, value, source: str, spec: Optional[dict]):
         return check_fixed_timing(value, source, name)
     if kind == "reasoning":
         return check_reasoning(value, source, name)
+    if kind == "rates":
+        if not isinstance(value, str):
+            raise InputError(f"{where} must be a string of comma-separated rates in [0, 1] "
+                             f'(e.g. "0.8,0.6"), got {_json_type(value)}')
+        accept_rates(value, 1, where)
+        return value
     if kind == "path":
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
@@ -500,6 +512,64 @@ def _check_value(name: str, value, source: str, spec: Optional[dict]):
 
 def _fmt_choices(choices) -> str:
     return ", ".join(repr(c) for c in choices)
+
+
+def _prefill_schedule_interval(raw: dict, source: str) -> None:
+    """vLLM's ``prefill_schedule_interval`` (Dynamo 1.6.1): it paces prefills across the attention-DP
+    ranks of a worker, so with one rank it changes nothing (decision 0341) and is dropped here."""
+    interval = raw.pop("prefill_schedule_interval")
+    where = f"{source}: field 'prefill_schedule_interval'"
+    if isinstance(interval, bool) or not isinstance(interval, numbers.Integral) or interval < 1:
+        raise InputError(f"{where} must be an integer >= 1, got {_json_type(interval)}")
+    if raw.get("engine_type", "vllm") == "sglang":
+        raise InputError(f"{where}: prefill_schedule_interval is supported only for engine_type vllm "
+                         "(SGLang's counterpart is prefill_decode_interval)")
+    dp = raw.get("dp_size", 1)
+    if interval != 1 and isinstance(dp, numbers.Integral) and not isinstance(dp, bool) and dp > 1:
+        raise NotSupportedError(
+            f"{where} = {interval} with dp_size = {dp} is not supported yet by fastsim (vLLM's prefill "
+            "cadence across attention-DP ranks); with dp_size 1 it has no effect")
+
+
+_DEFAULT_ACCEPT_RATES = (0.85, 0.3, 0.0, 0.0, 0.0)  # Dynamo's when aic_nextn_accept_rates is unset
+
+
+def accept_rates(text: Optional[str], nextn: int, where: str = "aic_nextn_accept_rates") -> list[float]:
+    """The ``nextn`` conditional acceptance rates of ``aic_nextn_accept_rates`` as Dynamo reads
+    them: comma-separated numbers in [0, 1]; missing ones are 0, extra ones ignored; unset or
+    blank gives Dynamo's defaults."""
+    if text is None or not text.strip():
+        rates = list(_DEFAULT_ACCEPT_RATES)
+    else:
+        rates = []
+        for i, part in enumerate(text.split(",")):
+            part = part.strip()
+            try:
+                if "_" in part:  # Python reads 1_0 as 10, Rust does not
+                    raise ValueError
+                rate = float(part)
+            except ValueError:
+                raise InputError(f"{where}: invalid rate {part!r} at position {i} (a number in [0, 1] "
+                                 "was expected)") from None
+            if not (math.isfinite(rate) and 0.0 <= rate <= 1.0):
+                raise InputError(f"{where}: rate {i} must be finite and in [0, 1], got {part}")
+            rates.append(rate)
+    return (rates + [0.0] * nextn)[:nextn]
+
+
+def _validate_mtp(obj: EngineArgs, source: str) -> None:
+    """Speculative decoding's cross-field rules (Dynamo 1.6.1's messages)."""
+    if obj.aic_nextn is None:
+        if obj.aic_nextn_accept_rates is not None:
+            raise InputError(f"{source}: field 'aic_nextn_accept_rates' requires aic_nextn "
+                             "(the number of draft tokens, 1-5)")
+        return
+    if obj.decode_speedup_ratio != 1.0:
+        raise InputError(f"{source}: aic_nextn requires decode_speedup_ratio = 1.0 (the burst sampling "
+                         f"models MTP's speedup), got {obj.decode_speedup_ratio}")
+    if obj.engine_type == "sglang":
+        raise NotSupportedError(f"{source}: field 'aic_nextn' is not supported yet by fastsim with the "
+                                "SGLang engine (speculative decoding (MTP) is modelled for vLLM)")
 
 
 def _validate(obj: EngineArgs, source: str) -> None:
@@ -519,6 +589,7 @@ def _validate(obj: EngineArgs, source: str) -> None:
                 f"{source}: field '{name}' is not supported yet by fastsim ({reason}); "
                 f"remove it or set it to its default {json.dumps(_DEFAULTS[name])}"
             )
+    _validate_mtp(obj, source)
     if obj.engine_type == "trtllm":
         raise NotSupportedError(
             f"{source}: engine_type 'trtllm' is not supported yet by fastsim "

@@ -266,12 +266,6 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
     for name in _SAME_NAME:
         if name in engine:
             path = f"engine.{name}"
-            if name.startswith("aic_"):
-                from fastsim.config import _DEFAULTS
-
-                if engine[name] != _DEFAULTS[name]:
-                    raise _not_yet(source, path, "speculative decoding (MTP)")
-                continue
             flat[name] = _check(name, path, engine[name], source)
     if "kv_bytes_per_token" in engine and "kv_transfer_bytes_per_token" in engine:
         raise InputError(f"{source}: engine.kv_bytes_per_token is an alias of "
@@ -286,7 +280,7 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
                              "supported only for backend=vllm (SGLang's counterpart is "
                              "engine.prefill_decode_interval)")
         if interval != 1:
-            raise _not_yet(source, "engine.prefill_schedule_interval", "vLLM prefill scheduling cadence")
+            flat["prefill_schedule_interval"] = interval  # (checked with dp_size: fastsim/config.py)
     sglang = {}
     if "prefill_decode_interval" in engine:
         interval = _uint(engine["prefill_decode_interval"], source, "engine.prefill_decode_interval")

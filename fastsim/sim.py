@@ -10,7 +10,7 @@ import numpy as np
 
 from fastsim import arena, progress, reuse
 from fastsim.dead_end import dead_end_error
-from fastsim.errors import InputError
+from fastsim.errors import InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.trace_checks import check_workload
 from fastsim.workload import session_labels
@@ -20,6 +20,10 @@ _BIG_BUDGET = 1 << 62
 
 def _engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
     from fastsim.kernels.scheduler import Params
+
+    nextn = int(engine.aic_nextn or 0)
+    if nextn:
+        steady = False  # a step's tokens are drawn at random: no request decodes by formula
 
     budget = engine.max_num_batched_tokens
     max_seqs = engine.max_num_seqs
@@ -40,7 +44,26 @@ def _engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
         fast=bool(fast),
         timing_rules=int(timing_rules),
         bshift=bs.bit_length() - 1 if bs > 0 and bs & (bs - 1) == 0 else -1,
+        nextn=nextn,
     )
+
+
+def mtp_ranks(engine, n_ranks, dp, first_worker=0):
+    """``make_ranks`` keyword arguments for speculative decoding: the draft positions' acceptance
+    rates and each rank's sampler seed, ``aic_mtp_seed`` plus its worker's id (decision 0340)."""
+    if not engine.aic_nextn:
+        return {}
+    from fastsim.config import accept_rates
+
+    seeds = [(int(engine.aic_mtp_seed) + first_worker + k) & 0xFFFFFFFFFFFFFFFF for k in range(n_ranks)]
+    return dict(mtp_rates=accept_rates(engine.aic_nextn_accept_rates, int(engine.aic_nextn)), mtp_seeds=seeds)
+
+
+def check_mtp_version(engines, version):
+    """Speculative decoding is reproduced for Dynamo 1.6.1 only."""
+    if version == "1.4.2" and any(e.aic_nextn for e in engines):
+        raise NotSupportedError("aic_nextn (speculative decoding, MTP) is not supported yet by fastsim for "
+                                "--dynamo-version 1.4.2 (it is reproduced for 1.6.1)")
 
 
 def _block_keys(workload, block_size, caching=True):
@@ -408,6 +431,7 @@ def simulate(
         lag = None
 
     check_workload(workload)
+    check_mtp_version([engine], version)
     if engine.engine_type == "sglang":  # the SGLang engine has its own driver
         from fastsim.sim_sglang import simulate_sglang
 
@@ -424,6 +448,8 @@ def simulate(
                            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                            schedule=schedule, planner=planner,
                            telemetry_interval_ms=telemetry_interval_ms)
+    if engine.aic_nextn:
+        n_shards = 1  # each worker's sampler draws from one stream in its pass order
     _load_kernels()
     t0 = time.perf_counter()
     dp = max(int(engine.dp_size or 1), 1)
@@ -731,7 +757,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     key_ptr, keys = _block_keys(workload, bs, params.caching)
     rq = _requests(workload, key_ptr, keys, bs, huge_pages=huge_pages)
     pool = make_pool(n_ranks, params.cap, kv_events)
-    rk = make_ranks(n_ranks, bs, params.cap, params.budget)
+    rk = make_ranks(n_ranks, bs, params.cap, params.budget, **mtp_ranks(engine, n_ranks, dp))
     concurrency = int(replay_concurrency or 0)
     ss = make_sessions(workload, concurrency)
     ctree, cdue = new_tourney(g_cap)
@@ -792,7 +818,8 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     )
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     emit_cap = dp * min(params.max_seqs, max(n, 1)) + 1
-    pa = make_pass_acc(max_blocks, emit_cap, min(params.max_seqs, max(n, 1)) + 1, readmission_log)
+    pa = make_pass_acc(max_blocks, emit_cap, min(params.max_seqs, max(n, 1)) + 1, readmission_log,
+                       bursts=params.nextn > 0)
     return _State(n, params, perf, pool, rq, rk, ss, cl, gaps, fl, pa)
 
 

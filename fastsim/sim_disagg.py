@@ -15,6 +15,8 @@ from fastsim.sim import (
     max_tokens,
     _block_keys,
     _engine_params,
+    check_mtp_version,
+    mtp_ranks,
     _gap_columns,
     _load_kernels,
     _requests,
@@ -119,6 +121,7 @@ def simulate_disagg(
     P, D = _capacity(P0, schedules["prefill"]), _capacity(D0, schedules["decode"])
     version = check_version(dynamo_version)
     check_workload(workload)
+    check_mtp_version([prefill_engine, decode_engine], version)
     check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
                  num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],
                  pools=[(prefill_engine, P), (decode_engine, D)], kernels_loaded=_LOADED)
@@ -140,8 +143,8 @@ def simulate_disagg(
     rq_p = _requests(workload, *keys_p, bs, osl_p)
     rq_d = _requests(workload, *keys_d, bs)
 
-    def ranks(m, cap, budget):
-        return make_ranks(m, bs, cap, budget)
+    def ranks(m, cap, budget, engine=None, first_worker=0):
+        return make_ranks(m, bs, cap, budget, **(mtp_ranks(engine, m, 1, first_worker) if engine else {}))
 
     concurrency = int(replay_concurrency or 0)
     ss = make_sessions(workload, concurrency)
@@ -175,7 +178,8 @@ def simulate_disagg(
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     emit_cap = max(pp.max_seqs, pd.max_seqs) if n else 1
     emit_cap = int(min(emit_cap, max(n, 1))) + 1
-    pa = make_pass_acc(max_blocks, emit_cap, emit_cap, _readmission_log)
+    pa = make_pass_acc(max_blocks, emit_cap, emit_cap, _readmission_log,
+                       bursts=bool(prefill_engine.aic_nextn or decode_engine.aic_nextn))
     kvb = prefill_engine.kv_bytes_per_token
     # the handoff columns in two blocks (fastsim/arena.py): those the report keeps, and scratch
     handoff, reserved, activated, released, route_overlap = arena.columns(
@@ -205,7 +209,7 @@ def simulate_disagg(
     out = np.zeros(4)
     fl_p = _fleet(P0, P, prefill_engine, schedules["prefill"])
     fl_d = _fleet(D0, D, decode_engine, schedules["decode"])
-    rk_p, rk_d = ranks(P, pp.cap, pp.budget), ranks(D, pd.cap, pd.budget)
+    rk_p, rk_d = ranks(P, pp.cap, pp.budget, prefill_engine), ranks(D, pd.cap, pd.budget, decode_engine, P)
     status = run_disagg_nb(pp, pd, engine_perf_model(prefill_engine),
                            engine_perf_model(decode_engine),
                            make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,

@@ -488,7 +488,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     progress = pa.acc[PROGRESS] != 0
     if not pre:
         _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0],
-                      prev_end, k, k + 1)
+                      prev_end, k, k + 1, pa.burst)
     cl.last_stamp[g] = end
     if end > now:
         cl.busy[g] = True
@@ -645,7 +645,7 @@ def _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p, fl_
     ns = rk_d.nsteady[k]
     steady_pass_nb(pd, perf_d, pool_d, rk_d, k, now)
     _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, np.int64(0), end, np.int64(ns), prev_end, k,
-                  k + 1)
+                  k + 1, pa.burst)
     cl.last_stamp[g] = end
     cl.pass_commit[g] = 0
     tourney_set_nb(cl.ctree, cl.cdue, g, end)

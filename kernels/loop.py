@@ -419,7 +419,7 @@ def _pool_gaps_at(gaps, gap, c, g, i, oi):
 
 
 @inner
-def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
+def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1, bursts):
     """Stamp one token at time ``t`` on each of ``rows[:n]`` and on the ``ncommon`` steady
     members of ranks ``k0 .. k1-1`` (whose last token was at ``prev_end``, the group's previous
     pass end), and pool the inter-token gaps.
@@ -427,7 +427,13 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
     Every request whose last token was at ``prev_end`` shares one gap: those are pooled at once,
     after the others (runs of equal gaps pooled together), so the sums do not depend on which
     requests are kept implicit.
+
+    ``bursts`` (speculative decoding; empty otherwise): row ``i`` got ``bursts[i]`` tokens, all
+    stamped ``t``; each after the first adds a gap of 0.
     """
+    if bursts.shape[0] > 0:
+        _stamp_bursts(rq, gaps, rt, g, rows, n, t, bursts)
+        return
     gen = rq.generated
     first = rq.first_token
     second = rq.second_token
@@ -477,6 +483,39 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
             second[r] = t
             r = rq.snext[r]
         rk.secdue[k] = -1
+
+
+@inner
+def _stamp_bursts(rq, gaps, rt, g, rows, n, t, bursts):
+    """``_stamp_tokens`` when a step may yield several tokens (no steady members then)."""
+    gen = rq.generated
+    skipping = gaps.skip.shape[0] > 0
+    zeros = 0
+    for i in range(n):
+        r = rows[i]
+        b = bursts[i]
+        if b <= 0:
+            continue
+        m = gen[r]  # counts this step's tokens
+        lo = m - b + 1  # the index of its first token here
+        if lo == 1:
+            rq.first_token[r] = t
+            if rt.mode == KV_ROUTER:  # its prefill load leaves the router at this pass's end
+                rt.fnext[r] = -1
+                if rt.ftail[g] >= 0:
+                    rt.fnext[rt.ftail[g]] = r
+                else:
+                    rt.fhead[g] = r
+                rt.ftail[g] = r
+        if lo <= 2 and m >= 2:
+            rq.second_token[r] = t
+        if not (skipping and m > 1 and gaps.skip[r]):
+            if lo > 1:
+                _pool_gaps(gaps, t - rq.last_token[r], np.int64(1), g)
+            zeros += b - 1
+        rq.last_token[r] = t
+    if zeros > 0:
+        _pool_gaps(gaps, 0.0, np.int64(zeros), g)
 
 
 @inner
@@ -583,7 +622,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
             progress = True
     cl.pass_commit[g] = rk.seqc[5] - committed
     _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
-                  k0 + dp)
+                  k0 + dp, pa.burst)
     cl.last_stamp[g] = end
     if end > now:
         cl.busy[g] = True
@@ -804,7 +843,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             common += rk.nsteady[k]
             seal_feed_nb(pool, steady_pass_nb(p, perf, pool, rk, k, now))
     _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
-                  k0 + dp)
+                  k0 + dp, pa.burst)
     cl.last_stamp[g] = end
     cl.pass_commit[g] = 0
     tourney_set_nb(cl.ctree, cl.cdue, g, end)

@@ -33,6 +33,7 @@ from fastsim.kernels.kvpool import (
     register_nb,
     release_dead_nb,
 )
+from fastsim.kernels.mtp import accept_thresholds, new_streams, sample_burst_nb, seed_ranks
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
 
 # request status codes (HANDED: a disaggregated request whose KV was transferred to this decode
@@ -67,6 +68,7 @@ class Params(NamedTuple):
     bshift: int = -1  # log2(block_size) when it is a power of two (divisions become shifts), else -1
     fast: bool = True  # run passes that only advance steady members on the light path (``steady_pass_nb``)
     timing_rules: int = TIMING_142  # TIMING_142 or TIMING_161 (see ``_step_ms``)
+    nextn: int = 0  # speculative decoding (MTP): draft tokens per decode step, 0 = off (``_emit_mtp``)
 
 
 class Reqs(NamedTuple):
@@ -147,6 +149,13 @@ class Ranks(NamedTuple):
     # a prefill time depends only on the pass's new prompt tokens: tabulated the same way, up to
     # the token budget (larger counts use the memo)
     ptab: np.ndarray  # float64[min(budget, _PTAB_MAX) + 1]
+    # speculative decoding (kernels/mtp.py): the draft positions' acceptance thresholds (empty:
+    # off) and each rank's generator (key words, next block, buffer row, read position)
+    mtp_thr: np.ndarray  # uint64[nextn]
+    mtp_key: np.ndarray  # uint32[R, 8]
+    mtp_ctr: np.ndarray  # uint64[R]
+    mtp_buf: np.ndarray  # uint32[R, mtp.BUF_ROW]
+    mtp_pos: np.ndarray  # int64[R]
 
 
 _HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
@@ -155,9 +164,14 @@ _DTAB_MAX = 1 << 22
 _PTAB_MAX = 1 << 16
 
 
-def make_ranks(n_ranks, block_size, cap, budget):
+def make_ranks(n_ranks, block_size, cap, budget, mtp_rates=(), mtp_seeds=()):
     """Empty per-rank queues and steady-decoding state for ``n_ranks`` ranks of ``cap`` KV
-    blocks each and a token budget of ``budget`` per pass."""
+    blocks each and a token budget of ``budget`` per pass; ``mtp_rates``: the draft positions'
+    acceptance rates (speculative decoding), ``mtp_seeds``: each rank's sampler seed."""
+    key, ctr, buf, pos = new_streams(n_ranks if len(mtp_rates) else 0)
+    if len(mtp_rates):
+        seed_ranks(key, ctr, pos, mtp_seeds)
+
     def heads():
         return np.full(n_ranks, -1, dtype=np.int32)
 
@@ -175,6 +189,7 @@ def make_ranks(n_ranks, block_size, cap, budget):
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
         ptab=np.full(min(budget, _PTAB_MAX) + 1, np.nan),
+        mtp_thr=accept_thresholds(mtp_rates), mtp_key=key, mtp_ctr=ctr, mtp_buf=buf, mtp_pos=pos,
     )
 
 
@@ -201,15 +216,18 @@ class PassAcc(NamedTuple):
     alog: np.ndarray  # int64[capacity, 3]
     alog_t: np.ndarray  # float64[capacity]
     alog_n: np.ndarray  # int64[2]
+    # speculative decoding: the tokens each row of ``emit`` got in its pass (empty: one each)
+    burst: np.ndarray  # int32[len(emit)] or int32[0]
 
 
 BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG, HANDED_FIRST = range(10)
 
 
-def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0):
+def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0, bursts=False):
     """Pass scratch for requests of up to ``max_blocks`` blocks, ``emit_cap`` emitters per group
     pass and ``rank_cap`` running requests per rank (both counting one spare), with room for
-    ``readmission_log`` readmissions in the log (0: counted, not kept)."""
+    ``readmission_log`` readmissions in the log (0: counted, not kept); ``bursts``: a step may
+    yield several tokens (speculative decoding)."""
     return PassAcc(
         kbuf=np.zeros(max_blocks, dtype=np.uint64),
         hslot=np.full(max_blocks, -1, dtype=np.int64),
@@ -222,6 +240,7 @@ def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0):
         alog=np.zeros((readmission_log, 3), dtype=np.int64),
         alog_t=np.zeros(readmission_log),
         alog_n=np.zeros(2, dtype=np.int64),
+        burst=np.zeros(emit_cap if bursts else 0, dtype=np.int32),
     )
 
 
@@ -406,7 +425,8 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     request's not-yet-computed last token is freed like a partial one (matches V08 and V14).
     """
     nb = _blocks_ceil(p, rq.alloc[r])
-    n_full = _blocks_floor(p, rq.alloc[r]) if p.caching else 0
+    # (with speculative decoding the block of the not-yet-computed last token is allocated too)
+    n_full = _blocks_floor(p, rq.alloc[r] if p.nextn == 0 else min(rq.alloc[r], rq.computed[r])) if p.caching else 0
     held = rq.nheld[r]
     if carries_blocks_nb(rq, r):
         keep = True  # the session's next turn starts with these blocks: they stay findable
@@ -441,6 +461,8 @@ def _cached_tokens(p, pool, rq, k, r, kbuf, hslot):
             cached = cap
     elif cached > length:
         cached = length
+    if p.nextn > 0 and cached >= p.block_size:
+        cached -= p.block_size  # the drafter needs the last matched block's hidden states (decision 0340)
     return cached, min(active, _blocks_floor(p, cached)), active
 
 
@@ -716,6 +738,98 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     pend_tail[g] = r
 
 
+@inner
+def _remaining_nb(p, rq, r):
+    """Tokens ``r`` may still generate: its output length, or the model-length cap, away."""
+    rem = rq.osl[r] - rq.generated[r]
+    if p.max_model_len > 0:
+        rem = min(rem, p.max_model_len - rq.isl[r] - rq.generated[r])
+    return max(rem, 0)
+
+
+@inner
+def _extend_alloc(p, pool, rq, k, r, target, pa):
+    """Allocate ``r``'s blocks up to ``target`` tokens (room is known to be there: no hits, no
+    preemption), as ``_schedule`` does for a step into new blocks."""
+    j0 = _blocks_ceil(p, rq.alloc[r])
+    j1 = _blocks_ceil(p, target)
+    if j1 > j0:
+        n = j1 - j0
+        kbase, nkeys = key_span(rq, r)
+        n_keyed = min(max(nkeys - j0, 0), n)
+        _fill_keys(rq, np.int64(r), j0, j0 + n_keyed, pa.kbuf)
+        alloc_nb(pool, k, pa.kbuf, n, rq.bslot, kbase + j0, 0, n_keyed, max(nkeys - j0, 0), pa.hslot)
+        if n_keyed > 0:
+            rq.nheld[r] = j0 + n_keyed
+    rq.alloc[r] = target
+
+
+@inner
+def _emit_mtp(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g):
+    """The emission of a pass with speculative decoding (Dynamo's speculative emit, decision
+    0340): requests with nothing left to generate end; the others (``ready``, in running order)
+    reserve the blocks of their largest possible step, ``min(nextn + 1, remaining)`` tokens
+    each, preempting (lifo: the last running, fifo: the first) until that fits; then each draws
+    its step's tokens from the rank's sampler and takes them, clipped to what it may still
+    generate, with the blocks they need. The ready rows go to ``pa.emit`` from ``ne`` with their
+    token counts in ``pa.burst``; returns (end of the rows, how many, their lengths before)."""
+    isl = rq.isl
+    gen = rq.generated
+    comp = rq.computed
+    emit = pa.emit
+    first = ne
+    cur = rk.xhead[k]
+    while cur >= 0:
+        nxt = rq.xnext[cur]
+        if comp[cur] >= isl[cur] + gen[cur]:
+            if _remaining_nb(p, rq, cur) == 0:
+                kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
+                _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(kind), pend_head, pend_tail, g,
+                        np.bool_(True))
+                pa.acc[PROGRESS] = 1
+            else:
+                emit[ne] = cur
+                ne += 1
+        cur = nxt
+    max_burst = 1 if p.stage == PREFILL else p.nextn + 1
+    while ne > first:
+        need = 0
+        for i in range(first, ne):
+            r = emit[i]
+            length = isl[r] + gen[r]
+            need += _blocks_ceil(p, length + min(max_burst, _remaining_nb(p, rq, r))) - _blocks_ceil(p, length)
+        if need <= p.cap - pool.meta[k, NACTIVE]:
+            break
+        victim = rk.xtail[k] if p.lifo else rk.xhead[k]
+        if victim < 0:
+            ne = first
+            break
+        _preempt(p, pool, rq, rk, k, victim, pa)
+        j = first
+        for i in range(first, ne):
+            if emit[i] != victim:
+                emit[j] = emit[i]
+                j += 1
+        ne = j
+    total_len = 0
+    for i in range(first, ne):
+        r = emit[i]
+        length = isl[r] + gen[r]
+        total_len += length
+        rem = _remaining_nb(p, rq, r)
+        if p.stage == PREFILL:
+            b = min(rem, 1)
+        else:
+            b = min(sample_burst_nb(rk.mtp_thr, rk.mtp_key, rk.mtp_ctr, rk.mtp_buf, rk.mtp_pos, k), rem)
+        pa.burst[i] = b
+        gen[r] += b
+        _extend_alloc(p, pool, rq, k, r, length + b, pa)
+        comp[r] = length + b - 1  # the last token is computed by the next step
+    if ne > first:
+        pa.acc[PROGRESS] = 1
+    return ne, ne - first, total_len
+
+
 @llvm_inline
 def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, prev_end):
     """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
@@ -940,6 +1054,9 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     conv_n = 0
     conv_len = 0
     cur = rk.xhead[k]
+    if p.nextn > 0:  # speculative decoding: several tokens a step (no steady members then)
+        ne, n_ready, total_len = _emit_mtp(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g)
+        cur = -1
     while cur >= 0:
         nxt = xnext[cur]
         length = isl[cur] + gen[cur]
@@ -972,6 +1089,9 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     end_emit = ne
     decode_ms = 0.0
     if n_ready > 0:
+        if p.nextn > 0:  # a speculative step verifies every ready request, fresh ones too (decision 0340)
+            pf_n = 0
+            pf_len = 0
         n_dec = n_ready - pf_n
         if p.stage != PREFILL and n_dec > 0:  # a prefill worker's extra steps take no time (cluster doc C5)
             decode_ms = _step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], total_len - pf_len, n_dec)
