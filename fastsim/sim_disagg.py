@@ -121,7 +121,7 @@ def simulate_disagg(
     P, D = _capacity(P0, schedules["prefill"]), _capacity(D0, schedules["decode"])
     version = check_version(dynamo_version)
     check_workload(workload)
-    check_mtp_version([prefill_engine, decode_engine], version)
+    check_mtp_version([prefill_engine, decode_engine], version, router_mode)
     check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
                  num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],
                  pools=[(prefill_engine, P), (decode_engine, D)], kernels_loaded=_LOADED)
@@ -209,7 +209,7 @@ def simulate_disagg(
     out = np.zeros(4)
     fl_p = _fleet(P0, P, prefill_engine, schedules["prefill"])
     fl_d = _fleet(D0, D, decode_engine, schedules["decode"])
-    rk_p, rk_d = ranks(P, pp.cap, pp.budget, prefill_engine), ranks(D, pd.cap, pd.budget, decode_engine, P)
+    rk_p, rk_d = ranks(P, pp.cap, pp.budget, prefill_engine), ranks(D, pd.cap, pd.budget, decode_engine, 0)
     status = run_disagg_nb(pp, pd, engine_perf_model(prefill_engine),
                            engine_perf_model(decode_engine),
                            make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,

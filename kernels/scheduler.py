@@ -799,11 +799,19 @@ def _emit_mtp(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g):
             length = isl[r] + gen[r]
             need += _blocks_ceil(p, length + min(max_burst, _remaining_nb(p, rq, r))) - _blocks_ceil(p, length)
         if need <= p.cap - pool.meta[k, NACTIVE]:
+            if need > 0:
+                # Dynamo takes the whole reservation at once (evicting cached blocks as needed)
+                # and gives back what the drawn steps leave unused as free blocks
+                alloc_anon_nb(pool, k, need)
+                release_dead_nb(pool, k, need, np.int64(0), np.int64(0))
             break
         victim = rk.xtail[k] if p.lifo else rk.xhead[k]
         if victim < 0:
             ne = first
             break
+        if comp[victim] >= isl[victim] + gen[victim]:
+            # its last token is not yet finalised as computed: that block is freed as partial
+            comp[victim] = isl[victim] + gen[victim] - 1
         _preempt(p, pool, rq, rk, k, victim, pa)
         j = first
         for i in range(first, ne):
