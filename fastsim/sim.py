@@ -59,16 +59,11 @@ def mtp_ranks(engine, n_ranks, dp, first_worker=0):
     return dict(mtp_rates=accept_rates(engine.aic_nextn_accept_rates, int(engine.aic_nextn)), mtp_seeds=seeds)
 
 
-def check_mtp_version(engines, version, router_mode="round_robin"):
-    """Speculative decoding is reproduced for Dynamo 1.6.1 with round-robin routing only."""
-    if not any(e.aic_nextn for e in engines):
-        return
-    if version == "1.4.2":
+def check_mtp_version(engines, version):
+    """Speculative decoding is reproduced for Dynamo 1.6.1 only."""
+    if version == "1.4.2" and any(e.aic_nextn for e in engines):
         raise NotSupportedError("aic_nextn (speculative decoding, MTP) is not supported yet by fastsim for "
                                 "--dynamo-version 1.4.2 (it is reproduced for 1.6.1)")
-    if router_mode == "kv_router":
-        raise NotSupportedError("aic_nextn (speculative decoding, MTP) with router_mode 'kv_router' is not "
-                                "supported yet by fastsim (it is reproduced with round_robin)")
 
 
 def _block_keys(workload, block_size, caching=True):
@@ -436,7 +431,7 @@ def simulate(
         lag = None
 
     check_workload(workload)
-    check_mtp_version([engine], version, router_mode)
+    check_mtp_version([engine], version)
     if engine.engine_type == "sglang":  # the SGLang engine has its own driver
         from fastsim.sim_sglang import simulate_sglang
 

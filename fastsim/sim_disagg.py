@@ -121,7 +121,7 @@ def simulate_disagg(
     P, D = _capacity(P0, schedules["prefill"]), _capacity(D0, schedules["decode"])
     version = check_version(dynamo_version)
     check_workload(workload)
-    check_mtp_version([prefill_engine, decode_engine], version, router_mode)
+    check_mtp_version([prefill_engine, decode_engine], version)
     check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
                  num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],
                  pools=[(prefill_engine, P), (decode_engine, D)], kernels_loaded=_LOADED)

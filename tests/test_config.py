@@ -170,7 +170,6 @@ def test_legacy_has_perf_model_is_ignored():
         ({"engine_type": "trtllm"}, "engine_type"),
         ({"aic_backend": "vllm"}, "aic_backend"),
         ({"aic_tp_size": 2}, "aic_tp_size"),
-        ({"aic_mtp_seed": 7}, "aic_mtp_seed"),
         ({"gpu_memory_utilization": 0.9}, "gpu_memory_utilization"),
         ({"num_g2_blocks": 100}, "num_g2_blocks"),
         ({"enable_g4_storage": True}, "enable_g4_storage"),
