@@ -64,6 +64,7 @@ from fastsim.kernels.loop import (
     step_phantoms_nb,
     _on_terminal,
     _stamp_tokens,
+    stamp_bursts,
 )
 from fastsim.kernels.router import (
     KV_ROUTER,
@@ -487,8 +488,11 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         end = now
     progress = pa.acc[PROGRESS] != 0
     if not pre:
-        _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0],
-                      prev_end, k, k + 1, pa.burst)
+        if pa.burst.shape[0] > 0:
+            stamp_bursts(rq_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.burst)
+        else:
+            _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0],
+                          prev_end, k, k + 1)
     cl.last_stamp[g] = end
     if end > now:
         cl.busy[g] = True
@@ -645,7 +649,7 @@ def _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p, fl_
     ns = rk_d.nsteady[k]
     steady_pass_nb(pd, perf_d, pool_d, rk_d, k, now)
     _stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, np.int64(0), end, np.int64(ns), prev_end, k,
-                  k + 1, pa.burst)
+                  k + 1)
     cl.last_stamp[g] = end
     cl.pass_commit[g] = 0
     tourney_set_nb(cl.ctree, cl.cdue, g, end)

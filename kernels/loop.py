@@ -419,7 +419,7 @@ def _pool_gaps_at(gaps, gap, c, g, i, oi):
 
 
 @inner
-def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1, bursts):
+def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
     """Stamp one token at time ``t`` on each of ``rows[:n]`` and on the ``ncommon`` steady
     members of ranks ``k0 .. k1-1`` (whose last token was at ``prev_end``, the group's previous
     pass end), and pool the inter-token gaps.
@@ -427,13 +427,7 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1, bu
     Every request whose last token was at ``prev_end`` shares one gap: those are pooled at once,
     after the others (runs of equal gaps pooled together), so the sums do not depend on which
     requests are kept implicit.
-
-    ``bursts`` (speculative decoding; empty otherwise): row ``i`` got ``bursts[i]`` tokens, all
-    stamped ``t``; each after the first adds a gap of 0.
     """
-    if bursts.shape[0] > 0:
-        _stamp_bursts(rq, gaps, rt, g, rows, n, t, bursts)
-        return
     gen = rq.generated
     first = rq.first_token
     second = rq.second_token
@@ -486,8 +480,10 @@ def _stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1, bu
 
 
 @inner
-def _stamp_bursts(rq, gaps, rt, g, rows, n, t, bursts):
-    """``_stamp_tokens`` when a step may yield several tokens (no steady members then)."""
+def stamp_bursts(rq, gaps, rt, g, rows, n, t, bursts):
+    """``_stamp_tokens`` when a step may yield several tokens (speculative decoding: no steady
+    members then): row ``i`` got ``bursts[i]`` tokens, all stamped ``t``; each after the first
+    adds a gap of 0."""
     gen = rq.generated
     skipping = gaps.skip.shape[0] > 0
     zeros = 0
@@ -621,8 +617,11 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         if pa.acc[PROGRESS] != 0:
             progress = True
     cl.pass_commit[g] = rk.seqc[5] - committed
-    _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
-                  k0 + dp, pa.burst)
+    if pa.burst.shape[0] > 0:
+        stamp_bursts(rq, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.burst)
+    else:
+        _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
+                      k0 + dp)
     cl.last_stamp[g] = end
     if end > now:
         cl.busy[g] = True
@@ -843,7 +842,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             common += rk.nsteady[k]
             seal_feed_nb(pool, steady_pass_nb(p, perf, pool, rk, k, now))
     _stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
-                  k0 + dp, pa.burst)
+                  k0 + dp)
     cl.last_stamp[g] = end
     cl.pass_commit[g] = 0
     tourney_set_nb(cl.ctree, cl.cdue, g, end)

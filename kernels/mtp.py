@@ -21,7 +21,11 @@ from fastsim.rust_rng import seed_from_u64
 
 ALWAYS_TRUE = np.uint64(0xFFFFFFFFFFFFFFFF)  # rand's Bernoulli marker for p == 1 (no draw)
 _BUF_WORDS = 64  # rand_chacha refills 4 blocks of 16 words at a time
-BUF_ROW = _BUF_WORDS + 32  # a rank's buffer row: the 64 stream words, then the block scratch
+# a rank's generator is one row of uint32 words: key (8), next block (2, low first), read
+# position (1), a spare word, the 64 stream words, then 32 words of block scratch (one array
+# for every rank: the pass's calls pass its tables field by field, so fewer fields cost less)
+_KEY, _CTR, _POS, _BUF, _SCRATCH = 0, 8, 10, 12, 12 + _BUF_WORDS
+ROW = _SCRATCH + 32
 _SIGMA = (0x61707865, 0x3320646E, 0x79622D32, 0x6B206574)
 
 
@@ -33,18 +37,14 @@ def accept_thresholds(rates) -> np.ndarray:
     return out
 
 
-def new_streams(n_ranks):
-    """(key, ctr, buf, pos) of ``n_ranks`` generators, unseeded."""
-    return (np.zeros((n_ranks, 8), dtype=np.uint32), np.zeros(n_ranks, dtype=np.uint64),
-            np.zeros((n_ranks, BUF_ROW), dtype=np.uint32), np.full(n_ranks, _BUF_WORDS, dtype=np.int64))
-
-
-def seed_ranks(key, ctr, pos, seeds) -> None:
-    """Set rank ``i``'s generator to ``StdRng::seed_from_u64(seeds[i])`` (buffer empty)."""
+def new_streams(seeds) -> np.ndarray:
+    """The generators ``StdRng::seed_from_u64(seeds[i])`` of ranks ``i``, buffers empty, as a
+    uint32[len(seeds), ROW] table."""
+    st = np.zeros((len(seeds), ROW), dtype=np.uint32)
     for i, s in enumerate(seeds):
-        key[i, :] = seed_from_u64(int(s) & 0xFFFFFFFFFFFFFFFF)
-        ctr[i] = 0
-        pos[i] = _BUF_WORDS
+        st[i, _KEY:_KEY + 8] = seed_from_u64(int(s) & 0xFFFFFFFFFFFFFFFF)
+        st[i, _POS] = _BUF_WORDS
+    return st
 
 
 @inner
@@ -53,19 +53,18 @@ def _rotl(x, n):
 
 
 @inner
-def _refill(key, ctr, buf, k):
-    """The next 4 ChaCha12 blocks of rank ``k``'s stream into its buffer (the row's last 32 words
-    hold the block being worked on: the kernels allocate nothing)."""
-    x = buf[k, _BUF_WORDS:_BUF_WORDS + 16]
-    s = buf[k, _BUF_WORDS + 16:_BUF_WORDS + 32]
+def _refill(st, k):
+    """The next 4 ChaCha12 blocks of rank ``k``'s stream into its buffer."""
+    x = st[k, _SCRATCH:_SCRATCH + 16]
+    s = st[k, _SCRATCH + 16:_SCRATCH + 32]
+    c = np.uint64(st[k, _CTR]) | (np.uint64(st[k, _CTR + 1]) << np.uint64(32))
     for b in range(4):
-        c = ctr[k]
         s[0] = _SIGMA[0]
         s[1] = _SIGMA[1]
         s[2] = _SIGMA[2]
         s[3] = _SIGMA[3]
         for i in range(8):
-            s[4 + i] = key[k, i]
+            s[4 + i] = st[k, _KEY + i]
         s[12] = np.uint32(c & np.uint64(0xFFFFFFFF))
         s[13] = np.uint32(c >> np.uint64(32))
         s[14] = 0
@@ -84,29 +83,31 @@ def _refill(key, ctr, buf, k):
                 x[cc] += x[d]
                 x[bb] = _rotl(x[bb] ^ x[cc], 7)
         for i in range(16):
-            buf[k, b * 16 + i] = x[i] + s[i]
-        ctr[k] = c + np.uint64(1)
+            st[k, _BUF + b * 16 + i] = x[i] + s[i]
+        c += np.uint64(1)
+    st[k, _CTR] = np.uint32(c & np.uint64(0xFFFFFFFF))
+    st[k, _CTR + 1] = np.uint32(c >> np.uint64(32))
 
 
 @inner
-def next_u64_nb(key, ctr, buf, pos, k):
+def next_u64_nb(st, k):
     """Rank ``k``'s ``next_u64()`` (only u64 draws are made: the position stays even)."""
-    i = pos[k]
+    i = np.int64(st[k, _POS])
     if i >= _BUF_WORDS:
-        _refill(key, ctr, buf, k)
+        _refill(st, k)
         i = 0
-    pos[k] = i + 2
-    return np.uint64(buf[k, i]) | (np.uint64(buf[k, i + 1]) << np.uint64(32))
+    st[k, _POS] = i + 2
+    return np.uint64(st[k, _BUF + i]) | (np.uint64(st[k, _BUF + i + 1]) << np.uint64(32))
 
 
 @inner
-def sample_burst_nb(thr, key, ctr, buf, pos, k):
+def sample_burst_nb(thr, st, k):
     """Tokens one decode step of a request on rank ``k`` yields: 1 + the draft positions accepted
     before the first rejection (before clipping to what the request may still generate)."""
     n = 1
     for j in range(thr.shape[0]):
         t = thr[j]
-        if t != ALWAYS_TRUE and not next_u64_nb(key, ctr, buf, pos, k) < t:
+        if t != ALWAYS_TRUE and not next_u64_nb(st, k) < t:
             break
         n += 1
     return n

@@ -33,7 +33,7 @@ from fastsim.kernels.kvpool import (
     register_nb,
     release_dead_nb,
 )
-from fastsim.kernels.mtp import accept_thresholds, new_streams, sample_burst_nb, seed_ranks
+from fastsim.kernels.mtp import accept_thresholds, new_streams, sample_burst_nb
 from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, prefill_time_nb
 
 # request status codes (HANDED: a disaggregated request whose KV was transferred to this decode
@@ -150,12 +150,9 @@ class Ranks(NamedTuple):
     # the token budget (larger counts use the memo)
     ptab: np.ndarray  # float64[min(budget, _PTAB_MAX) + 1]
     # speculative decoding (kernels/mtp.py): the draft positions' acceptance thresholds (empty:
-    # off) and each rank's generator (key words, next block, buffer row, read position)
+    # off) and each rank's generator
     mtp_thr: np.ndarray  # uint64[nextn]
-    mtp_key: np.ndarray  # uint32[R, 8]
-    mtp_ctr: np.ndarray  # uint64[R]
-    mtp_buf: np.ndarray  # uint32[R, mtp.BUF_ROW]
-    mtp_pos: np.ndarray  # int64[R]
+    mtp_rng: np.ndarray  # uint32[R, mtp.ROW] (R = 0: off)
 
 
 _HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
@@ -168,10 +165,6 @@ def make_ranks(n_ranks, block_size, cap, budget, mtp_rates=(), mtp_seeds=()):
     """Empty per-rank queues and steady-decoding state for ``n_ranks`` ranks of ``cap`` KV
     blocks each and a token budget of ``budget`` per pass; ``mtp_rates``: the draft positions'
     acceptance rates (speculative decoding), ``mtp_seeds``: each rank's sampler seed."""
-    key, ctr, buf, pos = new_streams(n_ranks if len(mtp_rates) else 0)
-    if len(mtp_rates):
-        seed_ranks(key, ctr, pos, mtp_seeds)
-
     def heads():
         return np.full(n_ranks, -1, dtype=np.int32)
 
@@ -189,7 +182,7 @@ def make_ranks(n_ranks, block_size, cap, budget, mtp_rates=(), mtp_seeds=()):
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
         ptab=np.full(min(budget, _PTAB_MAX) + 1, np.nan),
-        mtp_thr=accept_thresholds(mtp_rates), mtp_key=key, mtp_ctr=ctr, mtp_buf=buf, mtp_pos=pos,
+        mtp_thr=accept_thresholds(mtp_rates), mtp_rng=new_streams(mtp_seeds if len(mtp_rates) else ()),
     )
 
 
@@ -828,7 +821,7 @@ def _emit_mtp(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g):
         if p.stage == PREFILL:
             b = min(rem, 1)
         else:
-            b = min(sample_burst_nb(rk.mtp_thr, rk.mtp_key, rk.mtp_ctr, rk.mtp_buf, rk.mtp_pos, k), rem)
+            b = min(sample_burst_nb(rk.mtp_thr, rk.mtp_rng, k), rem)
         pa.burst[i] = b
         gen[r] += b
         _extend_alloc(p, pool, rq, k, r, length + b, pa)

@@ -16,7 +16,7 @@ from fastsim.api import run_synthetic_trace_replay, run_trace_replay
 from fastsim.config import EngineArgs, accept_rates
 from fastsim.errors import InputError, NotSupportedError
 from fastsim.kernels.jit import kernel
-from fastsim.kernels.mtp import accept_thresholds, new_streams, sample_burst_nb, seed_ranks
+from fastsim.kernels.mtp import accept_thresholds, new_streams, sample_burst_nb
 from fastsim.rust_rng import StdRng
 
 DATA = Path(__file__).parent / "data" / "mtp_161"
@@ -101,9 +101,9 @@ def compare_with_dynamo(name, args):
 
 
 @kernel
-def _bursts(thr, key, ctr, buf, pos, n, out):
+def _bursts(thr, st, n, out):
     for i in range(n):
-        out[i] = sample_burst_nb(thr, key, ctr, buf, pos, 0)
+        out[i] = sample_burst_nb(thr, st, 0)
 
 
 def _reference_bursts(rates, seed, n):
@@ -124,10 +124,8 @@ def _reference_bursts(rates, seed, n):
 @pytest.mark.parametrize("rates,seed", [([0.8, 0.6], 42), ([1.0, 0.0, 1.0], 7), ([0.9, 0.7, 0.5, 0.3, 0.1], 123),
                                         ([0.0], 2**64 - 1)])
 def test_compiled_sampler_equals_reference(rates, seed):
-    key, ctr, buf, pos = new_streams(1)
-    seed_ranks(key, ctr, pos, [seed])
     out = np.zeros(3000, dtype=np.int64)
-    _bursts(accept_thresholds(rates), key, ctr, buf, pos, 3000, out)
+    _bursts(accept_thresholds(rates), new_streams([seed]), 3000, out)
     assert out.tolist() == _reference_bursts(rates, seed, 3000)
 
 
