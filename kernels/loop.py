@@ -487,6 +487,8 @@ def stamp_bursts(rq, gaps, rt, g, rows, n, t, bursts):
     gen = rq.generated
     skipping = gaps.skip.shape[0] > 0
     zeros = 0
+    run_gap = 0.0  # equal gaps in a row are pooled at once (most steps share the last pass end)
+    run_n = 0
     for i in range(n):
         r = rows[i]
         b = bursts[i]
@@ -507,9 +509,16 @@ def stamp_bursts(rq, gaps, rt, g, rows, n, t, bursts):
             rq.second_token[r] = t
         if not (skipping and m > 1 and gaps.skip[r]):
             if lo > 1:
-                _pool_gaps(gaps, t - rq.last_token[r], np.int64(1), g)
+                gap = t - rq.last_token[r]
+                if run_n > 0 and gap != run_gap:
+                    _pool_gaps(gaps, run_gap, np.int64(run_n), g)
+                    run_n = 0
+                run_gap = gap
+                run_n += 1
             zeros += b - 1
         rq.last_token[r] = t
+    if run_n > 0:
+        _pool_gaps(gaps, run_gap, np.int64(run_n), g)
     if zeros > 0:
         _pool_gaps(gaps, 0.0, np.int64(zeros), g)
 

@@ -16,16 +16,16 @@ the compiled pass, a buffer at a time, so a run never holds more than 256 bytes 
 
 import numpy as np
 
-from fastsim.kernels.jit import inner
+from fastsim.kernels.jit import inline, inner
 from fastsim.rust_rng import seed_from_u64
 
 ALWAYS_TRUE = np.uint64(0xFFFFFFFFFFFFFFFF)  # rand's Bernoulli marker for p == 1 (no draw)
 _BUF_WORDS = 64  # rand_chacha refills 4 blocks of 16 words at a time
 # a rank's generator is one row of uint32 words: key (8), next block (2, low first), read
-# position (1), a spare word, the 64 stream words, then 32 words of block scratch (one array
-# for every rank: the pass's calls pass its tables field by field, so fewer fields cost less)
-_KEY, _CTR, _POS, _BUF, _SCRATCH = 0, 8, 10, 12, 12 + _BUF_WORDS
-ROW = _SCRATCH + 32
+# position (1), a spare word, then the 64 stream words (one array for every rank: the pass's
+# calls pass its tables field by field, so fewer fields cost less)
+_KEY, _CTR, _POS, _BUF = 0, 8, 10, 12
+ROW = _BUF + _BUF_WORDS
 _SIGMA = (0x61707865, 0x3320646E, 0x79622D32, 0x6B206574)
 
 
@@ -47,45 +47,71 @@ def new_streams(seeds) -> np.ndarray:
     return st
 
 
-@inner
+_M32 = np.uint64(0xFFFFFFFF)
+
+
+@inline
 def _rotl(x, n):
-    return ((x << np.uint32(n)) | (x >> np.uint32(32 - n))) & np.uint32(0xFFFFFFFF)
+    return ((x << np.uint64(n)) | (x >> np.uint64(32 - n))) & _M32
+
+
+@inline
+def _qr(a, b, c, d):
+    """One ChaCha quarter-round on four 32-bit words held in uint64 registers."""
+    a = (a + b) & _M32
+    d = _rotl(d ^ a, 16)
+    c = (c + d) & _M32
+    b = _rotl(b ^ c, 12)
+    a = (a + b) & _M32
+    d = _rotl(d ^ a, 8)
+    c = (c + d) & _M32
+    b = _rotl(b ^ c, 7)
+    return a, b, c, d
 
 
 @inner
 def _refill(st, k):
-    """The next 4 ChaCha12 blocks of rank ``k``'s stream into its buffer."""
-    x = st[k, _SCRATCH:_SCRATCH + 16]
-    s = st[k, _SCRATCH + 16:_SCRATCH + 32]
+    """The next 4 ChaCha12 blocks of rank ``k``'s stream into its buffer (the state in registers:
+    this is most of a speculative pass's cost otherwise)."""
     c = np.uint64(st[k, _CTR]) | (np.uint64(st[k, _CTR + 1]) << np.uint64(32))
+    k0, k1, k2, k3 = np.uint64(st[k, 0]), np.uint64(st[k, 1]), np.uint64(st[k, 2]), np.uint64(st[k, 3])
+    k4, k5, k6, k7 = np.uint64(st[k, 4]), np.uint64(st[k, 5]), np.uint64(st[k, 6]), np.uint64(st[k, 7])
+    s0, s1, s2, s3 = np.uint64(_SIGMA[0]), np.uint64(_SIGMA[1]), np.uint64(_SIGMA[2]), np.uint64(_SIGMA[3])
     for b in range(4):
-        s[0] = _SIGMA[0]
-        s[1] = _SIGMA[1]
-        s[2] = _SIGMA[2]
-        s[3] = _SIGMA[3]
-        for i in range(8):
-            s[4 + i] = st[k, _KEY + i]
-        s[12] = np.uint32(c & np.uint64(0xFFFFFFFF))
-        s[13] = np.uint32(c >> np.uint64(32))
-        s[14] = 0
-        s[15] = 0
-        for i in range(16):
-            x[i] = s[i]
+        c0 = c & _M32
+        c1 = c >> np.uint64(32)
+        x0, x1, x2, x3 = s0, s1, s2, s3
+        x4, x5, x6, x7 = k0, k1, k2, k3
+        x8, x9, x10, x11 = k4, k5, k6, k7
+        x12, x13, x14, x15 = c0, c1, np.uint64(0), np.uint64(0)
         for _ in range(6):  # 12 rounds: column then diagonal quarter-rounds
-            for a, bb, cc, d in ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15),
-                                 (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13), (3, 4, 9, 14)):
-                x[a] += x[bb]
-                x[d] = _rotl(x[d] ^ x[a], 16)
-                x[cc] += x[d]
-                x[bb] = _rotl(x[bb] ^ x[cc], 12)
-                x[a] += x[bb]
-                x[d] = _rotl(x[d] ^ x[a], 8)
-                x[cc] += x[d]
-                x[bb] = _rotl(x[bb] ^ x[cc], 7)
-        for i in range(16):
-            st[k, _BUF + b * 16 + i] = x[i] + s[i]
+            x0, x4, x8, x12 = _qr(x0, x4, x8, x12)
+            x1, x5, x9, x13 = _qr(x1, x5, x9, x13)
+            x2, x6, x10, x14 = _qr(x2, x6, x10, x14)
+            x3, x7, x11, x15 = _qr(x3, x7, x11, x15)
+            x0, x5, x10, x15 = _qr(x0, x5, x10, x15)
+            x1, x6, x11, x12 = _qr(x1, x6, x11, x12)
+            x2, x7, x8, x13 = _qr(x2, x7, x8, x13)
+            x3, x4, x9, x14 = _qr(x3, x4, x9, x14)
+        o = _BUF + b * 16
+        st[k, o + 0] = np.uint32((x0 + s0) & _M32)
+        st[k, o + 1] = np.uint32((x1 + s1) & _M32)
+        st[k, o + 2] = np.uint32((x2 + s2) & _M32)
+        st[k, o + 3] = np.uint32((x3 + s3) & _M32)
+        st[k, o + 4] = np.uint32((x4 + k0) & _M32)
+        st[k, o + 5] = np.uint32((x5 + k1) & _M32)
+        st[k, o + 6] = np.uint32((x6 + k2) & _M32)
+        st[k, o + 7] = np.uint32((x7 + k3) & _M32)
+        st[k, o + 8] = np.uint32((x8 + k4) & _M32)
+        st[k, o + 9] = np.uint32((x9 + k5) & _M32)
+        st[k, o + 10] = np.uint32((x10 + k6) & _M32)
+        st[k, o + 11] = np.uint32((x11 + k7) & _M32)
+        st[k, o + 12] = np.uint32((x12 + c0) & _M32)
+        st[k, o + 13] = np.uint32((x13 + c1) & _M32)
+        st[k, o + 14] = np.uint32(x14 & _M32)
+        st[k, o + 15] = np.uint32(x15 & _M32)
         c += np.uint64(1)
-    st[k, _CTR] = np.uint32(c & np.uint64(0xFFFFFFFF))
+    st[k, _CTR] = np.uint32(c & _M32)
     st[k, _CTR + 1] = np.uint32(c >> np.uint64(32))
 
 

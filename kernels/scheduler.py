@@ -25,6 +25,7 @@ from fastsim.kernels.blocks import unique_key_nb
 from fastsim.kernels.jit import inline, inner, llvm_inline
 from fastsim.kernels.kvpool import (
     NACTIVE,
+    NFREE,
     alloc_anon_nb,
     alloc_nb,
     can_use_nb,
@@ -731,12 +732,13 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     pend_tail[g] = r
 
 
-@inner
-def _remaining_nb(p, rq, r):
-    """Tokens ``r`` may still generate: its output length, or the model-length cap, away."""
-    rem = rq.osl[r] - rq.generated[r]
-    if p.max_model_len > 0:
-        rem = min(rem, p.max_model_len - rq.isl[r] - rq.generated[r])
+@inline
+def _remaining_nb(mml, isl, osl, gen, r):
+    """Tokens ``r`` may still generate: its output length, or the model length ``mml`` (0: none),
+    away (the columns are passed alone: a call passing the request table costs more than this)."""
+    rem = osl[r] - gen[r]
+    if mml > 0:
+        rem = min(rem, mml - isl[r] - gen[r])
     return max(rem, 0)
 
 
@@ -767,15 +769,22 @@ def _emit_mtp(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g):
     generate, with the blocks they need. The ready rows go to ``pa.emit`` from ``ne`` with their
     token counts in ``pa.burst``; returns (end of the rows, how many, their lengths before)."""
     isl = rq.isl
+    osl = rq.osl
     gen = rq.generated
     comp = rq.computed
+    alloc = rq.alloc
+    xnext = rq.xnext
     emit = pa.emit
+    burst = pa.burst
+    mml = p.max_model_len
+    thr = rk.mtp_thr
+    rng = rk.mtp_rng
     first = ne
     cur = rk.xhead[k]
     while cur >= 0:
-        nxt = rq.xnext[cur]
+        nxt = xnext[cur]
         if comp[cur] >= isl[cur] + gen[cur]:
-            if _remaining_nb(p, rq, cur) == 0:
+            if _remaining_nb(mml, isl, osl, gen, cur) == 0:
                 kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
                 _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(kind), pend_head, pend_tail, g,
                         np.bool_(True))
@@ -785,12 +794,16 @@ def _emit_mtp(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g):
                 ne += 1
         cur = nxt
     max_burst = 1 if p.stage == PREFILL else p.nextn + 1
-    while ne > first:
+    # free blocks enough for every step's largest growth: the reservation takes and gives back
+    # free blocks only, which changes nothing (the exact count is needed only near the limit)
+    roomy = pool.meta[k, NFREE] >= (ne - first) * ((max_burst + p.block_size - 1) // p.block_size)
+    while ne > first and not roomy:
         need = 0
         for i in range(first, ne):
             r = emit[i]
             length = isl[r] + gen[r]
-            need += _blocks_ceil(p, length + min(max_burst, _remaining_nb(p, rq, r))) - _blocks_ceil(p, length)
+            need += (_blocks_ceil(p, length + min(max_burst, _remaining_nb(mml, isl, osl, gen, r)))
+                     - _blocks_ceil(p, length))
         if need <= p.cap - pool.meta[k, NACTIVE]:
             if need > 0:
                 # Dynamo takes the whole reservation at once (evicting cached blocks as needed)
@@ -817,14 +830,17 @@ def _emit_mtp(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g):
         r = emit[i]
         length = isl[r] + gen[r]
         total_len += length
-        rem = _remaining_nb(p, rq, r)
+        rem = _remaining_nb(mml, isl, osl, gen, r)
         if p.stage == PREFILL:
             b = min(rem, 1)
         else:
-            b = min(sample_burst_nb(rk.mtp_thr, rk.mtp_rng, k), rem)
-        pa.burst[i] = b
+            b = min(sample_burst_nb(thr, rng, k), rem)
+        burst[i] = b
         gen[r] += b
-        _extend_alloc(p, pool, rq, k, r, length + b, pa)
+        if _blocks_ceil(p, length + b) > _blocks_ceil(p, alloc[r]):
+            _extend_alloc(p, pool, rq, k, r, length + b, pa)
+        else:
+            alloc[r] = length + b
         comp[r] = length + b - 1  # the last token is computed by the next step
     if ne > first:
         pa.acc[PROGRESS] = 1
