@@ -81,6 +81,7 @@ class EngineArgs:
     planner_profile_data: Optional[str] = None
     g1_backend: str = "native"
     timing_model: Optional[Any] = None
+    prefill_schedule_interval: int = 1  # Dynamo 1.6 (vllm): prefills every N steps of a DP group
     # --- accepted, no effect in aggregated offline replay (as in Dynamo) ----------------------
     startup_time: Optional[float] = None
     kv_bytes_per_token: Optional[int] = None
@@ -249,6 +250,7 @@ _SPEC: dict[str, dict] = {
     "zmq_replay_port": dict(kind="uint", nullable=True, max=65535),
     "timing_model": dict(kind="timing", nullable=True),
     "reasoning": dict(kind="reasoning", nullable=True),
+    "prefill_schedule_interval": dict(kind="int1"),
     # speculative decoding (MTP, decision 0340)
     "aic_nextn": dict(kind="int1", nullable=True, max=5),
     "aic_nextn_accept_rates": dict(kind="rates", nullable=True),
@@ -378,16 +380,12 @@ def _build(cls, raw: dict, source: str) -> "EngineArgs":
     if is_nested(raw):
         raw = nested_to_flat(raw, source)
     for name in raw:
-        if name == "prefill_schedule_interval":  # Dynamo 1.6.1 takes it flat too (vllm only)
-            continue
         if name not in _ALL_JSON_FIELDS:
             hint = misplaced_flat_field_hint(name)
             if hint:
                 raise InputError(f"{source}: unknown field '{name}': {hint}")
             raise InputError(_unknown_field_message(source, name))
     raw = dict(raw)
-    if "prefill_schedule_interval" in raw:
-        _prefill_schedule_interval(raw, source)
     if raw.get("timing_model") is not None:
         # The flat form takes Dynamo 1.6's selector too: polynomial, fixed, or a dynamo_profile NPZ.
         timing = timing_fields(raw.pop("timing_model"), source, "timing_model")
@@ -514,23 +512,6 @@ def _fmt_choices(choices) -> str:
     return ", ".join(repr(c) for c in choices)
 
 
-def _prefill_schedule_interval(raw: dict, source: str) -> None:
-    """vLLM's ``prefill_schedule_interval`` (Dynamo 1.6.1): it paces prefills across the attention-DP
-    ranks of a worker, so with one rank it changes nothing (decision 0341) and is dropped here."""
-    interval = raw.pop("prefill_schedule_interval")
-    where = f"{source}: field 'prefill_schedule_interval'"
-    if isinstance(interval, bool) or not isinstance(interval, numbers.Integral) or interval < 1:
-        raise InputError(f"{where} must be an integer >= 1, got {_json_type(interval)}")
-    if raw.get("engine_type", "vllm") == "sglang":
-        raise InputError(f"{where}: prefill_schedule_interval is supported only for engine_type vllm "
-                         "(SGLang's counterpart is prefill_decode_interval)")
-    dp = raw.get("dp_size", 1)
-    if interval != 1 and isinstance(dp, numbers.Integral) and not isinstance(dp, bool) and dp > 1:
-        raise NotSupportedError(
-            f"{where} = {interval} with dp_size = {dp} is not supported yet by fastsim (vLLM's prefill "
-            "cadence across attention-DP ranks); with dp_size 1 it has no effect")
-
-
 _DEFAULT_ACCEPT_RATES = (0.85, 0.3, 0.0, 0.0, 0.0)  # Dynamo's when aic_nextn_accept_rates is unset
 
 
@@ -590,6 +571,9 @@ def _validate(obj: EngineArgs, source: str) -> None:
                 f"remove it or set it to its default {json.dumps(_DEFAULTS[name])}"
             )
     _validate_mtp(obj, source)
+    if obj.engine_type == "sglang" and obj.prefill_schedule_interval != 1:
+        raise InputError(f"{source}: field 'prefill_schedule_interval': prefill_schedule_interval is supported "
+                         "only for engine_type vllm (SGLang's counterpart is prefill_decode_interval)")
     if obj.engine_type == "trtllm":
         raise NotSupportedError(
             f"{source}: engine_type 'trtllm' is not supported yet by fastsim "

@@ -275,12 +275,12 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
             flat["kv_bytes_per_token"] = _check("kv_bytes_per_token", f"engine.{alias}", engine[alias], source)
     if "prefill_schedule_interval" in engine:
         interval = _uint(engine["prefill_schedule_interval"], source, "engine.prefill_schedule_interval", lo=1)
-        if backend == "sglang":
+        if backend == "sglang" and interval != 1:
             raise InputError(f"{source}: field 'engine.prefill_schedule_interval': prefill_schedule_interval is "
                              "supported only for backend=vllm (SGLang's counterpart is "
                              "engine.prefill_decode_interval)")
         if interval != 1:
-            flat["prefill_schedule_interval"] = interval  # (checked with dp_size: fastsim/config.py)
+            flat["prefill_schedule_interval"] = interval
     sglang = {}
     if "prefill_decode_interval" in engine:
         interval = _uint(engine["prefill_decode_interval"], source, "engine.prefill_decode_interval")

@@ -24,6 +24,10 @@ def _engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
     nextn = int(engine.aic_nextn or 0)
     if nextn:
         steady = False  # a step's tokens are drawn at random: no request decodes by formula
+    # vLLM paces prefills across the ranks of an attention-DP group only (decision 0341)
+    psi = int(engine.prefill_schedule_interval) if (engine.dp_size or 1) > 1 else 1
+    if psi > 1:
+        steady = False  # a rank's pass depends on the group's step count
 
     budget = engine.max_num_batched_tokens
     max_seqs = engine.max_num_seqs
@@ -45,6 +49,7 @@ def _engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
         timing_rules=int(timing_rules),
         bshift=bs.bit_length() - 1 if bs > 0 and bs & (bs - 1) == 0 else -1,
         nextn=nextn,
+        psi=psi,
     )
 
 

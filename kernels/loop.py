@@ -66,6 +66,7 @@ from fastsim.kernels.router import (
 from fastsim.kernels.scheduler import (
     COMPLETED,
     PROGRESS,
+    THROTTLE,
     REJECTED,
     TERM_COMPLETED,
     TIMING_161,
@@ -610,6 +611,9 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     fl.passes[g] += 1
     pa.emit_n[0] = 0
     pa.ncommon[0] = 0
+    if p.psi > 1:  # prefills only on every psi-th step of the group (decision 0341)
+        pa.acc[THROTTLE] = 1 if rk.psi[k0, 0] % p.psi != 0 else 0
+        rk.psi[k0, 0] += 1
     prev_end = cl.last_stamp[g]
     end = now
     progress = False
@@ -626,6 +630,13 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         if pa.acc[PROGRESS] != 0:
             progress = True
     cl.pass_commit[g] = rk.seqc[5] - committed
+    if p.psi > 1:
+        drained = True
+        for k in range(k0, k0 + dp):
+            if rk.n_run[k] + rk.n_wait[k] > 0:
+                drained = False
+        if drained:
+            rk.psi[k0, 0] = 0  # a new wave starts aligned
     if pa.burst.shape[0] > 0:
         stamp_bursts(rq, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.burst)
     else:

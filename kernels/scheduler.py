@@ -70,6 +70,7 @@ class Params(NamedTuple):
     fast: bool = True  # run passes that only advance steady members on the light path (``steady_pass_nb``)
     timing_rules: int = TIMING_142  # TIMING_142 or TIMING_161 (see ``_step_ms``)
     nextn: int = 0  # speculative decoding (MTP): draft tokens per decode step, 0 = off (``_emit_mtp``)
+    psi: int = 1  # vLLM's prefill_schedule_interval across a DP group's ranks (decision 0341)
 
 
 class Reqs(NamedTuple):
@@ -154,6 +155,9 @@ class Ranks(NamedTuple):
     # off) and each rank's generator
     mtp_thr: np.ndarray  # uint64[nextn]
     mtp_rng: np.ndarray  # uint32[R, mtp.ROW] (R = 0: off)
+    # prefill_schedule_interval: [group step counter (at the group's first rank), this rank's
+    # "the last open step left requests waiting" flag]
+    psi: np.ndarray  # int64[R, 2]
 
 
 _HOLD0, _HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
@@ -184,6 +188,7 @@ def make_ranks(n_ranks, block_size, cap, budget, mtp_rates=(), mtp_seeds=()):
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
         ptab=np.full(min(budget, _PTAB_MAX) + 1, np.nan),
         mtp_thr=accept_thresholds(mtp_rates), mtp_rng=new_streams(mtp_seeds if len(mtp_rates) else ()),
+        psi=np.zeros((n_ranks, 2), dtype=np.int64),
     )
 
 
@@ -214,7 +219,7 @@ class PassAcc(NamedTuple):
     burst: np.ndarray  # int32[len(emit)] or int32[0]
 
 
-BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG, HANDED_FIRST = range(10)
+BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG, HANDED_FIRST, THROTTLE = range(11)
 
 
 def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0, bursts=False):
@@ -225,7 +230,7 @@ def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0, bursts=Fals
     return PassAcc(
         kbuf=np.zeros(max_blocks, dtype=np.uint64),
         hslot=np.full(max_blocks, -1, dtype=np.int64),
-        acc=np.zeros(HANDED_FIRST + 1, dtype=np.int64),
+        acc=np.zeros(THROTTLE + 1, dtype=np.int64),
         emit=np.zeros(emit_cap, dtype=np.int32),
         emit_n=np.zeros(1, dtype=np.int64),
         wake=np.zeros(rank_cap, dtype=np.int32),
@@ -732,6 +737,19 @@ def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
     pend_tail[g] = r
 
 
+@inner
+def _has_decode(rq, rk, k):
+    """Rank ``k`` runs a request past its prompt whose last step computed all it had (vLLM's
+    ``not is_prefill_chunk``)."""
+    cur = rk.xhead[k]
+    while cur >= 0:
+        c = rq.computed[cur]
+        if c >= rq.isl[cur] and c >= rq.isl[cur] + rq.generated[cur] - 1:
+            return True
+        cur = rq.xnext[cur]
+    return False
+
+
 @inline
 def _remaining_nb(mml, isl, osl, gen, r):
     """Tokens ``r`` may still generate: its output length, or the model length ``mml`` (0: none),
@@ -915,6 +933,9 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     acc[BISL] = 0
     acc[BPREFIX] = 0
     acc[PREEMPTED_ANY] = 0
+    defer = False
+    if acc[THROTTLE] != 0 and rk.psi[k, 1] == 0:
+        defer = _has_decode(rq, rk, k)
     nlog = 0  # schedules logged in this pass (synced with acc[NLOG] around calls)
     # Phase A: running requests, in running order. Steady members take one token each; those
     # whose step starts a block allocate it here, all at once: every allocation of this pass fits
@@ -929,6 +950,9 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     while cur >= 0 and budget > 0:
         length = isl[cur] + gen[cur]
         c = comp[cur]
+        if defer and length - c > 1:
+            cur = xnext[cur]  # prefill work waits on a throttled step (decision 0341)
+            continue
         if c >= isl[cur] and length - c == 1 and _blocks_ceil(p, length) <= _blocks_ceil(p, alloc[cur]):
             # A decode step inside an allocated block: what _schedule would do, without the call.
             comp[cur] = length
@@ -1001,6 +1025,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
             continue
         cached, active_cached, active = _cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf,
                                                        pa.hslot)
+        if defer and length - cached > 1:
+            break
         needed = _blocks_ceil(p, length) - active_cached
         if needed > p.cap - pool.meta[k, NACTIVE]:
             break  # head-of-line blocking: wait, never preempt for a waiting request
@@ -1023,6 +1049,8 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
         acc[PROGRESS] = 1
         if before - acc[BUDGET] == 0 and acc[BUDGET] == 0:
             break
+    if p.psi > 1 and not defer:
+        rk.psi[k, 1] = 1 if rk.n_wait[k] > 0 else 0
     # Duration: prefill of this pass's prompt tokens.
     prefill_ms = 0.0
     bc = acc[BCOUNT]

@@ -34,7 +34,7 @@ def parse(obj):
 def test_every_dynamo_field_is_known():
     known = set(ENGINE_ARG_FIELDS) | {"is_prefill", "is_decode", "has_perf_model"}
     # timing_model: Dynamo 1.6's selector, which the flat form takes too (engine.timing_model).
-    assert known == set(DYNAMO_JSON_FIELDS) | {"timing_model"}
+    assert known == set(DYNAMO_JSON_FIELDS) | {"timing_model", "prefill_schedule_interval"}
     grouped = set().union(*FIELD_GROUPS.values())
     assert grouped == known
 

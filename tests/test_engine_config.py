@@ -170,7 +170,6 @@ def test_bad_nested_config_names_the_field(obj, pattern):
         ({"engine": {"kv_cache_groups": [{"x": 1}]}}, "KV cache groups"),
         ({"engine": {"kv_cache_capacity_bytes": 5}}, "engine.kv_cache_capacity_bytes"),
         ({"engine": {"backend": "sglang", "aic_nextn": 2}}, "speculative decoding (MTP) is modelled for vLLM"),
-        ({"engine": {"prefill_schedule_interval": 4}, "dp_size": 2}, "prefill cadence across attention-DP ranks"),
         ({"engine": {"sglang": {"schedule_policy": "lpm"}}}, "SGLang engine"),
         ({"engine": {"trtllm": {"capacity_scheduler_policy": "x"}}}, "TRT-LLM engine"),
         ({"engine": {"timing_model": {"type": "external", "provider": "ais", "config": {}}}}, "AIConfigurator"),
