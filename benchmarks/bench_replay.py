@@ -146,6 +146,13 @@ def real_traces(data: Path, scratch: Path) -> list:
     ]
 
 
+def mtp(requests: int, workers: int) -> Workload:
+    """Synthetic load with speculative decoding (MTP): 2 draft tokens accepted at 0.8 and 0.6."""
+    wl = synthetic(requests, workers)
+    flags = wl.flags + ("--extra-engine-args", '{"aic_nextn":2,"aic_nextn_accept_rates":"0.8,0.6"}')
+    return Workload(wl.name + " MTP k=2", flags, requests, workers)
+
+
 def kv_router(requests: int, workers: int) -> Workload:
     """Synthetic load routed by kv_router (ties are random in Dynamo: metrics not compared)."""
     wl = synthetic(requests, workers)
@@ -188,6 +195,8 @@ def build_grid(name: str, quick: bool, data: Path, scratch: Path) -> list:
     if name == "kv":  # KV-aware routing at the cluster sizes of the cluster grid
         n, workers = (2000, (4,)) if quick else (100_000, (4, 16, 64))
         return [kv_router(n, w) for w in workers]
+    if name == "mtp":  # speculative decoding (Dynamo 1.6.1's numbers; 1.4.2 samples otherwise)
+        return [mtp(n, w) for n, w in (((1000, 1),) if quick else ((10_000, 1), (100_000, 4)))]
     if name == "disagg":
         return [disagg(n, 2, 4) for n in ((1000,) if quick else (1000, 10_000, 100_000))]
     if name == "load":  # a latency-vs-load sweep: light loads decode few requests per pass
@@ -198,7 +207,7 @@ def build_grid(name: str, quick: bool, data: Path, scratch: Path) -> list:
             return [synthetic(1000, w) for w in (1, 16)]
         return [synthetic(n, w) for n in (1000, 10_000, 100_000, 1_000_000)
                 for w in (1, 4, 16, 64, 256)]
-    raise SystemExit(f"unknown grid {name!r} (core, cluster, trace, kv, disagg, load, scale)")
+    raise SystemExit(f"unknown grid {name!r} (core, cluster, trace, kv, mtp, disagg, load, scale)")
 
 
 # flags added to fastsim's command line only (``--fastsim-args``), e.g. ``--dynamo-version 1.4.2``

@@ -83,6 +83,7 @@ class EngineArgs:
     planner_profile_data: Optional[str] = None
     g1_backend: str = "native"
     timing_model: Optional[Any] = None
+    prefill_schedule_interval: int = 1  # Dynamo 1.6 (vllm): prefills every N steps of a DP group
     # --- accepted, no effect in aggregated offline replay (as in Dynamo) ----------------------
     startup_time: Optional[float] = None
     kv_bytes_per_token: Optional[int] = None
@@ -260,7 +261,13 @@ _SPEC: dict[str, dict] = {
     **{name: dict(kind="float0", nullable=True) for name in (
         "bandwidth_g1_to_g2_gbps", "bandwidth_g2_to_g1_gbps", "bandwidth_g2_to_g3_gbps",
         "bandwidth_g3_to_g2_gbps", "bandwidth_g2_to_g4_gbps", "bandwidth_g4_to_g2_gbps")},
+    "prefill_schedule_interval": dict(kind="int1"),
+    # speculative decoding (MTP, decision 0340)
+    "aic_nextn": dict(kind="int1", nullable=True, max=5),
+    "aic_nextn_accept_rates": dict(kind="rates", nullable=True),
+    "aic_mtp_seed": dict(kind="uint"),
 }
+_MTP_FIELDS = ("aic_nextn", "aic_nextn_accept_rates", "aic_mtp_seed")
 
 _UNSUPPORTED_REASON = {
     "aic": "it configures AIConfigurator (AIC) timing and capacity models",
@@ -272,7 +279,7 @@ _UNSUPPORTED: dict[str, str] = {}
 for _f in (
     "aic_backend aic_system aic_backend_version aic_tp_size aic_model_path aic_moe_tp_size "
     "aic_moe_ep_size aic_attention_dp_size aic_gemm_dtype aic_moe_dtype aic_fmha_dtype "
-    "aic_kv_cache_dtype aic_comm_dtype aic_nextn aic_nextn_accept_rates aic_mtp_seed"
+    "aic_kv_cache_dtype aic_comm_dtype"
 ).split():
     _UNSUPPORTED[_f] = "aic"
 for _f in ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction"):
@@ -286,14 +293,14 @@ _JSON_EXTRA = ("is_prefill", "is_decode", "has_perf_model")
 _ALL_JSON_FIELDS = ENGINE_ARG_FIELDS + _JSON_EXTRA + ("prefill_decode_interval",)
 
 FIELD_GROUPS: dict[str, tuple[str, ...]] = {
-    "modelled": ENGINE_ARG_FIELDS[: ENGINE_ARG_FIELDS.index("startup_time")],
+    "modelled": ENGINE_ARG_FIELDS[: ENGINE_ARG_FIELDS.index("startup_time")] + _MTP_FIELDS,
     "no_effect": ENGINE_ARG_FIELDS[
         ENGINE_ARG_FIELDS.index("startup_time") : ENGINE_ARG_FIELDS.index("aic_backend")
     ]
     + _JSON_EXTRA,
     "unsupported": tuple(_UNSUPPORTED),
 }
-assert set(FIELD_GROUPS["unsupported"]) == set(ENGINE_ARG_FIELDS[ENGINE_ARG_FIELDS.index("aic_backend") :])
+assert set(FIELD_GROUPS["unsupported"]) | set(_MTP_FIELDS) == set(ENGINE_ARG_FIELDS[ENGINE_ARG_FIELDS.index("aic_backend") :])
 
 _HINTS = {
     "watermark": "Dynamo 1.4.2 has no watermark: admission is an exact fit "
@@ -377,9 +384,6 @@ def _build(cls, raw: dict, source: str) -> "EngineArgs":
     if is_nested(raw):
         raw = nested_to_flat(raw, source)
     for name in raw:
-        if name == "prefill_schedule_interval":  # Dynamo 1.6.1 takes it flat too (vllm only)
-            raise InputError(f"{source}: field 'prefill_schedule_interval' is not supported yet by fastsim "
-                             "(vLLM prefill scheduling cadence); remove it or leave it at its default")
         if name not in _ALL_JSON_FIELDS:
             hint = misplaced_flat_field_hint(name)
             if hint:
@@ -493,6 +497,12 @@ def _check_value(name: str, value, source: str, spec: Optional[dict]):
         return check_fixed_timing(value, source, name)
     if kind == "reasoning":
         return check_reasoning(value, source, name)
+    if kind == "rates":
+        if not isinstance(value, str):
+            raise InputError(f"{where} must be a string of comma-separated rates in [0, 1] "
+                             f'(e.g. "0.8,0.6"), got {_json_type(value)}')
+        accept_rates(value, 1, where)
+        return value
     if kind == "path":
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
@@ -504,6 +514,47 @@ def _check_value(name: str, value, source: str, spec: Optional[dict]):
 
 def _fmt_choices(choices) -> str:
     return ", ".join(repr(c) for c in choices)
+
+
+_DEFAULT_ACCEPT_RATES = (0.85, 0.3, 0.0, 0.0, 0.0)  # Dynamo's when aic_nextn_accept_rates is unset
+
+
+def accept_rates(text: Optional[str], nextn: int, where: str = "aic_nextn_accept_rates") -> list[float]:
+    """The ``nextn`` conditional acceptance rates of ``aic_nextn_accept_rates`` as Dynamo reads
+    them: comma-separated numbers in [0, 1]; missing ones are 0, extra ones ignored; unset or
+    blank gives Dynamo's defaults."""
+    if text is None or not text.strip():
+        rates = list(_DEFAULT_ACCEPT_RATES)
+    else:
+        rates = []
+        for i, part in enumerate(text.split(",")):
+            part = part.strip()
+            try:
+                if "_" in part:  # Python reads 1_0 as 10, Rust does not
+                    raise ValueError
+                rate = float(part)
+            except ValueError:
+                raise InputError(f"{where}: invalid rate {part!r} at position {i} (a number in [0, 1] "
+                                 "was expected)") from None
+            if not (math.isfinite(rate) and 0.0 <= rate <= 1.0):
+                raise InputError(f"{where}: rate {i} must be finite and in [0, 1], got {part}")
+            rates.append(rate)
+    return (rates + [0.0] * nextn)[:nextn]
+
+
+def _validate_mtp(obj: EngineArgs, source: str) -> None:
+    """Speculative decoding's cross-field rules (Dynamo 1.6.1's messages)."""
+    if obj.aic_nextn is None:
+        if obj.aic_nextn_accept_rates is not None:
+            raise InputError(f"{source}: field 'aic_nextn_accept_rates' requires aic_nextn "
+                             "(the number of draft tokens, 1-5)")
+        return
+    if obj.decode_speedup_ratio != 1.0:
+        raise InputError(f"{source}: aic_nextn requires decode_speedup_ratio = 1.0 (the burst sampling "
+                         f"models MTP's speedup), got {obj.decode_speedup_ratio}")
+    if obj.engine_type == "sglang":
+        raise NotSupportedError(f"{source}: field 'aic_nextn' is not supported yet by fastsim with the "
+                                "SGLang engine (speculative decoding (MTP) is modelled for vLLM)")
 
 
 def _validate(obj: EngineArgs, source: str) -> None:
@@ -527,6 +578,10 @@ def _validate(obj: EngineArgs, source: str) -> None:
         from fastsim.trtllm_config import check_trtllm_args
 
         check_trtllm_args(obj, source)
+    _validate_mtp(obj, source)
+    if obj.engine_type == "sglang" and obj.prefill_schedule_interval != 1:
+        raise InputError(f"{source}: field 'prefill_schedule_interval': prefill_schedule_interval is supported "
+                         "only for engine_type vllm (SGLang's counterpart is prefill_decode_interval)")
     if obj.engine_type == "sglang" or obj.sglang is not None:
         from fastsim.sglang_config import check_sglang_args
 

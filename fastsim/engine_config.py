@@ -261,12 +261,6 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
     for name in _SAME_NAME:
         if name in engine:
             path = f"engine.{name}"
-            if name.startswith("aic_"):
-                from fastsim.config import _DEFAULTS
-
-                if engine[name] != _DEFAULTS[name]:
-                    raise _not_yet(source, path, "speculative decoding (MTP)")
-                continue
             flat[name] = _check(name, path, engine[name], source)
     if "kv_bytes_per_token" in engine and "kv_transfer_bytes_per_token" in engine:
         raise InputError(f"{source}: engine.kv_bytes_per_token is an alias of "
@@ -276,7 +270,7 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
             flat["kv_bytes_per_token"] = _check("kv_bytes_per_token", f"engine.{alias}", engine[alias], source)
     if "prefill_schedule_interval" in engine:
         interval = _uint(engine["prefill_schedule_interval"], source, "engine.prefill_schedule_interval", lo=1)
-        if backend == "sglang":
+        if backend == "sglang" and interval != 1:
             raise InputError(f"{source}: field 'engine.prefill_schedule_interval': prefill_schedule_interval is "
                              "supported only for backend=vllm (SGLang's counterpart is "
                              "engine.prefill_decode_interval)")
@@ -284,7 +278,7 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
             raise InputError(f"{source}: field 'engine.prefill_schedule_interval': prefill_schedule_interval is "
                              "supported only for backend=vllm")
         if interval != 1:
-            raise _not_yet(source, "engine.prefill_schedule_interval", "vLLM prefill scheduling cadence")
+            flat["prefill_schedule_interval"] = interval
     sglang = {}
     if "prefill_decode_interval" in engine:
         interval = _uint(engine["prefill_decode_interval"], source, "engine.prefill_decode_interval")

@@ -17,8 +17,8 @@ from fastsim.results import (fleet_frame, gap_columns, history_columns, in_fligh
                              request_columns, telemetry_frame)
 from fastsim.run_config import (RunConfig, check_kv_event_lag, check_schedule, check_telemetry, history_kept,
                                 readmission_log_size, worker_rows)
-from fastsim.state import (build_state, grow_readmission_log, grow_telemetry, initial_table_size, router_state,
-                           settle_unarrived)
+from fastsim.state import (build_state, check_mtp_version, grow_readmission_log, grow_telemetry, initial_table_size,
+                           router_state, settle_unarrived)
 from fastsim.trace_checks import check_workload
 from fastsim.workload import session_labels
 
@@ -174,6 +174,7 @@ def simulate(
 
     check_workload(workload)
     check_release(engine, version)
+    check_mtp_version([engine], version)
     if engine.engine_type == "sglang":  # the SGLang engine has its own driver
         from fastsim.sim_sglang import simulate_sglang
 
@@ -193,6 +194,8 @@ def simulate(
                            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                            schedule=schedule, planner=planner,
                            telemetry_interval_ms=telemetry_interval_ms)
+    if engine.aic_nextn:
+        n_shards = 1  # each worker's sampler draws from one stream in its pass order
     load_kernels()
     t0 = time.perf_counter()
     dp = max(int(engine.dp_size or 1), 1)

@@ -13,8 +13,8 @@ from fastsim.workload import session_labels
 from fastsim.results import fleet_frame, gap_columns, in_flight_with_gaps, readmission_columns
 from fastsim.run_config import check_schedule, history_kept, readmission_log_size, worker_rows
 from fastsim.sim import load_kernels, check_memory
-from fastsim.state import (block_keys, engine_params, max_tokens, request_table, router_state, session_table,
-                           settle_unarrived)
+from fastsim.state import (block_keys, check_mtp_version, engine_params, max_tokens, mtp_ranks, request_table,
+                           router_state, session_table, settle_unarrived)
 from fastsim.dead_end import dead_end_error
 from fastsim.trace_checks import check_workload
 
@@ -121,6 +121,7 @@ def simulate_disagg(
     check_flat_tiers(prefill_engine, version, "prefill engine")
     check_flat_tiers(decode_engine, version, "decode engine")
     check_workload(workload)
+    check_mtp_version([prefill_engine, decode_engine], version)
     check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
                  num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],
                  pools=[(prefill_engine, P), (decode_engine, D)], kernels_loaded=_LOADED)
@@ -142,8 +143,8 @@ def simulate_disagg(
     rq_p = request_table(workload, *keys_p, bs, osl_p)
     rq_d = request_table(workload, *keys_d, bs)
 
-    def ranks(m, cap, budget):
-        return make_ranks(m, bs, cap, budget)
+    def ranks(m, cap, budget, engine=None, first_worker=0):
+        return make_ranks(m, bs, cap, budget, **(mtp_ranks(engine, m, 1, first_worker) if engine else {}))
 
     concurrency = int(replay_concurrency or 0)
     ss = session_table(workload, concurrency)
@@ -164,7 +165,8 @@ def simulate_disagg(
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     emit_cap = max(pp.max_seqs, pd.max_seqs) if n else 1
     emit_cap = int(min(emit_cap, max(n, 1))) + 1
-    pa = make_pass_acc(max_blocks, emit_cap, emit_cap, _readmission_log)
+    pa = make_pass_acc(max_blocks, emit_cap, emit_cap, _readmission_log,
+                       bursts=bool(prefill_engine.aic_nextn or decode_engine.aic_nextn))
     kvb = prefill_engine.kv_bytes_per_token
     # the handoff columns in two blocks (fastsim/arena.py): those the report keeps, and scratch
     handoff, reserved, activated, released, route_overlap = arena.columns(
@@ -194,7 +196,7 @@ def simulate_disagg(
     out = np.zeros(4)
     fl_p = make_fleet(P, P0, prefill_engine.startup_time, schedule=schedules["prefill"])
     fl_d = make_fleet(D, D0, decode_engine.startup_time, schedule=schedules["decode"])
-    rk_p, rk_d = ranks(P, pp.cap, pp.budget), ranks(D, pd.cap, pd.budget)
+    rk_p, rk_d = ranks(P, pp.cap, pp.budget, prefill_engine), ranks(D, pd.cap, pd.budget, decode_engine, 0)
     status = run_disagg_nb(pp, pd, engine_perf_model(prefill_engine),
                            engine_perf_model(decode_engine),
                            make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim import arena, reuse
-from fastsim.errors import InputError
+from fastsim.errors import InputError, NotSupportedError
 from fastsim.kernels.rank_state import AWAITING_READMISSION, READMISSIONS
 from fastsim.run_config import RunConfig
 
@@ -21,6 +21,14 @@ _BIG_BUDGET = 1 << 62
 def engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
     from fastsim.kernels.rank_state import Params
     from fastsim.trtllm_config import output_limit
+
+    nextn = int(engine.aic_nextn or 0)
+    if nextn:
+        steady = False  # a step's tokens are drawn at random: no request decodes by formula
+    # vLLM paces prefills across the ranks of an attention-DP group only (decision 0341)
+    psi = int(engine.prefill_schedule_interval) if (engine.dp_size or 1) > 1 else 1
+    if psi > 1:
+        steady = False  # a rank's pass depends on the group's step count
 
     budget = engine.max_num_batched_tokens
     max_seqs = engine.max_num_seqs
@@ -42,7 +50,27 @@ def engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
         timing_rules=int(timing_rules),
         bshift=bs.bit_length() - 1 if bs > 0 and bs & (bs - 1) == 0 else -1,
         trtllm=engine.engine_type == "trtllm",
+        nextn=nextn,
+        psi=psi,
     )
+
+
+def mtp_ranks(engine, n_ranks, dp, first_worker=0):
+    """``make_ranks`` keyword arguments for speculative decoding: the draft positions' acceptance
+    rates and each rank's sampler seed, ``aic_mtp_seed`` plus its worker's id (decision 0340)."""
+    if not engine.aic_nextn:
+        return {}
+    from fastsim.config import accept_rates
+
+    seeds = [(int(engine.aic_mtp_seed) + first_worker + k) & 0xFFFFFFFFFFFFFFFF for k in range(n_ranks)]
+    return dict(mtp_rates=accept_rates(engine.aic_nextn_accept_rates, int(engine.aic_nextn)), mtp_seeds=seeds)
+
+
+def check_mtp_version(engines, version):
+    """Speculative decoding is reproduced for Dynamo 1.6.1 only."""
+    if version == "1.4.2" and any(e.aic_nextn for e in engines):
+        raise NotSupportedError("aic_nextn (speculative decoding, MTP) is not supported yet by fastsim for "
+                                "--dynamo-version 1.4.2 (it is reproduced for 1.6.1)")
 
 
 def block_keys(workload, block_size, caching=True):
@@ -363,13 +391,14 @@ def build_state(workload, engine, run: RunConfig) -> SimState:
     perf = engine_perf_model(engine)
     requests = request_table(workload, key_ptr, keys, bs, huge_pages=run.huge_pages)
     pool = make_pool(rows * dp, params.cap, run.kv_events)
-    ranks = make_ranks(rows * dp, bs, params.cap, params.budget)
+    ranks = make_ranks(rows * dp, bs, params.cap, params.budget, **mtp_ranks(engine, rows * dp, dp))
     sessions = session_table(workload, concurrency)
     cluster = make_cluster(rows, dp, concurrency, run.single_path, run.max_sim_time_ms, run.tick_log)
     gaps = new_gaps(rows, skip=run.gap_skip)
     fleet = make_fleet(rows, run.num_workers, engine.startup_time, run.planner_interval_ms,
                        run.telemetry_interval_ms, run.schedule, _TELEMETRY_ROWS if run.telemetry_interval_ms else 0)
-    scratch = make_pass_acc(max_blocks, dp * (per_rank - 1) + 1, per_rank, run.readmission_log)
+    scratch = make_pass_acc(max_blocks, dp * (per_rank - 1) + 1, per_rank, run.readmission_log,
+                            bursts=params.nextn > 0)
     return SimState(n, params, perf, pool, requests, ranks, sessions, cluster, gaps, fleet, scratch)
 
 

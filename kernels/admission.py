@@ -1,16 +1,18 @@
 """Scheduling a request into a pass: its prefix-cache hit at admission, its KV allocation,
 preemption when the pool runs out (lifo or fifo victims, refunding a victim already scheduled in
-this pass), and the release of its blocks."""
+this pass), the release of its blocks, and its end on the rank (``finish_nb``)."""
 
 import numpy as np
 
 from fastsim.kernels.blocks import blocks_ceil, blocks_floor, carries_blocks_nb, fill_keys, key_span, stream_row_nb
-from fastsim.kernels.codes import BLOCKED, PREEMPTED, RUNNING, SCHEDULED, SELF_PREEMPTED, WAITING
+from fastsim.kernels.codes import (BLOCKED, FINISHING, PREEMPTED, RUNNING, SCHEDULED, SELF_PREEMPTED, TERM_COMPLETED,
+                                   TERM_HANDOFF, WAITING)
 from fastsim.kernels.jit import inline, inner
-from fastsim.kernels.kvpool import alloc_nb, can_use_nb, free_slots_nb, match_slots_nb, register_nb, release_dead_nb
+from fastsim.kernels.kvpool import NACTIVE, alloc_nb, can_use_nb, free_slots_nb, match_slots_nb, register_nb, release_dead_nb
 from fastsim.kernels.queues import push_front, stop_running
 from fastsim.kernels.rank_state import (AHEAD, AWAITING_READMISSION, BCOUNT, BISL, BPREFIX, BUDGET, NLOG, PREEMPTED_ANY,
                                         PROGRESS, READMISSIONS, SELF_NEXT)
+from fastsim.kernels.trtllm import left_running_nb, released_nb
 
 
 @inner
@@ -22,7 +24,8 @@ def free_blocks_nb(p, pool, rq, k, r, keep):
     request's not-yet-computed last token is freed like a partial one (matches V08 and V14).
     """
     nb = blocks_ceil(p, rq.alloc[r])
-    n_full = blocks_floor(p, rq.alloc[r]) if p.caching else 0
+    # (with speculative decoding the block of the not-yet-computed last token is allocated too)
+    n_full = blocks_floor(p, rq.alloc[r] if p.nextn == 0 else min(rq.alloc[r], rq.computed[r])) if p.caching else 0
     held = rq.nheld[r]
     if carries_blocks_nb(rq, r):
         keep = True  # the session's next turn starts with these blocks: they stay findable
@@ -57,6 +60,8 @@ def cached_tokens(p, pool, rq, k, r, kbuf, hslot):
             cached = cap
     elif cached > length:
         cached = length
+    if p.nextn > 0 and cached >= p.block_size:
+        cached -= p.block_size  # the drafter needs the last matched block's hidden states (decision 0340)
     return cached, min(active, blocks_floor(p, cached)), active
 
 @inner
@@ -79,7 +84,7 @@ def log_readmission(p, pa, r, cached, now):
     pa.alog_n[AWAITING_READMISSION] -= 1
 
 @inner
-def _preempt(p, pool, rq, rk, k, victim, pa):
+def preempt_nb(p, pool, rq, rk, k, victim, pa):
     """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front."""
     acc = pa.acc
     acc[SELF_NEXT] = rq.xnext[victim]
@@ -114,7 +119,7 @@ def _make_room(p, pool, rq, rk, k, r, pa):
         return -1
     if victim != r and not p.lifo and rq.status[r] == RUNNING:
         pa.acc[AHEAD] += 1  # Dynamo's loop is index based: the list shifts under it
-    _preempt(p, pool, rq, rk, k, victim, pa)
+    preempt_nb(p, pool, rq, rk, k, victim, pa)
     return 1 if victim == r else 0
 
 # Inlined into the pass: a call would pass every column of the state tables (hundreds of
@@ -192,3 +197,27 @@ def schedule_running(p, pool, rq, rk, k, r, pa):
     """``schedule`` of a running request that is not a plain decode step inside its blocks (a
     prefill chunk, a step into a new block): rarer than admissions, so a call."""
     return schedule(p, pool, rq, rk, k, r, np.int64(0), pa)
+
+
+# ----------------------------------------------------------------------------- the pass
+@inner
+def finish_nb(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
+    """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
+    if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
+        stop_running(rq, rk, k, np.int64(r), np.bool_(explicit))
+        if kind == TERM_HANDOFF and p.trtllm:  # its blocks stay held until the source is released
+            left_running_nb(p, rk, k, rq.isl[r], rq.osl[r], rq.alloc[r])
+        if kind == TERM_COMPLETED:
+            active_before = pool.meta[k, NACTIVE]
+            alloc = rq.alloc[r]
+            free_blocks_nb(p, pool, rq, k, r, np.bool_(False))
+            if p.trtllm:
+                released_nb(p, pool, rk, k, rq.isl[r], rq.osl[r], alloc, active_before)
+    rq.status[r] = FINISHING
+    rq.term_kind[r] = kind
+    rq.tnext[r] = -1
+    if pend_tail[g] >= 0:
+        rq.tnext[pend_tail[g]] = r
+    else:
+        pend_head[g] = r
+    pend_tail[g] = r

@@ -74,6 +74,7 @@ from fastsim.kernels.loop import (
     start_arrivals_nb,
     step_phantoms_nb,
     on_terminal,
+    stamp_bursts,
     stamp_tokens,
 )
 from fastsim.kernels.router import (
@@ -512,8 +513,11 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         end = now
     progress = pa.acc[PROGRESS] != 0
     if not pre:
-        stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0],
-                      prev_end, k, k + 1)
+        if pa.burst.shape[0] > 0:
+            stamp_bursts(rq_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.burst)
+        else:
+            stamp_tokens(rq_d, rk_d, gaps, rt_none, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0],
+                         prev_end, k, k + 1)
     cl.last_stamp[g] = end
     if end > now:
         cl.busy[g] = True

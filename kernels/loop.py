@@ -91,6 +91,7 @@ from fastsim.kernels.rank_state import (
     DIAG_STEADY_PASSES,
     PROGRESS,
     READMISSIONS,
+    THROTTLE,
 )
 from fastsim.kernels.scheduler import rank_pass_nb
 from fastsim.kernels.steady import materialize_nb, steady_next_ok, steady_pass_ms, steady_pass_nb, steady_pass_ok
@@ -491,6 +492,50 @@ def stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
 
 
 @inner
+def stamp_bursts(rq, gaps, rt, g, rows, n, t, bursts):
+    """``stamp_tokens`` when a step may yield several tokens (speculative decoding: no steady
+    members then): row ``i`` got ``bursts[i]`` tokens, all stamped ``t``; each after the first
+    adds a gap of 0."""
+    gen = rq.generated
+    skipping = gaps.skip.shape[0] > 0
+    zeros = 0
+    run_gap = 0.0  # equal gaps in a row are pooled at once (most steps share the last pass end)
+    run_n = 0
+    for i in range(n):
+        r = rows[i]
+        b = bursts[i]
+        if b <= 0:
+            continue
+        m = gen[r]  # counts this step's tokens
+        lo = m - b + 1  # the index of its first token here
+        if lo == 1:
+            rq.first_token[r] = t
+            if rt.mode == KV_ROUTER:  # its prefill load leaves the router at this pass's end
+                rt.fnext[r] = -1
+                if rt.ftail[g] >= 0:
+                    rt.fnext[rt.ftail[g]] = r
+                else:
+                    rt.fhead[g] = r
+                rt.ftail[g] = r
+        if lo <= 2 and m >= 2:
+            rq.second_token[r] = t
+        if not (skipping and m > 1 and gaps.skip[r]):
+            if lo > 1:
+                gap = t - rq.last_token[r]
+                if run_n > 0 and gap != run_gap:
+                    _pool_gaps(gaps, run_gap, np.int64(run_n), g)
+                    run_n = 0
+                run_gap = gap
+                run_n += 1
+            zeros += b - 1
+        rq.last_token[r] = t
+    if run_n > 0:
+        _pool_gaps(gaps, run_gap, np.int64(run_n), g)
+    if zeros > 0:
+        _pool_gaps(gaps, 0.0, np.int64(zeros), g)
+
+
+@inner
 def fill_prompt_keys(rq, r, bs, kbuf):
     """Keys of the full prompt blocks of ``r`` into ``kbuf``; returns their count."""
     return fill_keys(rq, r, np.int64(0), rq.isl[r] // bs, kbuf)
@@ -577,6 +622,9 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     fl.passes[g] += 1
     pa.emit_n[0] = 0
     pa.ncommon[0] = 0
+    if p.psi > 1:  # prefills only on every psi-th step of the group (decision 0341)
+        pa.acc[THROTTLE] = 1 if rk.psi[k0, 0] % p.psi != 0 else 0
+        rk.psi[k0, 0] += 1
     prev_end = cl.last_stamp[g]
     end = now
     progress = False
@@ -593,8 +641,18 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         if pa.acc[PROGRESS] != 0:
             progress = True
     cl.pass_commit[g] = rk.counters[COMMITTED_TOKENS] - committed
-    stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
-                  k0 + dp)
+    if p.psi > 1:
+        drained = True
+        for k in range(k0, k0 + dp):
+            if rk.n_run[k] + rk.n_wait[k] > 0:
+                drained = False
+        if drained:
+            rk.psi[k0, 0] = 0  # a new wave starts aligned
+    if pa.burst.shape[0] > 0:
+        stamp_bursts(rq, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.burst)
+    else:
+        stamp_tokens(rq, rk, gaps, rt, g, pa.emit, pa.emit_n[0], end, pa.ncommon[0], prev_end, k0,
+                     k0 + dp)
     cl.last_stamp[g] = end
     if end > now:
         cl.busy[g] = True

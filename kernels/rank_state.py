@@ -7,6 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim.kernels.codes import TIMING_142
+from fastsim.kernels.mtp import accept_thresholds, new_streams
 
 
 class Params(NamedTuple):
@@ -28,6 +29,8 @@ class Params(NamedTuple):
     fast: bool = True  # run passes that only advance steady members on the light path (``steady_pass_nb``)
     timing_rules: int = TIMING_142  # TIMING_142 or TIMING_161 (see ``step_ms``)
     trtllm: bool = False  # TRT-LLM's no-evict admission (kernels/trtllm.py) instead of vLLM's
+    nextn: int = 0  # speculative decoding (MTP): draft tokens per decode step, 0 = off (kernels/speculative.py)
+    psi: int = 1  # vLLM's prefill_schedule_interval across a DP group's ranks (decision 0341)
 
 class Reqs(NamedTuple):
     """Per-request state (one row per request), scheduler and collector columns."""
@@ -108,6 +111,13 @@ class Ranks(NamedTuple):
     # the token budget (larger counts use the memo)
     ptab: np.ndarray  # float64[min(budget, _PTAB_MAX) + 1]
     resv: np.ndarray  # int64[R]: TRT-LLM's reserved blocks (kernels/trtllm.py; 0 for vLLM)
+    # speculative decoding (kernels/mtp.py): the draft positions' acceptance thresholds (empty:
+    # off) and each rank's generator
+    mtp_thr: np.ndarray  # uint64[nextn]
+    mtp_rng: np.ndarray  # uint32[R, mtp.ROW] (R = 0: off)
+    # prefill_schedule_interval: [group step counter (at the group's first rank), this rank's
+    # "the last open step left requests waiting" flag]
+    psi: np.ndarray  # int64[R, 2]
 
 ADMISSIONS, COMMITTED_TOKENS = range(2)  # ``Ranks.counters`` slots
 
@@ -121,9 +131,10 @@ _DTAB_MAX = 1 << 22
 
 _PTAB_MAX = 1 << 16
 
-def make_ranks(n_ranks, block_size, cap, budget):
+def make_ranks(n_ranks, block_size, cap, budget, mtp_rates=(), mtp_seeds=()):
     """Empty per-rank queues and steady-decoding state for ``n_ranks`` ranks of ``cap`` KV
-    blocks each and a token budget of ``budget`` per pass."""
+    blocks each and a token budget of ``budget`` per pass; ``mtp_rates``: the draft positions'
+    acceptance rates (speculative decoding), ``mtp_seeds``: each rank's sampler seed."""
     def heads():
         return np.full(n_ranks, -1, dtype=np.int32)
 
@@ -142,6 +153,8 @@ def make_ranks(n_ranks, block_size, cap, budget):
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
         ptab=np.full(min(budget, _PTAB_MAX) + 1, np.nan),
         resv=np.zeros(n_ranks, dtype=np.int64),
+        mtp_thr=accept_thresholds(mtp_rates), mtp_rng=new_streams(mtp_seeds if len(mtp_rates) else ()),
+        psi=np.zeros((n_ranks, 2), dtype=np.int64),
     )
 
 class PassAcc(NamedTuple):
@@ -166,19 +179,22 @@ class PassAcc(NamedTuple):
     alog: np.ndarray  # int64[capacity, 3]
     alog_t: np.ndarray  # float64[capacity]
     alog_n: np.ndarray  # int64[2], by the slots below
+    # speculative decoding: the tokens each row of ``emit`` got in its pass (empty: one each)
+    burst: np.ndarray  # int32[len(emit)] or int32[0]
 
-BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG, HANDED_FIRST = range(10)
+BUDGET, BCOUNT, BISL, BPREFIX, PREEMPTED_ANY, PROGRESS, SELF_NEXT, AHEAD, NLOG, HANDED_FIRST, THROTTLE = range(11)
 
 READMISSIONS, AWAITING_READMISSION = range(2)  # ``PassAcc.alog_n`` slots
 
-def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0):
+def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0, bursts=False):
     """Pass scratch for requests of up to ``max_blocks`` blocks, ``emit_cap`` emitters per group
     pass and ``rank_cap`` running requests per rank (both counting one spare), with room for
-    ``readmission_log`` readmissions in the log (0: counted, not kept)."""
+    ``readmission_log`` readmissions in the log (0: counted, not kept); ``bursts``: a step may
+    yield several tokens (speculative decoding)."""
     return PassAcc(
         kbuf=np.zeros(max_blocks, dtype=np.uint64),
         hslot=np.full(max_blocks, -1, dtype=np.int64),
-        acc=np.zeros(HANDED_FIRST + 1, dtype=np.int64),
+        acc=np.zeros(THROTTLE + 1, dtype=np.int64),
         emit=np.zeros(emit_cap, dtype=np.int32),
         emit_n=np.zeros(1, dtype=np.int64),
         wake=np.zeros(rank_cap, dtype=np.int32),
@@ -187,4 +203,5 @@ def make_pass_acc(max_blocks, emit_cap, rank_cap, readmission_log=0):
         alog=np.zeros((readmission_log, 3), dtype=np.int64),
         alog_t=np.zeros(readmission_log),
         alog_n=np.zeros(2, dtype=np.int64),
+        burst=np.zeros(emit_cap if bursts else 0, dtype=np.int32),
     )

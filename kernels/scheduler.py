@@ -19,44 +19,22 @@ terminal notifications) to the group's end time.
 
 import numpy as np
 
-from fastsim.kernels.admission import cached_tokens, free_blocks_nb, log_readmission, schedule, schedule_running
+from fastsim.kernels.admission import (cached_tokens, finish_nb, free_blocks_nb, log_readmission, schedule,
+                                       schedule_running)
 from fastsim.kernels.blocks import block_mod, blocks_ceil
-from fastsim.kernels.codes import (BLOCKED, DECODE, FINISHING, HANDED, PREFILL, RUNNING, SCHEDULED, TERM_COMPLETED,
-                                   TERM_HANDOFF, TERM_REJECTED, TIMING_161, WAITING)
+from fastsim.kernels.codes import (BLOCKED, DECODE, HANDED, PREFILL, RUNNING, SCHEDULED, TERM_COMPLETED, TERM_HANDOFF,
+                                   TERM_REJECTED, TIMING_161, WAITING)
 from fastsim.kernels.jit import inline, inner, llvm_inline
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
 from fastsim.kernels.pass_time import step_ms
 from fastsim.kernels.perf import modeled_ms_nb, prefill_time_nb
-from fastsim.kernels.queues import start_running, stop_running, unlink, unlink_waiting
+from fastsim.kernels.queues import start_running, unlink, unlink_waiting
 from fastsim.kernels.rank_state import (AHEAD, BCOUNT, BISL, BPREFIX, BUDGET, COMMITTED_TOKENS, DIAG_FALLBACKS,
                                         DIAG_STEADY_PASSES, DUE, HANDED_FIRST, HOLD0, HOLD_MAX, NLOG, PREEMPTED_ANY,
-                                        PROGRESS, SELF_NEXT)
-from fastsim.kernels.trtllm import admitted_nb, fits_nb, left_running_nb, released_nb
+                                        PROGRESS, SELF_NEXT, THROTTLE)
+from fastsim.kernels.trtllm import admitted_nb, fits_nb, released_nb
+from fastsim.kernels.speculative import emit_speculative_nb
 from fastsim.kernels.steady import block_residue, due_pass, end_gen, materialize_nb, steady_join, steady_ok
-
-
-# ----------------------------------------------------------------------------- the pass
-@inner
-def _finish(p, pool, rq, rk, k, r, kind, pend_head, pend_tail, g, explicit):
-    """Terminal bookkeeping at pass start; the caller applies it at the group's end."""
-    if kind == TERM_COMPLETED or kind == TERM_HANDOFF:
-        stop_running(rq, rk, k, np.int64(r), np.bool_(explicit))
-        if kind == TERM_HANDOFF and p.trtllm:  # its blocks stay held until the source is released
-            left_running_nb(p, rk, k, rq.isl[r], rq.osl[r], rq.alloc[r])
-        if kind == TERM_COMPLETED:
-            active_before = pool.meta[k, NACTIVE]
-            alloc = rq.alloc[r]
-            free_blocks_nb(p, pool, rq, k, r, np.bool_(False))
-            if p.trtllm:
-                released_nb(p, pool, rk, k, rq.isl[r], rq.osl[r], alloc, active_before)
-    rq.status[r] = FINISHING
-    rq.term_kind[r] = kind
-    rq.tnext[r] = -1
-    if pend_tail[g] >= 0:
-        rq.tnext[pend_tail[g]] = r
-    else:
-        pend_head[g] = r
-    pend_tail[g] = r
 
 
 @llvm_inline
@@ -72,13 +50,31 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     P = rk.rpass[k]
     rk.rpass[k] = P + 1
     ns, nw = _steady_members(p, pool, rq, rk, k, P, prev_end, pa)
-    _schedule_running_requests(p, pool, rq, rk, k, P, ns, pa)
-    _admit_waiting_requests(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g)
+    # a throttled step of the DP group's prefill cadence defers prefill work while the rank
+    # decodes (vLLM's prefill_schedule_interval, decision 0341)
+    defer = pa.acc[THROTTLE] != 0 and rk.psi[k, 1] == 0 and _has_decode(rq, rk, k)
+    _schedule_running_requests(p, pool, rq, rk, k, P, ns, defer, pa)
+    _admit_waiting_requests(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_tail, g)
+    if p.psi > 1 and not defer:
+        rk.psi[k, 1] = 1 if rk.n_wait[k] > 0 else 0
     prefill_ms = _prefill_ms(p, perf, rk, k, pa.acc)
     pf_n, pf_len = _prompts_completed_161(p, rq, rk, pa)
     decode_ms = _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_head, pend_tail, g,
                              prev_end)
     return (now + prefill_ms) + decode_ms
+
+
+@inner
+def _has_decode(rq, rk, k):
+    """Rank ``k`` runs a request past its prompt whose last step computed all it had (vLLM's
+    ``not is_prefill_chunk``)."""
+    cur = rk.xhead[k]
+    while cur >= 0:
+        c = rq.computed[cur]
+        if c >= rq.isl[cur] and c >= rq.isl[cur] + rq.generated[cur] - 1:
+            return True
+        cur = rq.xnext[cur]
+    return False
 
 
 @inline
@@ -130,9 +126,10 @@ def _steady_members(p, pool, rq, rk, k, P, prev_end, pa):
 
 
 @inline
-def _schedule_running_requests(p, pool, rq, rk, k, P, ns, pa):
+def _schedule_running_requests(p, pool, rq, rk, k, P, ns, defer, pa):
     """Phase A: the running requests take the token budget in running order (the ``ns`` steady
-    members one token each, first) at rank pass ``P``; an allocation that fails preempts."""
+    members one token each, first) at rank pass ``P``; an allocation that fails preempts;
+    ``defer``: prefill work waits for another step."""
     # Hot loops touch only these locals: reading an array out of a NamedTuple inside a loop costs
     # an NRT incref/decref pair per access, which dominated the run time before this hoisting.
     acc = pa.acc
@@ -162,6 +159,9 @@ def _schedule_running_requests(p, pool, rq, rk, k, P, ns, pa):
     while cur >= 0 and budget > 0:
         length = isl[cur] + gen[cur]
         c = comp[cur]
+        if defer and length - c > 1:
+            cur = xnext[cur]  # prefill work waits on a throttled step (decision 0341)
+            continue
         if c >= isl[cur] and length - c == 1 and blocks_ceil(p, length) <= blocks_ceil(p, alloc[cur]):
             # A decode step inside an allocated block: what schedule would do, without the call.
             comp[cur] = length
@@ -198,7 +198,7 @@ def _schedule_running_requests(p, pool, rq, rk, k, P, ns, pa):
 
 
 @inline
-def _admit_waiting_requests(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g):
+def _admit_waiting_requests(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_tail, g):
     """Phase B: waiting requests are admitted FIFO while seats and KV allow, only if nothing was
     preempted; one that can never fit is rejected."""
     acc = pa.acc
@@ -220,7 +220,7 @@ def _admit_waiting_requests(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g
                 free_blocks_nb(p, pool, rq, k, np.int64(u), np.bool_(False))
                 if p.trtllm:
                     released_nb(p, pool, rk, k, rq.isl[u], rq.osl[u], rq.isl[u], active_before)
-                _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail,
+                finish_nb(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail,
                         g, np.bool_(True))
                 acc[PROGRESS] = 1
                 continue
@@ -237,12 +237,14 @@ def _admit_waiting_requests(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g
             fresh and blocks_ceil(p, length) > p.cap
         ):
             unlink_waiting(rq, rk, k, u)
-            _finish(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g,
+            finish_nb(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g,
                     np.bool_(True))
             acc[PROGRESS] = 1
             continue
         cached, active_cached, active = cached_tokens(p, pool, rq, k, np.int64(u), pa.kbuf,
                                                        pa.hslot)
+        if defer and length - cached > 1:
+            break
         if p.trtllm:  # the whole to-completion KV must fit beside every running request's
             if fits_nb(p, rk, k, rq.isl[u], rq.osl[u], active_cached) < 0:
                 break
@@ -352,6 +354,9 @@ def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_hea
     conv_n = 0
     conv_len = 0
     cur = rk.xhead[k]
+    if p.nextn > 0:  # speculative decoding: several tokens a step (no steady members then)
+        ne, n_ready, total_len = emit_speculative_nb(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g)
+        cur = -1
     while cur >= 0:
         nxt = xnext[cur]
         length = isl[cur] + gen[cur]
@@ -359,7 +364,7 @@ def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_hea
             if gen[cur] >= osl[cur] or (mml > 0 and length >= mml):
                 # nothing left to generate (e.g. zero output tokens): ends without a token
                 kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED
-                _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(kind), pend_head, pend_tail, g,
+                finish_nb(p, pool, rq, rk, k, np.int64(cur), np.int64(kind), pend_head, pend_tail, g,
                         np.bool_(True))
                 acc[PROGRESS] = 1
             else:
@@ -384,6 +389,9 @@ def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_hea
     end_emit = ne
     decode_ms = 0.0
     if n_ready > 0:
+        if p.nextn > 0:  # a speculative step verifies every ready request, fresh ones too (decision 0340)
+            pf_n = 0
+            pf_len = 0
         n_dec = n_ready - pf_n
         if p.stage != PREFILL and n_dec > 0:  # a prefill worker's extra steps take no time (cluster doc C5)
             decode_ms = step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], total_len - pf_len, n_dec)
@@ -411,13 +419,13 @@ def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_hea
             sbase[w] = -1
             emit[ne] = w
             ne += 1
-            _finish(p, pool, rq, rk, k, np.int64(w), np.int64(done_kind), pend_head, pend_tail, g,
+            finish_nb(p, pool, rq, rk, k, np.int64(w), np.int64(done_kind), pend_head, pend_tail, g,
                     np.bool_(False))
         else:
             cur = emit[i]
             i += 1
             if gen[cur] >= osl[cur] or (mml > 0 and isl[cur] + gen[cur] >= mml):
-                _finish(p, pool, rq, rk, k, np.int64(cur), np.int64(done_kind), pend_head, pend_tail,
+                finish_nb(p, pool, rq, rk, k, np.int64(cur), np.int64(done_kind), pend_head, pend_tail,
                         g, np.bool_(True))
     emit_n[0] = ne
     if ns > 0 or conv_n > 0:

@@ -34,7 +34,7 @@ def parse(obj):
 def test_every_dynamo_field_is_known():
     known = set(ENGINE_ARG_FIELDS) | {"is_prefill", "is_decode", "has_perf_model"}
     # timing_model: Dynamo 1.6's selector, which the flat form takes too (engine.timing_model).
-    assert known == set(DYNAMO_JSON_FIELDS) | {"timing_model"}
+    assert known == set(DYNAMO_JSON_FIELDS) | {"timing_model", "prefill_schedule_interval"}
     grouped = set().union(*FIELD_GROUPS.values())
     assert grouped == known
 
@@ -169,7 +169,6 @@ def test_legacy_has_perf_model_is_ignored():
     [
         ({"aic_backend": "vllm"}, "aic_backend"),
         ({"aic_tp_size": 2}, "aic_tp_size"),
-        ({"aic_mtp_seed": 7}, "aic_mtp_seed"),
         ({"gpu_memory_utilization": 0.9}, "gpu_memory_utilization"),
         ({"g1_backend": "kvbm"}, "g1_backend"),
     ],

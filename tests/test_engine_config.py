@@ -110,7 +110,7 @@ def test_external_dynamo_profile_is_planner_profile_data(tmp_path):
         ({"engine": {"g1_backend": "native"}}, r"no place in Dynamo 1.6's nested schema"),
         # nested-only names in a flat config
         ({"backend": "vllm"}, r"unknown field 'backend': .*engine.backend.*flat 1.4.2 name is 'engine_type'"),
-        ({"prefill_schedule_interval": 1}, r"'prefill_schedule_interval' is not supported yet by fastsim"),
+        ({"prefill_schedule_interval": 0}, r"'prefill_schedule_interval' must be an integer >= 1"),
         ({"tensor_parallel_size": 1}, r"'tensor_parallel_size' is a top-level field of Dynamo 1.6's nested schema"),
         # unknown
         ({"engine": {"block_sz": 1}}, r"unknown field 'engine.block_sz'; did you mean 'block_size'\?"),
@@ -170,10 +170,7 @@ def test_bad_nested_config_names_the_field(obj, pattern):
         ({"engine": {"state_cache": {"bytes_per_request": 1}}}, "state cache"),
         ({"engine": {"kv_cache_groups": [{"x": 1}]}}, "KV cache groups"),
         ({"engine": {"kv_cache_capacity_bytes": 5}}, "engine.kv_cache_capacity_bytes"),
-        ({"engine": {"aic_nextn": 2}}, "speculative decoding (MTP)"),
-        ({"engine": {"aic_nextn_accept_rates": "0.8,0.6"}}, "speculative decoding (MTP)"),
-        ({"engine": {"aic_mtp_seed": 7}}, "speculative decoding (MTP)"),
-        ({"engine": {"prefill_schedule_interval": 4}}, "vLLM prefill scheduling cadence"),
+        ({"engine": {"backend": "sglang", "aic_nextn": 2}}, "speculative decoding (MTP) is modelled for vLLM"),
         ({"engine": {"sglang": {"schedule_policy": "lpm"}}}, "SGLang engine"),
         ({"engine": {"timing_model": {"type": "external", "provider": "ais", "config": {}}}}, "AIConfigurator"),
         ({"engine": {}, "tensor_parallel_size": 2}, "tensor_parallel_size"),
