@@ -63,10 +63,13 @@ def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size,
         base = hash_ptr[r]
         chain = np.uint64(0x51ED270B27A3D1E5)
         m = -1  # trace blocks 0 .. m are in the chain
+        edge = 0  # the first token of trace block m + 1: (m + 1) * trace_block_size
         for j in range(out_ptr[r + 1] - out_ptr[r]):
-            last = ((j + 1) * block_size - 1) // trace_block_size
-            while m < last:
+            # block j's last token, (j + 1) * block_size - 1, is in trace block m once it is below
+            # the edge (a comparison: a division per block cost more than the hashing)
+            while edge <= (j + 1) * block_size - 1:
                 m += 1
+                edge += trace_block_size
                 # Dynamo's token is `hash_id as u32`: ids equal in their low 32 bits collide there too.
                 tok = np.uint64(hash_ids[base + m]) & mask32
                 chain = mix64_nb(chain ^ (tok + np.uint64(0x632BE59BD9B4E019)))
