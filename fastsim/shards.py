@@ -318,7 +318,8 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
         states[s] = sim._build_state(sub, engine, n_workers[s], n_workers[s], dp, None, None, False,
                                      [], None, None, steady_decode, light_ticks, tick_log=log,
                                      timing_rules=timing_rules(version),
-                                     huge_pages=s == k - 1)
+                                     huge_pages=s == k - 1,
+                                     sharing=sim.sharing_groups(sub, "round_robin", n_workers[s]))
 
     def run(s):
         try:

@@ -43,9 +43,13 @@ def _engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
     )
 
 
-def _block_keys(workload, block_size, caching=True):
-    """CSR of content keys of every full prompt block (empty rows for unique synthetic prompts)."""
-    from fastsim.kernels.blocks import content_block_keys_nb
+def _block_keys(workload, block_size, caching=True, sharing=None):
+    """CSR of content keys of every full prompt block (empty rows for unique synthetic prompts).
+
+    ``sharing`` (from :func:`sharing_groups`): only the leading blocks another request of the
+    same group may share keep their keys (``kernels/blocks.py``, ``shared_block_keys_nb``); the
+    others are private to their request, which the results cannot tell apart (decision 0276)."""
+    from fastsim.kernels.blocks import content_block_keys_nb, shared_block_keys_nb
 
     n = workload.isl.shape[0]
     if workload.hash_ptr is None or not caching:
@@ -56,18 +60,43 @@ def _block_keys(workload, block_size, caching=True):
         ptr = np.empty(n + 1, dtype=np.int64)
         # a delta session's later blocks hold generated tokens: only its first prompt is content
         key_isl = workload.isl if workload.key_isl is None else workload.key_isl
-        keys = content_block_keys_nb(
-            np.asarray(key_isl, dtype=np.int64),
-            workload.hash_ptr.astype(np.int64),
-            workload.hash_ids.astype(np.int64),
-            int(workload.trace_block_size),
-            int(block_size),
-            ptr,
-        )
+        args = (np.asarray(key_isl, dtype=np.int64), np.asarray(workload.hash_ptr, dtype=np.int64),
+                np.asarray(workload.hash_ids, dtype=np.int64), int(workload.trace_block_size),
+                int(block_size))
+        if sharing is None:
+            keys = content_block_keys_nb(*args, ptr)
+        else:
+            keys = shared_block_keys_nb(*args, _group_of_rows(sharing, n), ptr)
         return ptr, keys
 
     # the loop only reads them: a sweep's configurations of one trace share them (fastsim/reuse.py)
-    return reuse.derived(workload, ("block_keys", int(block_size)), make)
+    return reuse.derived(workload, ("block_keys", int(block_size), sharing), make)
+
+
+def sharing_groups(workload, router_mode, num_workers, replay_concurrency=None, schedule=(),
+                   planner=None):
+    """Which requests' pools can meet, for the block keys of a run (:func:`_block_keys`): None
+    (every full prompt block keeps its key) when something besides the pools reads the keys
+    (kv_router's index and routing) or a session's turns continue one stream's blocks; else
+    ``"workers"`` when request ``i`` goes to worker ``i % num_workers`` whatever happens (round
+    robin, a fixed fleet, an open loop of single turns in arrival order: ``fastsim/shards.py``),
+    and ``"all"`` otherwise (any request may meet any other)."""
+    if router_mode != "round_robin" or workload.stream_row is not None or workload.key_isl is not None:
+        return None
+    n = int(workload.isl.shape[0])
+    if (replay_concurrency or schedule or planner is not None or workload.graph is not None
+            or workload.session_ptr.shape[0] - 1 != n):
+        return "all"
+    first = np.asarray(workload.session_arrival_ms, dtype=np.float64)
+    if not bool(np.all(first[1:] >= first[:-1])):
+        return "all"
+    return ("workers", int(num_workers))
+
+
+def _group_of_rows(sharing, n):
+    if sharing == "all":
+        return np.zeros(n, dtype=np.int64)
+    return np.arange(n, dtype=np.int64) % sharing[1]
 
 
 def _initial_table_size(rq, block_size, n_ranks):
@@ -452,11 +481,12 @@ def simulate(
             "offline replay only supports router_mode=kv_router with more than one worker/DP-rank target"
         )
     log_cap = _readmission_log_size(workload) if history else 0
+    sharing = sharing_groups(workload, router_mode, num_workers, replay_concurrency, schedule, planner)
     kv_events = _KV_EVENTS if lag is not None else 0
     st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                       single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
                       light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap,
-                      kv_events=kv_events)
+                      kv_events=kv_events, sharing=sharing)
     progress.track(st.rq.isl.shape[0], lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = _initial_table_size(st.rq, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
@@ -493,7 +523,7 @@ def simulate(
         st = _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                           single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode,
                           light_ticks, timing_rules=rules, gap_skip=gap_skip, readmission_log=log_cap,
-                          kv_events=kv_events)
+                          kv_events=kv_events, sharing=sharing)
     progress.untrack()
     if rt.index.state[1]:  # (its size bounds every block it can hold: a broken invariant)
         raise RuntimeError("the kv_router's KV-event index overflowed")
@@ -711,8 +741,9 @@ def _simulate_split(workload, engine, n_shards, t0, *, num_workers, dp, sla, see
 def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, max_sim_time_ms,
                  single_path, schedule, planner_interval_ms, telemetry_interval_ms, steady_decode=True,
                  light_ticks=True, tick_log=0, huge_pages=True, timing_rules=0, gap_skip=None,
-                 readmission_log=0, kv_events=0):
+                 readmission_log=0, kv_events=0, sharing=None):
     """Allocate every table of one simulation (``g_cap`` worker rows of ``dp`` ranks each);
+    ``sharing``: which requests' pools can meet (:func:`sharing_groups`; None: all keys kept);
     ``kv_events``: room in the pool's KV event feed (a lagging router), 0 for none;
     ``tick_log``: entries of the loop's tick log (a shard of a split run), 0 for none;
     ``huge_pages=False``: the request state in small pages its loop maps (a shard in a thread)."""
@@ -728,7 +759,7 @@ def _build_state(workload, engine, g_cap, num_workers, dp, replay_concurrency, m
     n = int(workload.isl.shape[0])
     n_ranks = g_cap * dp
     bs = params.block_size
-    key_ptr, keys = _block_keys(workload, bs, params.caching)
+    key_ptr, keys = _block_keys(workload, bs, params.caching, sharing)
     rq = _requests(workload, key_ptr, keys, bs, huge_pages=huge_pages)
     pool = make_pool(n_ranks, params.cap, kv_events)
     rk = make_ranks(n_ranks, bs, params.cap, params.budget)

@@ -14,6 +14,7 @@ from fastsim.sim import (
     in_flight_with_gaps,
     max_tokens,
     _block_keys,
+    sharing_groups,
     _engine_params,
     _gap_columns,
     _load_kernels,
@@ -129,8 +130,10 @@ def simulate_disagg(
     n = int(workload.isl.shape[0])
     bs = pp.block_size
     # each pool shares prompt blocks only if its own prefix caching is on
-    keys_p = _block_keys(workload, bs, pp.caching)
-    keys_d = keys_p if pd.caching == pp.caching else _block_keys(workload, bs, pd.caching)
+    # (with round robin only the pools read the keys: those nobody else holds are left private)
+    sharing = None if sharing_groups(workload, router_mode, 1) is None else "all"
+    keys_p = _block_keys(workload, bs, pp.caching, sharing)
+    keys_d = keys_p if pd.caching == pp.caching else _block_keys(workload, bs, pd.caching, sharing)
     # Dynamo 1.4.2 replays a flat synthetic request list through a path whose prefill copy
     # generates one token (V06 reproduces only so); trace and session workloads run the copy for
     # the full output length (cluster doc C5). Dynamo 1.6.1's prefill copy generates one token

@@ -58,6 +58,75 @@ def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size,
     for r in range(n):
         out_ptr[r + 1] = out_ptr[r] + isl[r] // block_size
     keys = np.empty(out_ptr[n], dtype=np.uint64)
+    _keys_of_prefixes(hash_ptr, hash_ids, trace_block_size, block_size, out_ptr, keys)
+    return keys
+
+
+@kernel
+def shared_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size, group, out_ptr):
+    """``content_block_keys_nb`` for the leading blocks of each prompt that another prompt of the
+    same group may share; the other blocks are left to be private (``out_ptr`` says how many each
+    row keeps).
+
+    A key nobody else holds can only ever be matched by its own request (after a preemption),
+    which private blocks allow as well: a request's blocks beyond its shareable ones are kept by
+    count, with no table entry, no slot and no key (``kernels/kvpool.py``), where a keyed block
+    costs a registration, an eviction from the table and a slot. Requests that meet different
+    pools can share nothing: ``group[r]`` names the pools row ``r`` can meet (its worker under a
+    fixed round robin; all 0 when that is not known). Block ``j`` is kept when the chain of the
+    trace blocks its tokens end in occurs in another row of the group (a chain, not the key: a
+    row with fewer full blocks may not hold block ``j`` itself, so a few more are kept than could
+    be hit, never fewer). Sharing is closed under prefixes, so the kept blocks are a prefix.
+    """
+    n = isl.shape[0]
+    mask32 = np.uint64(0xFFFFFFFF)
+    last = np.empty(n, dtype=np.int64)  # trace blocks a row's full blocks end in: 0 .. last[r] - 1
+    total = 0
+    for r in range(n):
+        full = isl[r] // block_size
+        last[r] = (full * block_size + trace_block_size - 1) // trace_block_size if full > 0 else 0
+        total += last[r]
+    size = 1024
+    while size < 2 * total:
+        size *= 2
+    tab = np.zeros(size, dtype=np.uint64)  # (chain, group) mixes, 0 = empty
+    seen = np.zeros(size, dtype=np.uint8)  # rows holding it, up to 2
+    for sweep in range(2):
+        for r in range(n):
+            base = hash_ptr[r]
+            chain = np.uint64(0x51ED270B27A3D1E5)
+            g = mix64_nb(np.uint64(group[r]) + np.uint64(0x2545F4914F6CDD1D))
+            shared = 0
+            for m in range(last[r]):
+                tok = np.uint64(hash_ids[base + m]) & mask32  # (as the keys' chain)
+                chain = mix64_nb(chain ^ (tok + np.uint64(0x632BE59BD9B4E019)))
+                h = mix64_nb(chain ^ g) | np.uint64(1)
+                i = np.int64(h & np.uint64(size - 1))
+                while tab[i] != 0 and tab[i] != h:
+                    i = (i + 1) & (size - 1)
+                if sweep == 0:
+                    tab[i] = h
+                    if seen[i] < 2:
+                        seen[i] += 1
+                elif seen[i] < 2:
+                    break
+                else:
+                    shared = m + 1
+            if sweep == 1:
+                last[r] = min(isl[r] // block_size, shared * trace_block_size // block_size)
+    out_ptr[0] = 0
+    for r in range(n):
+        out_ptr[r + 1] = out_ptr[r] + last[r]
+    keys = np.empty(out_ptr[n], dtype=np.uint64)
+    _keys_of_prefixes(hash_ptr, hash_ids, trace_block_size, block_size, out_ptr, keys)
+    return keys
+
+
+@inner
+def _keys_of_prefixes(hash_ptr, hash_ids, trace_block_size, block_size, out_ptr, keys):
+    """The keys of blocks ``0 .. out_ptr[r + 1] - out_ptr[r] - 1`` of each row into ``keys``
+    (``content_block_keys_nb``)."""
+    n = out_ptr.shape[0] - 1
     mask32 = np.uint64(0xFFFFFFFF)
     for r in range(n):
         base = hash_ptr[r]
@@ -77,7 +146,6 @@ def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size,
             if key == np.uint64(0):
                 key = np.uint64(1)
             keys[out_ptr[r] + j] = key
-    return keys
 
 
 @intrinsic
