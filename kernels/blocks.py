@@ -80,40 +80,60 @@ def shared_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size, 
     """
     n = isl.shape[0]
     mask32 = np.uint64(0xFFFFFFFF)
+    # Depth by depth (trace block m), only the rows that share every earlier trace block take
+    # part: a row holding another row's chain at m holds it at m - 1 too. So a depth's table
+    # holds a few rows' chains (it stays in the cache) and a row that shares nothing is done
+    # after its first trace block.
     last = np.empty(n, dtype=np.int64)  # trace blocks a row's full blocks end in: 0 .. last[r] - 1
-    total = 0
+    alive = np.empty(n, dtype=np.int64)
+    chain = np.empty(n, dtype=np.uint64)
+    gmix = np.empty(n, dtype=np.uint64)
+    n_alive = 0
     for r in range(n):
         full = isl[r] // block_size
         last[r] = (full * block_size + trace_block_size - 1) // trace_block_size if full > 0 else 0
-        total += last[r]
+        if last[r] > 0:
+            alive[n_alive] = r
+            n_alive += 1
+        chain[r] = np.uint64(0x51ED270B27A3D1E5)
+        gmix[r] = mix64_nb(np.uint64(group[r]) + np.uint64(0x2545F4914F6CDD1D))
+    shared = np.zeros(n, dtype=np.int64)  # leading trace blocks another row of the group holds
     size = 1024
-    while size < 2 * total:
+    while size < 2 * n:
         size *= 2
-    tab = np.zeros(size, dtype=np.uint64)  # (chain, group) mixes, 0 = empty
+    tab = np.zeros(size, dtype=np.uint64)  # (chain, group) mixes of this depth
+    stamp = np.zeros(size, dtype=np.int64)  # depth + 1 of the entry (older ones are empty)
     seen = np.zeros(size, dtype=np.uint8)  # rows holding it, up to 2
-    for sweep in range(2):
-        for r in range(n):
-            base = hash_ptr[r]
-            chain = np.uint64(0x51ED270B27A3D1E5)
-            g = mix64_nb(np.uint64(group[r]) + np.uint64(0x2545F4914F6CDD1D))
-            shared = 0
-            for m in range(last[r]):
-                tok = np.uint64(hash_ids[base + m]) & mask32  # (as the keys' chain)
-                chain = mix64_nb(chain ^ (tok + np.uint64(0x632BE59BD9B4E019)))
-                h = mix64_nb(chain ^ g) | np.uint64(1)
-                i = np.int64(h & np.uint64(size - 1))
-                while tab[i] != 0 and tab[i] != h:
-                    i = (i + 1) & (size - 1)
-                if sweep == 0:
-                    tab[i] = h
-                    if seen[i] < 2:
-                        seen[i] += 1
-                elif seen[i] < 2:
-                    break
-                else:
-                    shared = m + 1
-            if sweep == 1:
-                last[r] = min(isl[r] // block_size, shared * trace_block_size // block_size)
+    pos = np.empty(n, dtype=np.int64)
+    m = 0
+    while n_alive > 0:
+        for a in range(n_alive):
+            r = alive[a]
+            tok = np.uint64(hash_ids[hash_ptr[r] + m]) & mask32  # (as the keys' chain)
+            chain[r] = mix64_nb(chain[r] ^ (tok + np.uint64(0x632BE59BD9B4E019)))
+            h = mix64_nb(chain[r] ^ gmix[r]) | np.uint64(1)
+            i = np.int64(h & np.uint64(size - 1))
+            while stamp[i] == m + 1 and tab[i] != h:
+                i = (i + 1) & (size - 1)
+            if stamp[i] != m + 1:
+                stamp[i] = m + 1
+                tab[i] = h
+                seen[i] = 0
+            if seen[i] < 2:
+                seen[i] += 1
+            pos[a] = i
+        k = 0
+        for a in range(n_alive):
+            r = alive[a]
+            if seen[pos[a]] >= 2:
+                shared[r] = m + 1
+                if last[r] > m + 1:
+                    alive[k] = r
+                    k += 1
+        n_alive = k
+        m += 1
+    for r in range(n):
+        last[r] = min(isl[r] // block_size, shared[r] * trace_block_size // block_size)
     out_ptr[0] = 0
     for r in range(n):
         out_ptr[r + 1] = out_ptr[r] + last[r]
