@@ -76,16 +76,17 @@ def _block_keys(workload, block_size, caching=True, sharing=None):
 def sharing_groups(workload, router_mode, num_workers, replay_concurrency=None, schedule=(),
                    planner=None):
     """Which requests' pools can meet, for the block keys of a run (:func:`_block_keys`): None
-    (every full prompt block keeps its key) when something besides the pools reads the keys
-    (kv_router's index and routing) or a session's turns continue one stream's blocks; else
-    ``"workers"`` when request ``i`` goes to worker ``i % num_workers`` whatever happens (round
-    robin, a fixed fleet, an open loop of single turns in arrival order: ``fastsim/shards.py``),
-    and ``"all"`` otherwise (any request may meet any other)."""
-    if router_mode != "round_robin" or workload.stream_row is not None or workload.key_isl is not None:
+    (every full prompt block keeps its key) when a session's turns continue one stream's blocks
+    (mooncake-delta); ``"workers"`` when request ``i`` goes to worker ``i % num_workers`` whatever
+    happens (round robin, a fixed fleet, an open loop of single turns in arrival order:
+    ``fastsim/shards.py``); ``"all"`` otherwise (any request may meet any other). kv_router reads
+    the keys too, the same way: its overlaps (pools or KV-event index) and its table of active
+    blocks take the blocks past a request's keyed ones as its own (``kernels/router.py``)."""
+    if workload.stream_row is not None or workload.key_isl is not None:
         return None
     n = int(workload.isl.shape[0])
-    if (replay_concurrency or schedule or planner is not None or workload.graph is not None
-            or workload.session_ptr.shape[0] - 1 != n):
+    if (router_mode != "round_robin" or replay_concurrency or schedule or planner is not None
+            or workload.graph is not None or workload.session_ptr.shape[0] - 1 != n):
         return "all"
     first = np.asarray(workload.session_arrival_ms, dtype=np.float64)
     if not bool(np.all(first[1:] >= first[:-1])):

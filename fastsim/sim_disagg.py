@@ -130,7 +130,7 @@ def simulate_disagg(
     n = int(workload.isl.shape[0])
     bs = pp.block_size
     # each pool shares prompt blocks only if its own prefix caching is on
-    # (with round robin only the pools read the keys: those nobody else holds are left private)
+    # (the keys nobody else holds are left private: sim.sharing_groups)
     sharing = None if sharing_groups(workload, router_mode, 1) is None else "all"
     keys_p = _block_keys(workload, bs, pp.caching, sharing)
     keys_d = keys_p if pd.caching == pp.caching else _block_keys(workload, bs, pd.caching, sharing)

@@ -5,7 +5,7 @@ with a key for every full prompt block, under both releases' rules.
 The cases replay the bundled Mooncake trace and random traces of few shared prefixes on small
 pools (evictions, preemptions and readmissions, which match a request's own blocks again), on
 round-robin clusters (keys shared per worker), attention-DP groups, a closed loop and a split run
-(keys shared across the cluster), and disaggregated pools; kv_router keeps every key.
+(keys shared across the cluster), disaggregated pools and kv_router.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _random_trace(tmp_path, seed, n=300):
     return p
 
 
-def _both(monkeypatch, path, engine, run=None, tbs=64, **kw):
+def _both(monkeypatch, path, engine, run=None, tbs=64, versions=("1.6.1", "1.4.2"), **kw):
     """Run ``path`` with private unshared blocks (the default) and with every key kept, under
     both releases' rules; check they agree; returns how many keys the runs kept, both ways."""
     kept = []
@@ -77,7 +77,7 @@ def _both(monkeypatch, path, engine, run=None, tbs=64, **kw):
     monkeypatch.setattr(sim_disagg, "_block_keys", counting)
     run = run or sim.simulate
     counts = []
-    for version in ("1.6.1", "1.4.2"):
+    for version in versions:
         wl = load_mooncake(path, trace_block_size=tbs, dynamo_version=version)
         n0 = len(kept)
         a = run(wl, *engine, dynamo_version=version, **kw)
@@ -132,10 +132,31 @@ def test_disaggregated_round_robin(monkeypatch, tmp_path):
     assert all(fewer < every for fewer, every in counts)
 
 
-def test_kv_router_keeps_every_key(monkeypatch, tmp_path):
-    counts = _both(monkeypatch, _random_trace(tmp_path, 10), _engine(num_gpu_blocks=200),
-                   num_workers=2, router_mode="kv_router")
-    assert all(fewer == every for fewer, every in counts)
+@pytest.mark.parametrize("lag", [None, 30.0])
+def test_kv_router(monkeypatch, tmp_path, lag):
+    """kv_router's overlaps and active blocks (and 1.6.1's KV-event index, with or without a
+    lag) see the same blocks (1.4.2 refuses a lag: that case runs 1.6.1 only)."""
+    path = _random_trace(tmp_path, 10)
+    if lag is None:
+        counts = _both(monkeypatch, path, _engine(num_gpu_blocks=200), num_workers=3,
+                       router_mode="kv_router")
+    else:
+        counts = _both_161(monkeypatch, path, _engine(num_gpu_blocks=200), num_workers=3,
+                           router_mode="kv_router", kv_event_lag_ms=lag)
+    assert all(fewer < every for fewer, every in counts)
+
+
+def test_kv_router_disaggregated(monkeypatch, tmp_path):
+    prefill = EngineArgs.coerce({"block_size": 16, "num_gpu_blocks": 150, "worker_type": "prefill"})
+    decode = EngineArgs.coerce({"block_size": 16, "num_gpu_blocks": 150, "worker_type": "decode"})
+    counts = _both(monkeypatch, _random_trace(tmp_path, 11), (prefill, decode),
+                   run=sim_disagg.simulate_disagg, num_prefill_workers=2, num_decode_workers=2,
+                   router_mode="kv_router")
+    assert all(fewer < every for fewer, every in counts)
+
+
+def _both_161(monkeypatch, path, engine, **kw):
+    return _both(monkeypatch, path, engine, versions=("1.6.1",), **kw)
 
 
 def test_kept_keys_are_a_prefix_of_each_prompt_shared_within_its_group():
