@@ -28,7 +28,9 @@ class RunConfig:
       second pass), None for none;
     * ``readmission_log``, ``kv_events``: first sizes of the readmission log and of the pool's KV
       event feed (0: none); a run that outgrows them starts again with larger ones
-      (:func:`dataclasses.replace`).
+      (:func:`dataclasses.replace`);
+    * ``sharing``: which requests' pools can meet (``state.sharing_groups``; None: every full prompt
+      block keeps its key).
     """
 
     num_workers: int
@@ -48,6 +50,7 @@ class RunConfig:
     gap_skip: np.ndarray | None = None
     readmission_log: int = 0
     kv_events: int = 0
+    sharing: object = None
 
 
 def check_schedule(schedule):

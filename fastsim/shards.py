@@ -33,7 +33,7 @@ import numpy as np
 
 from fastsim.errors import InputError
 from fastsim.run_config import RunConfig
-from fastsim.state import build_state, router_state, settle_unarrived
+from fastsim.state import build_state, router_state, settle_unarrived, sharing_groups
 
 # A split run costs about 2 ms more in a fresh process (each shard's own set-up, the thread, the
 # fold): on 4 workers of a 2-core guest, 20k requests took 7.5 ms unsplit and 8.0 split, 50k
@@ -319,7 +319,8 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
         # is mapped here, in huge pages
         run = RunConfig(num_workers=n_workers[s], worker_rows=n_workers[s], dp=dp, steady_decode=steady_decode,
                         light_ticks=light_ticks, timing_rules=timing_rules(version), tick_log=log,
-                        huge_pages=s == k - 1)
+                        huge_pages=s == k - 1,
+                        sharing=sharing_groups(sub, "round_robin", n_workers[s]))
         states[s] = build_state(sub, engine, run)
 
     def run(s):

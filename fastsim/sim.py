@@ -18,7 +18,7 @@ from fastsim.results import (fleet_frame, gap_columns, history_columns, in_fligh
 from fastsim.run_config import (RunConfig, check_kv_event_lag, check_schedule, check_telemetry, history_kept,
                                 readmission_log_size, worker_rows)
 from fastsim.state import (build_state, check_mtp_version, grow_readmission_log, grow_telemetry, initial_table_size,
-                           router_state, settle_unarrived)
+                           router_state, settle_unarrived, sharing_groups)
 from fastsim.trace_checks import check_workload
 from fastsim.workload import session_labels
 
@@ -218,7 +218,9 @@ def simulate(
                     planner_interval_ms=planner_interval_ms, telemetry_interval_ms=telemetry_interval_ms,
                     steady_decode=steady_decode, light_ticks=light_ticks, timing_rules=rules, gap_skip=gap_skip,
                     readmission_log=readmission_log_size(workload) if history else 0,
-                    kv_events=_KV_EVENTS if lag is not None else 0)
+                    kv_events=_KV_EVENTS if lag is not None else 0,
+                    sharing=sharing_groups(workload, router_mode, num_workers, replay_concurrency, schedule,
+                                           planner))
     st = build_state(workload, engine, run)
     progress.track(st.n_requests, lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = initial_table_size(st.requests, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1

@@ -14,7 +14,7 @@ from fastsim.results import fleet_frame, gap_columns, in_flight_with_gaps, readm
 from fastsim.run_config import check_schedule, history_kept, readmission_log_size, worker_rows
 from fastsim.sim import load_kernels, check_memory
 from fastsim.state import (block_keys, check_mtp_version, engine_params, max_tokens, mtp_ranks, request_table,
-                           router_state, session_table, settle_unarrived)
+                           router_state, session_table, settle_unarrived, sharing_groups)
 from fastsim.dead_end import dead_end_error
 from fastsim.trace_checks import check_workload
 
@@ -132,8 +132,10 @@ def simulate_disagg(
     n = int(workload.isl.shape[0])
     bs = pp.block_size
     # each pool shares prompt blocks only if its own prefix caching is on
-    keys_p = block_keys(workload, bs, pp.caching)
-    keys_d = keys_p if pd.caching == pp.caching else block_keys(workload, bs, pd.caching)
+    # (the keys nobody else holds are left private: state.sharing_groups)
+    sharing = None if sharing_groups(workload, router_mode, 1) is None else "all"
+    keys_p = block_keys(workload, bs, pp.caching, sharing)
+    keys_d = keys_p if pd.caching == pp.caching else block_keys(workload, bs, pd.caching, sharing)
     # Dynamo 1.4.2 replays a flat synthetic request list through a path whose prefill copy
     # generates one token (V06 reproduces only so); trace and session workloads run the copy for
     # the full output length (cluster doc C5). Dynamo 1.6.1's prefill copy generates one token

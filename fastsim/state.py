@@ -73,9 +73,13 @@ def check_mtp_version(engines, version):
                                 "--dynamo-version 1.4.2 (it is reproduced for 1.6.1)")
 
 
-def block_keys(workload, block_size, caching=True):
-    """CSR of content keys of every full prompt block (empty rows for unique synthetic prompts)."""
-    from fastsim.kernels.blocks import content_block_keys_nb
+def block_keys(workload, block_size, caching=True, sharing=None):
+    """CSR of content keys of every full prompt block (empty rows for unique synthetic prompts).
+
+    ``sharing`` (from :func:`sharing_groups`): only the leading blocks another request of the
+    same group may share keep their keys (``kernels/blocks.py``, ``shared_block_keys_nb``); the
+    others are private to their request, which the results cannot tell apart (decision 0276)."""
+    from fastsim.kernels.blocks import content_block_keys_nb, shared_block_keys_nb
 
     n = workload.isl.shape[0]
     if workload.hash_ptr is None or not caching:
@@ -86,18 +90,44 @@ def block_keys(workload, block_size, caching=True):
         ptr = np.empty(n + 1, dtype=np.int64)
         # a delta session's later blocks hold generated tokens: only its first prompt is content
         key_isl = workload.isl if workload.key_isl is None else workload.key_isl
-        keys = content_block_keys_nb(
-            np.asarray(key_isl, dtype=np.int64),
-            workload.hash_ptr.astype(np.int64),
-            workload.hash_ids.astype(np.int64),
-            int(workload.trace_block_size),
-            int(block_size),
-            ptr,
-        )
+        args = (np.asarray(key_isl, dtype=np.int64), np.asarray(workload.hash_ptr, dtype=np.int64),
+                np.asarray(workload.hash_ids, dtype=np.int64), int(workload.trace_block_size),
+                int(block_size))
+        if sharing is None:
+            keys = content_block_keys_nb(*args, ptr)
+        else:
+            keys = shared_block_keys_nb(*args, _group_of_rows(sharing, n), ptr)
         return ptr, keys
 
     # the loop only reads them: a sweep's configurations of one trace share them (fastsim/reuse.py)
-    return reuse.derived(workload, ("block_keys", int(block_size)), make)
+    return reuse.derived(workload, ("block_keys", int(block_size), sharing), make)
+
+
+def sharing_groups(workload, router_mode, num_workers, replay_concurrency=None, schedule=(),
+                   planner=None):
+    """Which requests' pools can meet, for the block keys of a run (:func:`block_keys`): None
+    (every full prompt block keeps its key) when a session's turns continue one stream's blocks
+    (mooncake-delta); ``"workers"`` when request ``i`` goes to worker ``i % num_workers`` whatever
+    happens (round robin, a fixed fleet, an open loop of single turns in arrival order:
+    ``fastsim/shards.py``); ``"all"`` otherwise (any request may meet any other). kv_router reads
+    the keys too, the same way: its overlaps (pools or KV-event index) and its table of active
+    blocks take the blocks past a request's keyed ones as its own (``kernels/router.py``)."""
+    if workload.stream_row is not None or workload.key_isl is not None:
+        return None
+    n = int(workload.isl.shape[0])
+    if (router_mode != "round_robin" or replay_concurrency or schedule or planner is not None
+            or workload.graph is not None or workload.session_ptr.shape[0] - 1 != n):
+        return "all"
+    first = np.asarray(workload.session_arrival_ms, dtype=np.float64)
+    if not bool(np.all(first[1:] >= first[:-1])):
+        return "all"
+    return ("workers", int(num_workers))
+
+
+def _group_of_rows(sharing, n):
+    if sharing == "all":
+        return np.zeros(n, dtype=np.int64)
+    return np.arange(n, dtype=np.int64) % sharing[1]
 
 
 def initial_table_size(rq, block_size, n_ranks):
@@ -384,7 +414,7 @@ def build_state(workload, engine, run: RunConfig) -> SimState:
     n = int(workload.isl.shape[0])
     rows, dp = run.worker_rows, run.dp
     bs = params.block_size
-    key_ptr, keys = block_keys(workload, bs, params.caching)
+    key_ptr, keys = block_keys(workload, bs, params.caching, run.sharing)
     concurrency = int(run.replay_concurrency or 0)
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     per_rank = min(params.max_seqs, max(n, 1)) + 1

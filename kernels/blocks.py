@@ -58,15 +58,107 @@ def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size,
     for r in range(n):
         out_ptr[r + 1] = out_ptr[r] + isl[r] // block_size
     keys = np.empty(out_ptr[n], dtype=np.uint64)
+    _keys_of_prefixes(hash_ptr, hash_ids, trace_block_size, block_size, out_ptr, keys)
+    return keys
+
+
+@kernel
+def shared_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size, group, out_ptr):
+    """``content_block_keys_nb`` for the leading blocks of each prompt that another prompt of the
+    same group may share; the other blocks are left to be private (``out_ptr`` says how many each
+    row keeps).
+
+    A key nobody else holds can only ever be matched by its own request (after a preemption),
+    which private blocks allow as well: a request's blocks beyond its shareable ones are kept by
+    count, with no table entry, no slot and no key (``kernels/kvpool.py``), where a keyed block
+    costs a registration, an eviction from the table and a slot. Requests that meet different
+    pools can share nothing: ``group[r]`` names the pools row ``r`` can meet (its worker under a
+    fixed round robin; all 0 when that is not known). Block ``j`` is kept when the chain of the
+    trace blocks its tokens end in occurs in another row of the group (a chain, not the key: a
+    row with fewer full blocks may not hold block ``j`` itself, so a few more are kept than could
+    be hit, never fewer). Sharing is closed under prefixes, so the kept blocks are a prefix.
+    """
+    n = isl.shape[0]
+    mask32 = np.uint64(0xFFFFFFFF)
+    # Depth by depth (trace block m), only the rows that share every earlier trace block take
+    # part: a row holding another row's chain at m holds it at m - 1 too. So a depth's table
+    # holds a few rows' chains (it stays in the cache) and a row that shares nothing is done
+    # after its first trace block.
+    last = np.empty(n, dtype=np.int64)  # trace blocks a row's full blocks end in: 0 .. last[r] - 1
+    alive = np.empty(n, dtype=np.int64)
+    chain = np.empty(n, dtype=np.uint64)
+    gmix = np.empty(n, dtype=np.uint64)
+    n_alive = 0
+    for r in range(n):
+        full = isl[r] // block_size
+        last[r] = (full * block_size + trace_block_size - 1) // trace_block_size if full > 0 else 0
+        if last[r] > 0:
+            alive[n_alive] = r
+            n_alive += 1
+        chain[r] = np.uint64(0x51ED270B27A3D1E5)
+        gmix[r] = mix64_nb(np.uint64(group[r]) + np.uint64(0x2545F4914F6CDD1D))
+    shared = np.zeros(n, dtype=np.int64)  # leading trace blocks another row of the group holds
+    size = 1024
+    while size < 2 * n:
+        size *= 2
+    tab = np.zeros(size, dtype=np.uint64)  # (chain, group) mixes of this depth
+    stamp = np.zeros(size, dtype=np.int64)  # depth + 1 of the entry (older ones are empty)
+    seen = np.zeros(size, dtype=np.uint8)  # rows holding it, up to 2
+    pos = np.empty(n, dtype=np.int64)
+    m = 0
+    while n_alive > 0:
+        for a in range(n_alive):
+            r = alive[a]
+            tok = np.uint64(hash_ids[hash_ptr[r] + m]) & mask32  # (as the keys' chain)
+            chain[r] = mix64_nb(chain[r] ^ (tok + np.uint64(0x632BE59BD9B4E019)))
+            h = mix64_nb(chain[r] ^ gmix[r]) | np.uint64(1)
+            i = np.int64(h & np.uint64(size - 1))
+            while stamp[i] == m + 1 and tab[i] != h:
+                i = (i + 1) & (size - 1)
+            if stamp[i] != m + 1:
+                stamp[i] = m + 1
+                tab[i] = h
+                seen[i] = 0
+            if seen[i] < 2:
+                seen[i] += 1
+            pos[a] = i
+        k = 0
+        for a in range(n_alive):
+            r = alive[a]
+            if seen[pos[a]] >= 2:
+                shared[r] = m + 1
+                if last[r] > m + 1:
+                    alive[k] = r
+                    k += 1
+        n_alive = k
+        m += 1
+    for r in range(n):
+        last[r] = min(isl[r] // block_size, shared[r] * trace_block_size // block_size)
+    out_ptr[0] = 0
+    for r in range(n):
+        out_ptr[r + 1] = out_ptr[r] + last[r]
+    keys = np.empty(out_ptr[n], dtype=np.uint64)
+    _keys_of_prefixes(hash_ptr, hash_ids, trace_block_size, block_size, out_ptr, keys)
+    return keys
+
+
+@inner
+def _keys_of_prefixes(hash_ptr, hash_ids, trace_block_size, block_size, out_ptr, keys):
+    """The keys of blocks ``0 .. out_ptr[r + 1] - out_ptr[r] - 1`` of each row into ``keys``
+    (``content_block_keys_nb``)."""
+    n = out_ptr.shape[0] - 1
     mask32 = np.uint64(0xFFFFFFFF)
     for r in range(n):
         base = hash_ptr[r]
         chain = np.uint64(0x51ED270B27A3D1E5)
         m = -1  # trace blocks 0 .. m are in the chain
+        edge = 0  # the first token of trace block m + 1: (m + 1) * trace_block_size
         for j in range(out_ptr[r + 1] - out_ptr[r]):
-            last = ((j + 1) * block_size - 1) // trace_block_size
-            while m < last:
+            # block j's last token, (j + 1) * block_size - 1, is in trace block m once it is below
+            # the edge (a comparison: a division per block cost more than the hashing)
+            while edge <= (j + 1) * block_size - 1:
                 m += 1
+                edge += trace_block_size
                 # Dynamo's token is `hash_id as u32`: ids equal in their low 32 bits collide there too.
                 tok = np.uint64(hash_ids[base + m]) & mask32
                 chain = mix64_nb(chain ^ (tok + np.uint64(0x632BE59BD9B4E019)))
@@ -74,7 +166,6 @@ def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size,
             if key == np.uint64(0):
                 key = np.uint64(1)
             keys[out_ptr[r] + j] = key
-    return keys
 
 
 @intrinsic

@@ -57,6 +57,10 @@ DECODE_FLOOR_MS = 1.0  # "Token-emitting decode steps should not collapse onto t
 
 _NS_PER_S = 1e9
 _SPLIT = 134217729.0  # 2**27 + 1: Veltkamp splitter for float64
+# Below this many seconds, ``secs + nanos / 1e9`` (and that times 1000, divided by 1000) is within
+# 10^-3 ns of the exact whole nanosecond count (a few roundings of 2^-53 relative each), so
+# ``Duration::from_secs_f64`` of it gives the same (secs, nanos) back: a round trip to change nothing
+_ROUND_TRIP_S = 1024.0
 
 
 class PerfTables(NamedTuple):
@@ -241,12 +245,13 @@ def _duration_nb(s):
     # nearest, ties to even, on the exact binary value of s (Rust's integer algorithm).
     secs = math.floor(s)
     frac = s - secs  # exact: s and floor(s) share the binade's grid
-    p, e = _two_prod_nb(frac, _NS_PER_S)  # p + e == frac * 1e9 exactly, p < 1e9
+    p = frac * _NS_PER_S  # p + e == frac * 1e9 exactly (TwoProduct), p < 1e9
     n = math.floor(p)
     d = p - n  # exact; and d - 0.5 is a multiple of ulp(p) > |e|, so only d == 0.5 needs e
     if d > 0.5:
         n += 1.0
     elif d == 0.5:
+        e = _two_prod_nb(frac, _NS_PER_S)[1]  # (worked out only here: a tie is rare)
         if e > 0.0:
             n += 1.0
         elif e == 0.0 and n % 2.0 == 1.0:  # exact tie: to even
@@ -297,6 +302,22 @@ def modeled_ms_nb(raw, s):
     if not x > 0.0:
         return 0.0
     secs, n = _duration_nb(x)
+    if x < _ROUND_TRIP_S:
+        # A whole number of nanoseconds below _ROUND_TRIP_S read as seconds and rounded again
+        # comes back unchanged: dividing by a speedup of 1 and the final quantisation are skipped
+        if s > 0.0 and s != 1.0 and (secs > 0.0 or n > 0.0):
+            y = (secs + n / _NS_PER_S) / s
+            if not y < _ROUND_TRIP_S:
+                return _modeled_ms_rounds(raw, s)
+            secs, n = _duration_nb(y)
+        return (secs + n / _NS_PER_S) * 1000.0
+    return _modeled_ms_rounds(raw, s)
+
+
+@kernel_noalloc
+def _modeled_ms_rounds(raw, s):
+    """``modeled_ms_nb`` with every rounding done (``raw`` > 0): durations of any length."""
+    secs, n = _duration_nb(raw / 1000.0)
     if s > 0.0 and (secs > 0.0 or n > 0.0):
         secs, n = _duration_nb((secs + n / _NS_PER_S) / s)
     ms = (secs + n / _NS_PER_S) * 1000.0

@@ -215,6 +215,35 @@ def test_modeled_c2_and_exact_reference():
         assert q(got) == got  # already on the ns grid
 
 
+def test_modeled_shortcut_matches_every_rounding():
+    """``modeled_ms_nb`` skips the round trips that change nothing below 1024 s (a speedup of 1,
+    the final quantisation): the same values as ``_modeled_ms_rounds``, which does them all, on
+    random durations, ties and either side of the bound."""
+    import numba
+
+    from fastsim.kernels.perf import _ROUND_TRIP_S, _modeled_ms_rounds
+
+    @numba.njit
+    def mismatches(raws, s):
+        bad = 0
+        for i in range(raws.shape[0]):
+            if raws[i] > 0.0 and modeled_ms_nb(raws[i], s) != _modeled_ms_rounds(raws[i], s):
+                bad += 1
+        return bad
+
+    rng = np.random.default_rng(27)
+    edge = _ROUND_TRIP_S * 1000.0
+    raws = np.concatenate([
+        rng.uniform(0, 100, 200_000), np.exp(rng.uniform(-20, 16, 200_000)),
+        np.round(rng.uniform(0, 100, 100_000), 6), np.round(rng.uniform(0, 100, 100_000), 4),
+        rng.integers(1, 2 ** 20, 50_000) / 1024.0,  # exact binary ties of the nanosecond rounding
+        edge * (1.0 + rng.uniform(-1e-6, 1e-6, 50_000)),
+        edge * np.array([1.0, 1.0 - 2 ** -52, 1.0 + 2 ** -52]),
+    ])
+    for s in (0.0, 1.0, 2.0, 1.5, 0.3, 0.5, 3.0, 7.0, 100.0, 1000.0):
+        assert mismatches(raws, s) == 0, s
+
+
 def test_modeled_against_dynamo_probe():
     probe = json.loads((DATA / "dynamo_probe.out.json").read_text())
     assert len(probe["speedup"]) == 9
