@@ -5,7 +5,10 @@
 RUNNER is the 1.6.1 runner script (run_dynamo_161.py) or, for Dynamo 1.4.2, "-m dynamo.replay".
 
 Each case writes <case>.json (the report) and <case>.per_request.jsonl.gz (per-request timelines;
-Dynamo 1.4.2 writes them for trace replays only, its synthetic cases get the report alone)."""
+Dynamo 1.4.2 writes them for trace replays only, its synthetic cases get the report alone).
+The kv_router cases' conv500_kv4.run2.json, .run3.json, k2_dp2_2w_kv.run2.json, .run3.json are the
+same case's command run again with --report-json <case>.runN.json alone (Dynamo breaks the
+router's ties at random)."""
 import gzip
 import os
 import shutil
