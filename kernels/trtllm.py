@@ -17,6 +17,11 @@ and lowers its own remainder by one, so ``T`` changes only when a request is adm
 finishes: :func:`admitted_nb` and :func:`released_nb` apply those changes from the pool's actual
 active count, so ``T`` stays exact whatever prefix blocks are shared. The waiting head may be
 admitted iff its need is at most ``capacity - T``.
+
+In disaggregated serving (``kernels/disagg.py``) a decode worker adds a handoff's whole sequence
+to ``T`` when it reserves the prompt's blocks (fresh ones: no prefix credit), and a prefill copy
+leaves ``T`` in two steps: its remainder at its handoff (:func:`left_running_nb`), its blocks
+when the source is released.
 """
 
 from fastsim.kernels.jit import inner
