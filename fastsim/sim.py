@@ -50,7 +50,7 @@ def load_kernels():
 
     if not warmup.cached("run_loop_nb"):
         sys.stderr.write("fastsim: compiling the simulation kernels for this machine "
-                         "(first run only, under a minute; later runs load them from the cache; "
+                         "(first run only, about a minute; later runs load them from the cache; "
                          "'fastsim warmup' does it ahead)\n")
         sys.stderr.flush()
     w = synthetic(16, 2, 1, arrival_interval_ms=1.0)
