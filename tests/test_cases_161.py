@@ -17,20 +17,15 @@ from pathlib import Path
 
 import pytest
 
+import recorded
 from fastsim import cli
 
 DATA = Path(__file__).parent / "data" / "cases_161"
 CASES = json.loads((DATA / "cases.json").read_text())
-WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 TIMELINE = ("arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms", "terminal_time_ms",
             "input_length", "output_length", "reused_input_tokens", "terminal_status",
             "prefill_admit_ms", "source_held_ms", "destination_reserved_ms", "destination_activated_ms",
             "decode_admit_ms", "source_released_ms", "decode_reused_input_tokens")
-# a random case (kv_router ties): the check of tests/test_router.py, around the range of 3 runs
-BAND = {"completed_requests": ("exact", 0), "total_output_tokens": ("exact", 0),
-        "duration_ms": ("rel", 0.02), "mean_ttft_ms": ("rel", 0.02), "p99_ttft_ms": ("rel", 0.05),
-        "mean_itl_ms": ("rel", 0.02), "mean_e2e_latency_ms": ("rel", 0.02),
-        "p99_e2e_latency_ms": ("rel", 0.05), "prefix_cache_reused_ratio": ("abs", 0.01)}
 
 
 def _replay(name, tmp_path, capsys):
@@ -67,7 +62,7 @@ def test_case_matches_dynamo_161(name, tmp_path, capsys):
     got, mine = _replay(name, tmp_path, capsys)
     want = json.loads((DATA / f"{name}.json").read_text())
     # fields of a case that fastsim does not reproduce yet, with the reason (cases.json)
-    skip = WALL_FIELDS | set(CASES[name].get("not_yet", {}).get("fields", ()))
+    skip = recorded.WALL_FIELDS | set(CASES[name].get("not_yet", {}).get("fields", ()))
     misses = [f"{k}: fastsim {got.get(k)!r}, Dynamo {v!r}" for k, v in want.items()
               if k not in skip and isinstance(v, (int, float)) and not isinstance(v, bool)
               and not (isinstance(got.get(k), (int, float)) and _rel(got[k], v) <= 1e-9)]
@@ -83,15 +78,5 @@ def test_random_case_within_dynamo_band(name, tmp_path, capsys):
     got, _ = _replay(name, tmp_path, capsys)
     runs = [json.loads((DATA / f"{name}.json").read_text())]
     runs += [json.loads((DATA / f"{name}.run{i}.json").read_text()) for i in range(2, CASES[name]["runs"] + 1)]
-    misses = []
-    for m, (kind, tol) in BAND.items():
-        lo, hi, v = min(r[m] for r in runs), max(r[m] for r in runs), got[m]
-        if kind == "exact":
-            bad = not lo <= v <= hi
-        elif kind == "abs":
-            bad = max(lo - v, v - hi, 0.0) > tol + 0.03 * abs(hi)
-        else:
-            bad = max(lo - v, v - hi, 0.0) / max(abs(lo), abs(hi)) > tol + 0.03
-        if bad:
-            misses.append(f"{m}: fastsim {v}, Dynamo {lo}..{hi}")
+    misses = recorded.band_misses(got, runs)
     assert not misses, "\n".join(misses)

@@ -1,6 +1,6 @@
 """vLLM's prefill_schedule_interval against Dynamo 1.6.1 (decision 0341).
 
-Cases in tests/data/interval_161 (cases.tsv, recorded by record.py there): every report field within
+Cases in tests/data/interval_161 (cases.tsv, recorded by tests/data/record_tsv.py): every report field within
 1e-9 and every request's timeline to the ns. With one attention-DP rank the interval changes nothing
 (each such case equals its interval-1 twin); with several ranks it paces prefills.
 """
@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
+import recorded
 import test_mtp
 from fastsim.config import EngineArgs
 from fastsim.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "interval_161"
-CASES = [line.split("\t") for line in (DATA / "cases.tsv").read_text().splitlines() if line.strip()]
+CASES = recorded.cases(DATA)
 
 
 @pytest.mark.parametrize("name,args", CASES, ids=[c[0] for c in CASES])
-def test_case_matches_dynamo_161(name, args, monkeypatch):
-    monkeypatch.setattr(test_mtp, "DATA", DATA)
-    test_mtp.compare_with_dynamo(name, args)
+def test_case_matches_dynamo_161(name, args):
+    test_mtp.compare_with_dynamo(name, args, DATA)
 
 
 def test_one_rank_interval_changes_nothing_in_dynamo():

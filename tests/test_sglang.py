@@ -1,53 +1,23 @@
 """The SGLang engine (engine_type sglang) against Dynamo 1.6.1's recorded outputs.
 
-Cases in tests/data/sglang_161 (cases.tsv, recorded by record.py there): every report field within
+Cases in tests/data/sglang_161 (cases.tsv, recorded by tests/data/record_tsv.py): every report field within
 1e-9 and every request's admission, first and last token times and reused tokens to the ns.
 """
 
-import gzip
 import json
-import shlex
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fastsim.api import run_synthetic_trace_replay, run_trace_replay
+import recorded
+from fastsim.api import run_synthetic_trace_replay
 from fastsim.config import EngineArgs
 from fastsim.errors import InputError, NotSupportedError
 
 DATA = Path(__file__).parent / "data" / "sglang_161"
 REF161 = Path(__file__).parent / "data" / "reference_161"
-CASES = [line.split("\t") for line in (DATA / "cases.tsv").read_text().splitlines() if line.strip()]
-SKIP = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
-
-
-def _run(args):
-    """Run the case's dynamo.replay flags through fastsim's API."""
-    a = args.split()
-    kw, trace = {}, None
-    i = 0
-    while i < len(a):
-        if not a[i].startswith("--"):
-            trace = str(DATA / a[i])
-            i += 1
-            continue
-        key, val = a[i][2:].replace("-", "_"), a[i + 1]
-        kw[key] = json.loads(val) if key == "extra_engine_args" else val
-        i += 2
-    for k in ("num_workers", "input_tokens", "output_tokens", "request_count", "trace_block_size",
-              "turns_per_session", "num_prefix_groups", "arrival_seed"):
-        if k in kw:
-            kw[k] = int(kw[k])
-    for k in ("arrival_interval_ms", "inter_turn_delay_ms", "shared_prefix_ratio", "request_rate"):
-        if k in kw:
-            kw[k] = float(kw[k])
-    eng = kw.get("extra_engine_args") or {}
-    if "planner_profile_data" in eng:
-        eng["planner_profile_data"] = str(DATA / eng["planner_profile_data"])
-    if trace is not None:
-        return run_trace_replay(trace, **kw)
-    return run_synthetic_trace_replay(kw.pop("input_tokens"), kw.pop("output_tokens"), kw.pop("request_count"), **kw)
+CASES = recorded.cases(DATA)
 
 
 # Recorded cases fastsim does not reproduce yet: refused (NotSupportedError) or known to differ.
@@ -59,32 +29,19 @@ DIFFERS = set()
 def test_case_matches_dynamo_161(name, args):
     if name in REFUSED:
         with pytest.raises(NotSupportedError):
-            _run(args)
+            recorded.replay(args, DATA)
         return
     if name in DIFFERS:
         pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0290")
-    rep = _run(args)
-    ref = json.loads((DATA / f"{name}.json").read_text())
-    for k, v in ref.items():
-        if k in SKIP or isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        assert rep.summary[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
-    rows = [json.loads(line) for line in gzip.open(DATA / f"{name}.per_request.jsonl.gz", "rt")]
-    mine = rep.requests
+    rep = recorded.replay(args, DATA)
+    recorded.assert_summary_matches(rep.summary, json.loads((DATA / f"{name}.json").read_text()))
+    rows = recorded.per_request(DATA, name)
+    order = None
     if rows[0]["session_id"] is not None:  # multi-turn synthetic: session K's turn t is row K * turns + t
         turns = int(args.split("--turns-per-session")[1].split()[0]) if "--turns-per-session" in args else 1
-        order_ref = list(range(len(rows)))
-        order_mine = [int(r["session_id"].split("_")[1]) * turns + r["turn_index"] for r in rows]
-    else:  # single turns: matched by arrival (then shape)
-        order_ref = sorted(range(len(rows)), key=lambda i: (rows[i]["arrival_time_ms"], rows[i]["input_length"],
-                                                            rows[i]["requested_output_length"], i))
-        arr = mine["arrival_time_ms"].to_numpy()
-        order_mine = sorted(range(len(mine)), key=lambda i: (arr[i], int(mine["input_length"].iloc[i]),
-                                                             int(mine["requested_output_length"].iloc[i]), i))
-    for col in ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens"):
-        got = mine[col].to_numpy()[order_mine].astype(float)
-        want = np.array([rows[i][col] for i in order_ref], dtype=float)
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6, err_msg=col)
+        order = ([int(r["session_id"].split("_")[1]) * turns + r["turn_index"] for r in rows], list(range(len(rows))))
+    recorded.assert_timelines_match(rep.requests, rows,
+                                    ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens"), order)
 
 
 def test_config_forms():
@@ -128,16 +85,16 @@ def test_compiled_engine_equals_reference(name, monkeypatch):
     import fastsim.sim_sglang as sg
 
     args = dict(CASES)[name]
-    fast = _run(args)
+    fast = recorded.replay(args, DATA)
     monkeypatch.setattr(sg, "simulate_sglang", functools.partial(sg.simulate_sglang.__wrapped__
                                                                   if hasattr(sg.simulate_sglang, "__wrapped__")
                                                                   else sg.simulate_sglang, reference=True))
-    slow = _run(args)
+    slow = recorded.replay(args, DATA)
     for col in ("arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens",
                 "output_length"):
         np.testing.assert_array_equal(fast.requests[col].to_numpy(), slow.requests[col].to_numpy(), err_msg=col)
     for k, v in slow.summary.items():
-        if k in SKIP or isinstance(v, bool) or not isinstance(v, (int, float)):
+        if k in recorded.WALL_FIELDS or isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
         assert fast.summary[k] == pytest.approx(v, rel=1e-12, abs=1e-12), k
 
@@ -151,10 +108,10 @@ def test_vllm_knob_on_sglang_is_refused():
 def test_records_match_dynamo_161(name, tmp_path):
     """1.6.1's per-request records: routing (worker and DP rank) and admission histories, the
     readmissions after retractions included (synthetic single turns: uuids are the row + 1)."""
-    rep = _run(dict(CASES)[name])
+    rep = recorded.replay(dict(CASES)[name], DATA)
     rep.to_jsonl(tmp_path / "r.jsonl")
     mine = {r["uuid"]: r for r in map(json.loads, open(tmp_path / "r.jsonl"))}
-    theirs = [json.loads(line) for line in gzip.open(DATA / f"{name}.per_request.jsonl.gz", "rt")]
+    theirs = recorded.per_request(DATA, name)
     assert len(mine) == len(theirs)
     for t in theirs:
         m = mine[t["uuid"]]

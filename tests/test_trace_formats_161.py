@@ -14,19 +14,14 @@ from pathlib import Path
 
 import pytest
 
+import recorded
 from fastsim import cli
 
 DATA = Path(__file__).parent / "data" / "traces_161"
 CASES = json.loads((DATA / "cases.json").read_text())
-WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 TIMELINE = ("session_id", "turn_index", "arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms",
             "terminal_time_ms", "input_length", "output_length", "reused_input_tokens", "terminal_status",
             "request_id", "play_id", "agentic", "dispatched_at_ms", "decode_worker_idx")
-# a random case (kv_router ties): the loose metrics, around the range of Dynamo's 3 runs
-BAND = {"completed_requests": ("exact", 0), "total_output_tokens": ("exact", 0),
-        "duration_ms": ("rel", 0.02), "mean_ttft_ms": ("rel", 0.02), "p99_ttft_ms": ("rel", 0.05),
-        "mean_itl_ms": ("rel", 0.02), "mean_e2e_latency_ms": ("rel", 0.02),
-        "p99_e2e_latency_ms": ("rel", 0.05), "prefix_cache_reused_ratio": ("abs", 0.01)}
 # agentic summary fields compared as they are (Dynamo's digests are not reproduced)
 AGENTIC = ("agentic_graph", "agentic_model_projection", "agentic_play_outcomes")
 
@@ -70,18 +65,7 @@ def _timeline(recs):
 def test_trace_format_random_case_within_dynamo_band(name, tmp_path, capsys):
     got, _ = _replay(CASES[name]["args"], CASES[name].get("dynamo_version", "1.6.1"), tmp_path, capsys)
     runs = [json.loads((DATA / f).read_text()) for f in (f"{name}.json", f"{name}.run2.json", f"{name}.run3.json")]
-    misses = []
-    for k, (kind, tol) in BAND.items():
-        lo, hi = min(r[k] for r in runs), max(r[k] for r in runs)
-        v = got[k]
-        if kind == "exact":
-            bad = not lo <= v <= hi
-        elif kind == "abs":
-            bad = max(lo - v, v - hi, 0.0) > tol + 0.03 * abs(hi)
-        else:
-            bad = max(lo - v, v - hi, 0.0) / max(abs(lo), abs(hi), 1e-12) > tol + 0.03
-        if bad:
-            misses.append(f"{k}: fastsim {v}, Dynamo {lo}..{hi}")
+    misses = recorded.band_misses(got, runs)
     assert not misses, "\n".join(misses)
 
 
@@ -94,7 +78,7 @@ def test_trace_format_case_matches_dynamo_161(name, tmp_path, capsys):
         if k in want:
             assert _no_digests(got.get(k)) == _no_digests(want[k]), k
     misses = [f"{k}: fastsim {got.get(k)!r}, Dynamo {v!r}" for k, v in want.items()
-              if k not in WALL_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)
+              if k not in recorded.WALL_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)
               and not (isinstance(got.get(k), (int, float)) and _rel(got[k], v) <= 1e-9)]
     assert not misses, "\n".join(misses)
     with gzip.open(DATA / f"{name}.per_request.jsonl.gz", "rt") as f:

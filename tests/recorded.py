@@ -1,0 +1,110 @@
+"""Dynamo runs recorded as test data: a folder's ``cases.tsv`` (case name, then the replay flags
+Dynamo was given), each case's report (``<name>.json``) and per-request records
+(``<name>.per_request.jsonl.gz``). Shared by the engine tests that replay such folders through
+fastsim's API."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from fastsim.api import run_synthetic_trace_replay, run_trace_replay
+
+WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
+_INT_FLAGS = ("num_workers", "input_tokens", "output_tokens", "request_count", "trace_block_size",
+              "turns_per_session", "num_prefix_groups", "arrival_seed", "num_prefill_workers",
+              "num_decode_workers", "replay_concurrency")
+_FLOAT_FLAGS = ("arrival_interval_ms", "inter_turn_delay_ms", "shared_prefix_ratio", "request_rate")
+# a random case (kv_router ties): fastsim within the range of Dynamo's runs, widened by these
+BAND = {"completed_requests": ("exact", 0), "total_output_tokens": ("exact", 0),
+        "duration_ms": ("rel", 0.02), "mean_ttft_ms": ("rel", 0.02), "p99_ttft_ms": ("rel", 0.05),
+        "mean_itl_ms": ("rel", 0.02), "mean_e2e_latency_ms": ("rel", 0.02),
+        "p99_e2e_latency_ms": ("rel", 0.05), "prefix_cache_reused_ratio": ("abs", 0.01)}
+
+
+def cases(folder):
+    """``[name, flags]`` of every case in ``folder/cases.tsv``."""
+    return [line.split("\t") for line in (folder / "cases.tsv").read_text().splitlines() if line.strip()]
+
+
+def replay(flags, folder, **extra):
+    """Run Dynamo's replay ``flags`` through fastsim's API; a trace (and an engine's
+    ``planner_profile_data``) is a path relative to ``folder``; ``extra`` adds API keywords."""
+    a = flags.split()
+    kw, trace = {}, None
+    i = 0
+    while i < len(a):
+        if not a[i].startswith("--"):
+            trace = str(folder / a[i])
+            i += 1
+            continue
+        key, val = a[i][2:].replace("-", "_"), a[i + 1]
+        kw[key] = json.loads(val) if key.endswith("engine_args") else val
+        i += 2
+    for k in _INT_FLAGS:
+        if k in kw:
+            kw[k] = int(kw[k])
+    for k in _FLOAT_FLAGS:
+        if k in kw:
+            kw[k] = float(kw[k])
+    eng = kw.get("extra_engine_args") or {}
+    if "planner_profile_data" in eng:
+        eng["planner_profile_data"] = str(folder / eng["planner_profile_data"])
+    kw.update(extra)
+    if trace is not None:
+        return run_trace_replay(trace, **kw)
+    return run_synthetic_trace_replay(kw.pop("input_tokens"), kw.pop("output_tokens"), kw.pop("request_count"), **kw)
+
+
+def assert_summary_matches(summary, ref):
+    """Every numeric field of Dynamo's report ``ref`` within 1e-9 (wall-clock fields aside)."""
+    for k, v in ref.items():
+        if k in WALL_FIELDS or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        assert summary[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+
+
+def per_request(folder, name):
+    """Dynamo's per-request records of case ``name``."""
+    with gzip.open(folder / f"{name}.per_request.jsonl.gz", "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def assert_timelines_match(requests, rows, columns, order=None):
+    """Each request's ``columns`` (times to the ns) equal to Dynamo's records ``rows``; requests
+    are matched by (arrival, input length, requested output length) unless ``order`` gives
+    (fastsim's rows, Dynamo's rows) in matching order."""
+    if order is None:
+        order_ref = sorted(range(len(rows)), key=lambda i: (rows[i]["arrival_time_ms"], rows[i]["input_length"],
+                                                            rows[i]["requested_output_length"], i))
+        arr = requests["arrival_time_ms"].to_numpy()
+        isl = requests["input_length"].to_numpy()
+        osl = requests["requested_output_length"].to_numpy()
+        order_mine = sorted(range(len(requests)), key=lambda i: (arr[i], int(isl[i]), int(osl[i]), i))
+    else:
+        order_mine, order_ref = order
+    for col in columns:
+        got = requests[col].to_numpy()[order_mine].astype(float)
+        want = np.array([np.nan if rows[i][col] is None else rows[i][col] for i in order_ref], dtype=float)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6, err_msg=col)
+
+
+def band_misses(got, runs, skip=()):
+    """The fields of :data:`BAND` where the report ``got`` falls outside Dynamo's ``runs``."""
+    misses = []
+    for m, (kind, tol) in BAND.items():
+        if m in skip:
+            continue
+        lo, hi, v = min(r[m] for r in runs), max(r[m] for r in runs), got[m]
+        if kind == "exact":
+            bad = not lo <= v <= hi
+        elif kind == "abs":
+            bad = max(lo - v, v - hi, 0.0) > tol + 0.03 * abs(hi)
+        else:
+            bad = max(lo - v, v - hi, 0.0) / max(abs(lo), abs(hi), 1e-12) > tol + 0.03
+        if bad:
+            misses.append(f"{m}: fastsim {v}, Dynamo {lo}..{hi}")
+    return misses
