@@ -1,4 +1,5 @@
-"""Record Dynamo 1.6.1's outputs of the cases in cases.json (run from this folder).
+"""Record Dynamo 1.6.1's outputs of the cases in cases.json, run from the folder of the cases (this one, or
+../host_offload_161 with ``python ../cases_161/record.py``).
 
 ``python record.py PYTHON RUNNER [CASE ...]``: PYTHON has ``ai-dynamo==1.6.1`` installed, RUNNER is
 the runner that puts the 1.4.2 command line in front of 1.6.1's replay API (``run_dynamo_161.py``
