@@ -1,11 +1,12 @@
-"""fastsim's SGLang engine vs Dynamo 1.6.1's, side by side: ``wall_time_ms`` (the simulation alone,
-which both report) on a few workloads, with the ratio per round.
+"""fastsim's SGLang or TRT-LLM engine vs Dynamo 1.6.1's, side by side: ``wall_time_ms`` (the
+simulation alone, which both report) on a few workloads, with the ratio per round.
 
-    DYNAMO161_PYTHON=... DYNAMO161_RUNNER=.../run_dynamo_161.py python benchmarks/bench_sglang.py --repeats 2
+    DYNAMO161_PYTHON=... DYNAMO161_RUNNER=.../run_dynamo_161.py python benchmarks/bench_engines.py --engine sglang --repeats 2
 
 fastsim runs in this process after a warm-up run (numba cache warm); Dynamo runs as a child
 process through the runner that gives Dynamo 1.6.1 Dynamo 1.4.2's command line. Each round runs
-both back to back; the table gives each round's figures and the median ratio.
+both back to back; the table gives each round's figures, the median ratio and whether the two
+reports give the same ``duration_ms``.
 """
 
 from __future__ import annotations
@@ -21,40 +22,42 @@ from pathlib import Path
 
 import fastsim
 
-REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = {
-    # name: (fastsim.run_synthetic_trace_replay keywords, the same as dynamo.replay flags)
+    # name: (fastsim.run_synthetic_trace_replay keywords, the same as dynamo.replay flags, DP ranks)
     "100k x 8 workers, 1024/128": (dict(input_tokens=1024, output_tokens=128, request_count=100_000,
                                         arrival_interval_ms=2.0, num_workers=8),
                                    "--input-tokens 1024 --output-tokens 128 --request-count 100000 "
-                                   "--arrival-interval-ms 2 --num-workers 8"),
+                                   "--arrival-interval-ms 2 --num-workers 8", 1),
     "100k x 1 worker, 512/64": (dict(input_tokens=512, output_tokens=64, request_count=100_000,
                                      arrival_interval_ms=10.0, num_workers=1),
                                 "--input-tokens 512 --output-tokens 64 --request-count 100000 "
-                                "--arrival-interval-ms 10 --num-workers 1"),
+                                "--arrival-interval-ms 10 --num-workers 1", 1),
     "20k x 4 workers, dp 2": (dict(input_tokens=1024, output_tokens=128, request_count=20_000,
-                                   arrival_interval_ms=5.0, num_workers=4, dp=2),
+                                   arrival_interval_ms=5.0, num_workers=4),
                               "--input-tokens 1024 --output-tokens 128 --request-count 20000 "
-                              "--arrival-interval-ms 5 --num-workers 4"),
+                              "--arrival-interval-ms 5 --num-workers 4", 2),
 }
 
 
-def _engine(dp=1):
-    return {"engine_type": "sglang", "block_size": 64, "dp_size": dp}
+def engine_args(engine, dp):
+    """The engine arguments of a workload: SGLang with 64-token pages; TRT-LLM at its defaults,
+    with 1,500 blocks a rank under DP (every rank's KV reserved to the limit)."""
+    if engine == "sglang":
+        return {"engine_type": "sglang", "block_size": 64, "dp_size": dp}
+    return {"engine_type": "trtllm"} if dp == 1 else {"engine_type": "trtllm", "dp_size": dp, "num_gpu_blocks": 1500}
 
 
-def run_fastsim(kw):
+def run_fastsim(kw, engine):
     kw = dict(kw)
-    dp = kw.pop("dp", 1)
     n_in, n_out, n = kw.pop("input_tokens"), kw.pop("output_tokens"), kw.pop("request_count")
-    rep = fastsim.run_synthetic_trace_replay(n_in, n_out, n, extra_engine_args=_engine(dp), **kw)
+    rep = fastsim.run_synthetic_trace_replay(n_in, n_out, n, extra_engine_args=engine, **kw)
     return rep.summary["wall_time_ms"], rep.summary["duration_ms"]
 
 
-def run_dynamo(python, runner, flags, dp):
+def run_dynamo(python, runner, flags, engine):
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"
-        cmd = [python, runner, *flags.split(), "--extra-engine-args", json.dumps(_engine(dp)),
+        cmd = [python, runner, *flags.split(), "--extra-engine-args", json.dumps(engine),
                "--report-json", str(out)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env=dict(os.environ, DYN_LOG="error"))
@@ -64,20 +67,23 @@ def run_dynamo(python, runner, flags, dp):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engine", choices=("sglang", "trtllm"), required=True)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--dynamo161-python", default=os.environ.get("DYNAMO161_PYTHON"))
     ap.add_argument("--dynamo161-runner", default=os.environ.get("DYNAMO161_RUNNER"))
     a = ap.parse_args(argv)
     if not (a.dynamo161_python and a.dynamo161_runner):
         sys.exit("give --dynamo161-python and --dynamo161-runner (or DYNAMO161_PYTHON, DYNAMO161_RUNNER)")
-    run_fastsim(dict(input_tokens=256, output_tokens=8, request_count=50, arrival_interval_ms=10.0))  # warm
+    run_fastsim(dict(input_tokens=256, output_tokens=8, request_count=50, arrival_interval_ms=10.0),
+                engine_args(a.engine, 1))  # warm
     print("| workload | fastsim wall_time_ms | Dynamo 1.6.1 wall_time_ms | ratio (median) | same duration_ms |")
     print("|---|---|---|---|---|")
-    for name, (kw, flags) in WORKLOADS.items():
+    for name, (kw, flags, dp) in WORKLOADS.items():
+        engine = engine_args(a.engine, dp)
         fs, dy, ratios, same = [], [], [], True
         for _ in range(a.repeats):
-            f_wall, f_dur = run_fastsim(kw)
-            d_wall, d_dur = run_dynamo(a.dynamo161_python, a.dynamo161_runner, flags, kw.get("dp", 1))
+            f_wall, f_dur = run_fastsim(kw, engine)
+            d_wall, d_dur = run_dynamo(a.dynamo161_python, a.dynamo161_runner, flags, engine)
             fs.append(f_wall)
             dy.append(d_wall)
             ratios.append(d_wall / f_wall)
