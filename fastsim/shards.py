@@ -70,14 +70,15 @@ def resolve_threads(threads) -> tuple:
 
 
 def plan(workload, *, threads, num_workers, router_mode, replay_concurrency, max_sim_time_ms,
-         schedule, planner, telemetry_interval_ms) -> int:
+         schedule, planner, telemetry_interval_ms, speculative=False) -> int:
     """How many shards to simulate ``workload`` in: 1 (the plain loop) when it cannot or need not
-    be split (see the module's docstring)."""
+    be split (see the module's docstring; ``speculative``: each rank's MTP sampler is seeded by
+    its global rank id, which a shard renumbers)."""
     n_threads, explicit = resolve_threads(threads)
     n = int(workload.isl.shape[0])
     if (n_threads < 2 or num_workers < 2 or router_mode != "round_robin" or replay_concurrency
             or max_sim_time_ms is not None or schedule or planner is not None
-            or telemetry_interval_ms or n == 0):
+            or telemetry_interval_ms or speculative or n == 0):
         return 1
     if not explicit and n < AUTO_MIN_REQUESTS:
         return 1

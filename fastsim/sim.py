@@ -15,9 +15,9 @@ from fastsim.kernels.rank_state import COMMITTED_TOKENS, READMISSIONS
 from fastsim.pages import with_small_pages
 from fastsim.results import (fleet_frame, gap_columns, history_columns, in_flight_with_gaps, no_readmissions,
                              request_columns, telemetry_frame)
-from fastsim.run_config import (RunConfig, check_kv_event_lag, check_schedule, check_telemetry, history_kept,
-                                readmission_log_size, worker_rows)
-from fastsim.state import (build_state, check_mtp_version, grow_readmission_log, grow_telemetry, initial_table_size,
+from fastsim.run_config import (RunConfig, check_kv_event_lag, check_mtp_version, check_schedule, check_telemetry,
+                                history_kept, readmission_log_size, worker_rows)
+from fastsim.state import (build_state, grow_readmission_log, grow_telemetry, initial_table_size,
                            router_state, settle_unarrived, sharing_groups)
 from fastsim.trace_checks import check_workload
 from fastsim.workload import session_labels
@@ -193,9 +193,7 @@ def simulate(
     n_shards = shards.plan(workload, threads=threads, num_workers=num_workers, router_mode=router_mode,
                            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                            schedule=schedule, planner=planner,
-                           telemetry_interval_ms=telemetry_interval_ms)
-    if engine.aic_nextn:
-        n_shards = 1  # each worker's sampler draws from one stream in its pass order
+                           telemetry_interval_ms=telemetry_interval_ms, speculative=bool(engine.aic_nextn))
     load_kernels()
     t0 = time.perf_counter()
     dp = max(int(engine.dp_size or 1), 1)

@@ -11,9 +11,9 @@ from fastsim.errors import InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.workload import session_labels
 from fastsim.results import fleet_frame, gap_columns, in_flight_with_gaps, readmission_columns
-from fastsim.run_config import check_schedule, history_kept, readmission_log_size, worker_rows
+from fastsim.run_config import check_mtp_version, check_schedule, history_kept, readmission_log_size, worker_rows
 from fastsim.sim import load_kernels, check_memory
-from fastsim.state import (block_keys, check_mtp_version, engine_params, max_tokens, mtp_ranks, request_table,
+from fastsim.state import (block_keys, engine_params, max_tokens, mtp_ranks, request_table,
                            router_state, session_table, settle_unarrived, sharing_groups)
 from fastsim.dead_end import dead_end_error
 from fastsim.trace_checks import check_workload

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim import arena, reuse
-from fastsim.errors import InputError, NotSupportedError
+from fastsim.errors import InputError
 from fastsim.kernels.rank_state import AWAITING_READMISSION, READMISSIONS
 from fastsim.run_config import RunConfig
 
@@ -66,11 +66,6 @@ def mtp_ranks(engine, n_ranks, dp, first_worker=0):
     return dict(mtp_rates=accept_rates(engine.aic_nextn_accept_rates, int(engine.aic_nextn)), mtp_seeds=seeds)
 
 
-def check_mtp_version(engines, version):
-    """Speculative decoding is reproduced for Dynamo 1.6.1 only."""
-    if version == "1.4.2" and any(e.aic_nextn for e in engines):
-        raise NotSupportedError("aic_nextn (speculative decoding, MTP) is not supported yet by fastsim for "
-                                "--dynamo-version 1.4.2 (it is reproduced for 1.6.1)")
 
 
 def block_keys(workload, block_size, caching=True, sharing=None):
