@@ -27,12 +27,19 @@ fastsim's kernels only, and only while numba works on them:
   ``NUMBA_CACHE_DIR`` in the environment is used as it is.
 * the optimisation level: LLVM ``-O2`` (:data:`OPT_LEVEL`) instead of numba's ``-O3``, which
   compiles this code longer and runs it no faster.
+
+The outermost compile of a thread also runs inside a frame that reserves stack room
+(:data:`FRAME_ROOM`), so that numba's deep, call-heavy compiler does not map and unmap CPython's
+frame-stack chunks over and over (decision 0284).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
+import threading
+import types
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -196,12 +203,28 @@ def _opt_level():
     return type(config.OPT)(OPT_LEVEL)
 
 
+def _call(fn, arg):
+    return fn(arg)
+
+
+# CPython 3.11+ keeps frames in 16 KB chunks and unmaps a chunk as soon as the frame at its base
+# returns; numba's compiler loops over calls that straddle a chunk boundary, which maps and unmaps
+# a chunk about 1.5 million times in a cold compile (decision 0284). A compile entered through a
+# frame that declares FRAME_ROOM pointers of stack starts a chunk of twice that, and every frame
+# the compile pushes fits in its other half.
+FRAME_ROOM = 1 << 16
+_call_with_room = (types.FunctionType(_call.__code__.replace(co_stacksize=FRAME_ROOM), {})
+                   if sys.version_info >= (3, 11) else _call)
+_compiling = threading.local()
+
+
 def _own_compiles(dispatcher):
     """Have every compile of ``dispatcher`` (called, typed from another kernel, or asked for)
-    run at :data:`OPT_LEVEL`, and numba's setting restored after it."""
+    run at :data:`OPT_LEVEL`, and numba's setting restored after it; the outermost compile of a
+    thread runs in a fresh frame-stack chunk (:data:`FRAME_ROOM`)."""
     usual = dispatcher.compile
 
-    def compile(sig):
+    def compile_here(sig):
         from numba.core.registry import cpu_target
 
         # numba's code generator sets its target machine's level when it is first made: make it
@@ -209,6 +232,15 @@ def _own_compiles(dispatcher):
         cpu_target.target_context  # noqa: B018
         with _numba_settings(OPT=_opt_level()):
             return usual(sig)
+
+    def compile(sig):
+        if getattr(_compiling, "active", False):
+            return compile_here(sig)
+        _compiling.active = True
+        try:
+            return _call_with_room(compile_here, sig)
+        finally:
+            _compiling.active = False
 
     dispatcher.compile = compile
     return dispatcher
