@@ -29,37 +29,41 @@ _KV_EVENTS = 1 << 16
 
 
 _KERNELS_LOADED = False
+_SPECULATIVE_LOADED = False
 
 
-def load_kernels():
-    """Load (or compile) the loop kernels once per process, outside the timed region.
+def load_kernels(speculative: bool = False):
+    """Load (or compile) the loop kernels once per process, outside the timed region;
+    ``speculative``: the loop's variant with speculative decoding instead, which is compiled apart
+    (a run without it compiles none of its code, and one with it needs only its own: decision
+    0285).
 
     ``wall_time_ms`` is the simulation's own time, as Dynamo's is the time of its Rust core (which
     excludes loading its extension module); the one-time load of cached machine code is not part
     of a simulation.
     """
-    global _KERNELS_LOADED
-    if _KERNELS_LOADED:
-        return
-    _KERNELS_LOADED = True
-    import sys
-
+    global _KERNELS_LOADED, _SPECULATIVE_LOADED
     from fastsim import warmup
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
 
-    if not warmup.cached("run_loop_nb"):
-        sys.stderr.write("fastsim: compiling the simulation kernels for this machine "
-                         "(first run only, about a minute; later runs load them from the cache; "
-                         "'fastsim warmup' does it ahead)\n")
-        sys.stderr.flush()
     w = synthetic(16, 2, 1, arrival_interval_ms=1.0)
-    # a one-row trace too, so that the block-identity kernel of trace replays is loaded as well
+    # a one-row trace, so that the block-identity kernel of trace replays is loaded as well
     w.hash_ptr = np.array([0, 1], dtype=np.int64)
     w.hash_ids = np.array([1], dtype=np.int64)
     w.trace_block_size = 16
-    simulate(w, EngineArgs(block_size=16))
-    simulate(w, EngineArgs(block_size=16), num_workers=2, threads=2)  # a split run's kernels
+    if speculative:
+        if not _SPECULATIVE_LOADED:
+            _SPECULATIVE_LOADED = True
+            with warmup.variant("speculative", "the simulation kernels with speculative decoding",
+                                "about a minute"):
+                simulate(w, EngineArgs(block_size=16, aic_nextn=1))  # (never split into shards)
+    elif not _KERNELS_LOADED:
+        _KERNELS_LOADED = True
+        if not warmup.cached("run_loop_nb"):
+            warmup.announce_compile("the simulation kernels", "about a minute")
+        simulate(w, EngineArgs(block_size=16))
+        simulate(w, EngineArgs(block_size=16), num_workers=2, threads=2)  # a split run's kernels
 
 
 @with_small_pages
@@ -194,7 +198,7 @@ def simulate(
                            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                            schedule=schedule, planner=planner,
                            telemetry_interval_ms=telemetry_interval_ms, speculative=bool(engine.aic_nextn))
-    load_kernels()
+    load_kernels(speculative=bool(engine.aic_nextn))
     t0 = time.perf_counter()
     dp = max(int(engine.dp_size or 1), 1)
     if n_shards > 1:

@@ -125,7 +125,7 @@ def simulate_disagg(
     check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
                  num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],
                  pools=[(prefill_engine, P), (decode_engine, D)], kernels_loaded=_LOADED)
-    load_disagg_kernels()
+    load_disagg_kernels(bool(prefill_engine.aic_nextn), bool(decode_engine.aic_nextn))
     t0 = time.perf_counter()
     pp = engine_params(prefill_engine, PREFILL, steady_decode, light_ticks, timing_rules(version))
     pd = engine_params(decode_engine, DECODE, steady_decode, light_ticks, timing_rules(version))
@@ -313,26 +313,34 @@ def _pool_schedules(schedule):
 
 
 _LOADED = False
+_SPECULATIVE_LOADED = set()  # the (prefill, decode) speculative-decoding variants loaded
 
 
-def load_disagg_kernels():
-    """Load the disaggregated loop once per process, outside the timed region (see sim.py)."""
+def load_disagg_kernels(prefill_speculative: bool = False, decode_speculative: bool = False):
+    """Load the disaggregated loop once per process, outside the timed region (see sim.py), or
+    its variant for pools with speculative decoding when a run has them (decision 0285)."""
     global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    import sys
-
     from fastsim import warmup
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
 
-    if not warmup.cached("run_disagg_nb"):
-        sys.stderr.write("fastsim: compiling the disaggregated simulation kernels for this machine "
-                         "(first run only; later runs load them from the cache; 'fastsim warmup' "
-                         "does it ahead)\n")
-        sys.stderr.flush()
-    load_kernels()
-    simulate_disagg(synthetic(16, 2, 1, arrival_interval_ms=1.0),
-                    EngineArgs(block_size=16, worker_type="prefill"),
-                    EngineArgs(block_size=16, worker_type="decode"))
+    key = (prefill_speculative, decode_speculative)
+    if any(key):
+        if key in _SPECULATIVE_LOADED:
+            return
+        _SPECULATIVE_LOADED.add(key)
+        load_kernels()
+        name = "disaggregated-speculative-" + "-".join("yes" if x else "no" for x in key)
+        with warmup.variant(name, "the disaggregated simulation kernels with speculative decoding",
+                            "about a minute"):
+            simulate_disagg(synthetic(16, 2, 1, arrival_interval_ms=1.0),
+                            EngineArgs(block_size=16, worker_type="prefill", aic_nextn=1 if key[0] else None),
+                            EngineArgs(block_size=16, worker_type="decode", aic_nextn=1 if key[1] else None))
+    elif not _LOADED:
+        _LOADED = True
+        if not warmup.cached("run_disagg_nb"):
+            warmup.announce_compile("the disaggregated simulation kernels", "about a minute")
+        load_kernels()
+        simulate_disagg(synthetic(16, 2, 1, arrival_interval_ms=1.0),
+                        EngineArgs(block_size=16, worker_type="prefill"),
+                        EngineArgs(block_size=16, worker_type="decode"))

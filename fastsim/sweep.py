@@ -394,11 +394,12 @@ def load_spec(spec) -> SweepSpec:
 
 def _warm_worker():
     """Load every kernel in a worker process (once, from numba's disk cache; compile it if the
-    cache is cold: ``fastsim warmup``, which the sweep's own process runs first)."""
+    cache is cold: ``fastsim warmup``, which the sweep's own process runs first). The loop's
+    speculative-decoding variant is left to the first configuration that uses it."""
     try:
         from fastsim.warmup import warm_up
 
-        warm_up()
+        warm_up(speculative=False)
     except Exception:  # a broken install shows up in the first real configuration instead
         pass
 

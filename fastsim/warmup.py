@@ -4,16 +4,22 @@ sweep workers, and the first simulation of a process.
 The kernels are compiled by numba on first use and cached on disk (``kernels/jit.py``: the cache
 directory). :func:`warm_up` runs one tiny simulation of each kind (a single worker, a cluster split
 into shards, a trace with prefix caching, KV-aware routing, disaggregated serving, the SGLang and
-TRT-LLM engines), so that every kernel a replay or a sweep needs is compiled (on an empty cache) or
-loaded before the first real run. Processes that share one cache directory (``NUMBA_CACHE_DIR``,
-e.g. on a shared file system for Dask workers) compile it once between them.
+TRT-LLM engines, speculative decoding), so that every kernel a replay or a sweep needs is compiled
+(on an empty cache) or loaded before the first real run. Processes that share one cache directory
+(``NUMBA_CACHE_DIR``, e.g. on a shared file system for Dask workers) compile it once between them.
+
+Speculative decoding compiles a variant of the loop of its own (decision 0285): the first run that
+uses it compiles (or loads) that variant, outside its timed region, and :func:`variant` tells
+whether that is a compile.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 # one row of a Mooncake trace (two blocks of 16 tokens, the second shared with nothing)
@@ -32,6 +38,29 @@ def cached(kernel: str) -> bool:
     """True if the cache has machine code of ``kernel`` (a kernel's function name)."""
     cache = Path(cache_dir())
     return cache.is_dir() and any(cache.rglob(f"*.{kernel}-*.nbi"))
+
+
+def announce_compile(what: str, how_long: str) -> None:
+    """Tell the user, on stderr, that ``what`` is being compiled, which takes ``how_long``."""
+    sys.stderr.write(f"fastsim: compiling {what} for this machine (first run only, {how_long}; "
+                     "later runs load them from the cache; 'fastsim warmup' does it ahead)\n")
+    sys.stderr.flush()
+
+
+@contextmanager
+def variant(name: str, what: str, how_long: str):
+    """Load (or compile) a variant of a loop, ``name``, in the ``with`` block, announcing the
+    compile when the cache has not got it: numba's cache files are named after the kernel, not
+    its variant, so a marker file beside them records that the variant was made."""
+    marker = Path(cache_dir()) / f"variant-{name}.done"
+    if not marker.exists():
+        announce_compile(what, how_long)
+    yield
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:  # a read-only shared cache: the message shows again, nothing else changes
+        pass
 
 
 def _aggregated():
@@ -73,18 +102,30 @@ def _trtllm():
                                extra_engine_args={"engine_type": "trtllm", "block_size": 16, "dp_size": 2})
 
 
+def _speculative():
+    from fastsim.sim import load_kernels
+
+    load_kernels(speculative=True)
+
+
+SPECULATIVE_STEP = "speculative decoding (its own variant of the loop)"
+
 STEPS = (("aggregated loop (one worker, a split cluster)", _aggregated),
          ("trace replay, prefix caching, KV-aware routing", _trace_and_kv_router),
          ("disaggregated loop", _disaggregated),
          ("SGLang engine", _sglang),
-         ("TRT-LLM engine", _trtllm))
+         ("TRT-LLM engine", _trtllm),
+         (SPECULATIVE_STEP, _speculative))
 
 
-def warm_up(report=None) -> float:
-    """Compile (or load) every kernel; ``report(step, seconds)`` is called after each step.
-    Returns the total seconds."""
+def warm_up(report=None, speculative: bool = True) -> float:
+    """Compile (or load) every kernel; ``report(step, seconds)`` is called after each step;
+    ``speculative``: the loop's speculative-decoding variant too (a sweep's workers leave it to
+    the first configuration that uses it). Returns the total seconds."""
     start = time.perf_counter()
     for name, step in STEPS:
+        if name == SPECULATIVE_STEP and not speculative:
+            continue
         t = time.perf_counter()
         step()
         if report is not None:

@@ -634,7 +634,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
             continue
         pa.acc[PROGRESS] = 0
         e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, cl.pend_head, cl.pend_tail, g,
-                         prev_end)
+                         prev_end, rk.speculation)
         seal_feed_nb(pool, e)  # (a lagging kv_router's feed of the rank's KV events)
         if e > end:
             end = e

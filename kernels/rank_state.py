@@ -71,6 +71,14 @@ class Reqs(NamedTuple):
     # session's next turn continues r's blocks (state._stream_ids)
     kid: np.ndarray
 
+class Speculation(NamedTuple):
+    """Speculative decoding's draws: the draft positions' acceptance thresholds and each rank's
+    generator (kernels/mtp.py)."""
+
+    thresholds: np.ndarray  # uint64[nextn]
+    streams: np.ndarray  # uint32[R, mtp.ROW]
+
+
 class Ranks(NamedTuple):
     """Per-rank queue heads (intrusive doubly linked lists over request rows)."""
 
@@ -111,10 +119,9 @@ class Ranks(NamedTuple):
     # the token budget (larger counts use the memo)
     ptab: np.ndarray  # float64[min(budget, _PTAB_MAX) + 1]
     resv: np.ndarray  # int64[R]: TRT-LLM's reserved blocks (kernels/trtllm.py; 0 for vLLM)
-    # speculative decoding (kernels/mtp.py): the draft positions' acceptance thresholds (empty:
-    # off) and each rank's generator
-    mtp_thr: np.ndarray  # uint64[nextn]
-    mtp_rng: np.ndarray  # uint32[R, mtp.ROW] (R = 0: off)
+    # speculative decoding's draws (kernels/mtp.py), None when it is off: the kernels branch on
+    # ``is None``, which numba settles while compiling, so a run without it compiles none of it
+    speculation: object
     # prefill_schedule_interval: [group step counter (at the group's first rank), this rank's
     # "the last open step left requests waiting" flag]
     psi: np.ndarray  # int64[R, 2]
@@ -153,7 +160,8 @@ def make_ranks(n_ranks, block_size, cap, budget, mtp_rates=(), mtp_seeds=()):
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),
         ptab=np.full(min(budget, _PTAB_MAX) + 1, np.nan),
         resv=np.zeros(n_ranks, dtype=np.int64),
-        mtp_thr=accept_thresholds(mtp_rates), mtp_rng=new_streams(mtp_seeds if len(mtp_rates) else ()),
+        speculation=(Speculation(accept_thresholds(mtp_rates), new_streams(mtp_seeds))
+                     if len(mtp_rates) else None),
         psi=np.zeros((n_ranks, 2), dtype=np.int64),
     )
 

@@ -38,7 +38,7 @@ from fastsim.kernels.steady import block_residue, due_pass, end_gen, materialize
 
 
 @llvm_inline
-def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, prev_end):
+def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, prev_end, spec):
     """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
 
     Rows that emit a token are appended to ``pa.emit``; steady members that emit (not listed) are
@@ -60,7 +60,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     prefill_ms = _prefill_ms(p, perf, rk, k, pa.acc)
     pf_n, pf_len = _prompts_completed_161(p, rq, rk, pa)
     decode_ms = _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_head, pend_tail, g,
-                             prev_end)
+                             prev_end, spec)
     return (now + prefill_ms) + decode_ms
 
 
@@ -326,7 +326,7 @@ def _prompts_completed_161(p, rq, rk, pa):
 
 
 @inline
-def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_head, pend_tail, g, prev_end):
+def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_head, pend_tail, g, prev_end, spec):
     """Emission, and the decode part of the duration, which it returns."""
     acc = pa.acc
     isl = rq.isl
@@ -354,8 +354,8 @@ def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_hea
     conv_n = 0
     conv_len = 0
     cur = rk.xhead[k]
-    if p.nextn > 0:  # speculative decoding: several tokens a step (no steady members then)
-        ne, n_ready, total_len = emit_speculative_nb(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g)
+    if spec is not None:  # speculative decoding: several tokens a step (no steady members then)
+        ne, n_ready, total_len = emit_speculative_nb(p, spec, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g)
         cur = -1
     while cur >= 0:
         nxt = xnext[cur]
@@ -389,7 +389,7 @@ def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_hea
     end_emit = ne
     decode_ms = 0.0
     if n_ready > 0:
-        if p.nextn > 0:  # a speculative step verifies every ready request, fresh ones too (decision 0340)
+        if spec is not None:  # a speculative step verifies every ready request, fresh ones too (decision 0340)
             pf_n = 0
             pf_len = 0
         n_dec = n_ready - pf_n

@@ -41,7 +41,7 @@ def _extend_alloc(p, pool, rq, k, r, target, pa):
 
 
 @inner
-def emit_speculative_nb(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g):
+def emit_speculative_nb(p, spec, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g):
     """The emission of a pass with speculative decoding (Dynamo's speculative emit, decision
     0340): requests with nothing left to generate end; the others (``ready``, in running order)
     reserve the blocks of their largest possible step, ``min(nextn + 1, remaining)`` tokens
@@ -58,8 +58,8 @@ def emit_speculative_nb(p, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g):
     emit = pa.emit
     burst = pa.burst
     mml = p.max_model_len
-    thr = rk.mtp_thr
-    rng = rk.mtp_rng
+    thr = spec.thresholds
+    rng = spec.streams
     first = ne
     cur = rk.xhead[k]
     while cur >= 0:
