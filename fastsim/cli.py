@@ -527,7 +527,7 @@ def _cmd_replay(args) -> int:
     if engine is not None:
         from fastsim.kv_tiers import check_flat_tiers
 
-        check_flat_tiers(engine, args.dynamo_version, "--extra-engine-args")
+        engine = check_flat_tiers(engine, args.dynamo_version, "--extra-engine-args")
     common = dict(
         extra_engine_args=engine,
         prefill_engine_args=args.prefill_engine_args,
