@@ -299,6 +299,10 @@ def simulate(
     # only the per-request results and the gap statistics go on: the rest of the state is freed
     # before the report's own arrays are made (peak memory)
     cols = request_columns(st.requests, single_path and not history)
+    if tier is not None:  # the first admission's reuse split by tier
+        from fastsim.report import TIER_FIELDS
+
+        cols[TIER_FIELDS[0]], cols[TIER_FIELDS[1]] = tier.first_g1, tier.first_host
     committed = int(st.ranks.counters[COMMITTED_TOKENS])
     if status == SIM_CAP:  # a pass in flight at the cap has not committed its prompt tokens yet
         committed -= int(st.cluster.pass_commit[st.cluster.last_stamp > out[1]].sum())
