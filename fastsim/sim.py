@@ -238,6 +238,9 @@ def simulate(
         out = np.zeros(4)
         while True:
             (params, perf, pool, requests, ranks, sessions, cluster, gaps, fleet, scratch) = st.tables()
+            if tier is not None:  # its loop variant is not part of the simulation's own time (load_kernels)
+                t0 += _load_tier_kernels(run_loop_nb, (params, perf, pool, requests, ranks, sessions, cluster,
+                                                       gaps, rt, fleet, scratch, out, tier))
             status = run_loop_nb(params, perf, pool, requests, ranks, sessions, cluster, gaps, rt, fleet, scratch,
                                  out, tier)
             if status == TELEMETRY_FULL:
@@ -322,6 +325,22 @@ def simulate(
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_ws,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
                    telemetry=bool(telemetry_interval_ms), version=version, committed=committed)
+
+
+def _load_tier_kernels(run_loop_nb, args):
+    """Load (or compile, on the first run with a host tier) the event loop's variant that takes a
+    host tier, for the arguments ``args``; returns the seconds it took."""
+    import sys
+
+    from numba import typeof
+
+    t = time.perf_counter()
+    sig = tuple(typeof(x) for x in args)
+    if sig not in run_loop_nb.overloads:
+        sys.stderr.write("fastsim: loading the host-tier simulation kernels (compiled on the first run with a "
+                         "host tier, about a minute; later runs load them from the cache)\n")
+        run_loop_nb.compile(sig)
+    return time.perf_counter() - t
 
 
 def _host_tier(st, engine, rings):
