@@ -272,8 +272,6 @@ def check_host_tier_run(engine, *, router_mode: str, dp: int, disaggregated: boo
     if engine.aic_nextn:
         raise _not_yet("speculative decoding (aic_nextn)")
     if workload is not None:
-        if workload.hash_ptr is None:
-            raise _not_yet("synthetic prompts (no hash_ids)")
         if workload.stream_row is not None or workload.key_isl is not None:
             raise _not_yet("mooncake-delta session streams")
 

@@ -3,8 +3,9 @@
 * Small traces recorded on Dynamo 1.6.1 (``tests/data/host_offload_small_161``), each showing a
   rule: a load while another request runs, a deferral by a store in flight and the fences on the
   GPU blocks a store still reads, the idle worker woken at a load's end, instantaneous lanes,
-  first-byte latency, chunked prefill, preemption; and three ``mooncake_synth_500`` runs without
-  host eviction (two workers, KV pressure, a slow D2H lane). Every report field within 1e-9 and
+  first-byte latency, chunked prefill, preemption; ``mooncake_synth_500`` runs without host
+  eviction (two and three workers, KV pressure, slow lanes, a closed loop), the conversation trace
+  on two workers, and unique synthetic prompts readmitted after preemptions. Every report field within 1e-9 and
   every request's timeline, with its first admission's reuse split by tier.
 * A tier where nothing is ever evicted from the GPU pool changes nothing (Dynamo 1.6.1 gives the
   report of the run without it): fastsim too, to the bit.
@@ -113,13 +114,6 @@ def test_unsupported_runs_are_refused_by_name(engine, kw, words):
         fastsim.run_trace_replay(SYNTH, extra_engine_args={"engine": engine, **top}, trace_block_size=512,
                                  dynamo_version="1.6.1", **kw)
     assert words in str(ei.value)
-
-
-def test_synthetic_prompts_are_refused():
-    engine = {"engine": dict(KV, native_host_offload={"num_host_blocks": 100})}
-    with pytest.raises(NotSupportedError, match="synthetic prompts"):
-        fastsim.run_synthetic_trace_replay(256, 4, 3, extra_engine_args=engine, arrival_interval_ms=10.0,
-                                           dynamo_version="1.6.1")
 
 
 def test_host_eviction_is_refused_with_what_to_change():
