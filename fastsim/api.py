@@ -146,7 +146,7 @@ def _common(
             if pools[pool].host_offload is not None:
                 from fastsim.kv_tiers import check_host_tier_run
 
-                check_host_tier_run(pools[pool], router_mode=router_mode, dp=1, disaggregated=True)
+                check_host_tier_run(pools[pool], router_mode=router_mode, disaggregated=True)
         return dict(
             engine=pools["prefill"], num_workers=workers, router_mode=router_mode,
             replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim, sla=sla,

@@ -1,8 +1,8 @@
 """KV tiers below the GPU pool: Dynamo 1.6.1's host-memory tier (G2) and shared tier (G3).
 
 fastsim reads and checks these settings with Dynamo 1.6.1's rules. The host tier is simulated
-(``kernels/host_offload.py``, decisions 0350-0352) on aggregated vLLM workers without attention DP
-and with round robin routing, as long as no host tier has to evict a block (Dynamo's eviction order
+(``kernels/host_offload.py``, decisions 0350-0352) on aggregated vLLM workers (attention DP too)
+with round robin routing, as long as no host tier has to evict a block (Dynamo's eviction order
 depends on its block hash values): :func:`check_host_tier_run` refuses the rest by name, and a run
 whose tier would evict stops with a refusal that says how many host blocks to give. The G3 tier is
 refused. Dynamo 1.4.2 reads its flat offload names but its offline replay runs without any tier, so
@@ -249,11 +249,11 @@ def refuse_tiers(host: Optional[HostOffload], g3: Optional[G3Offload], source: s
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(
         f"a host KV tier (engine.native_host_offload / num_g2_blocks) with {what} is not supported yet by "
-        "fastsim (it simulates the host tier on aggregated vLLM workers, round robin, without attention DP); "
+        "fastsim (it simulates the host tier on aggregated vLLM workers with round robin routing); "
         "remove the tier or that setting")
 
 
-def check_host_tier_run(engine, *, router_mode: str, dp: int, disaggregated: bool = False,
+def check_host_tier_run(engine, *, router_mode: str, disaggregated: bool = False,
                         scaling: bool = False, workload=None) -> None:
     """Refuse by name a run with a host tier that fastsim does not simulate yet."""
     host = engine.host_offload
@@ -263,8 +263,6 @@ def check_host_tier_run(engine, *, router_mode: str, dp: int, disaggregated: boo
         raise _not_yet("disaggregated prefill/decode pools")
     if host.scope != "dp_rank_local":
         raise _not_yet(f"scope {host.scope!r} (one host pool shared by the cluster)")
-    if dp > 1:
-        raise _not_yet(f"attention data parallelism (dp_size {dp})")
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
     if scaling:

@@ -179,8 +179,8 @@ def simulate(
     if engine.host_offload is not None:
         from fastsim.kv_tiers import check_host_tier_run
 
-        check_host_tier_run(engine, router_mode=router_mode, dp=max(int(engine.dp_size or 1), 1),
-                            scaling=bool(schedule) or planner is not None, workload=workload)
+        check_host_tier_run(engine, router_mode=router_mode, scaling=bool(schedule) or planner is not None,
+                            workload=workload)
         # the tier's pass reads every request explicitly: no steady decode, no light ticks, no shards
         steady_decode, light_ticks, threads = False, False, 1
     if engine.engine_type == "sglang":  # the SGLang engine has its own driver

@@ -276,10 +276,12 @@ def _inflight_tail_blocks(tr, p, rq, rk, k):
 
 
 @inline
-def admit_waiting_tier(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, tr):
+def admit_waiting_tier(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_tail, g, tr):
     """Phase B with a host tier (``scheduler._admit_waiting_requests`` plus the connector): the
     candidate is the connector queue's first ready request, else the waiting queue's head; its
-    GPU prefix is looked up, then the host tier (a hit queues a load, a deferral sleeps)."""
+    GPU prefix is looked up, then the host tier (a hit queues a load, a deferral sleeps).
+    ``defer``: a throttled step of the DP prefill cadence (decision 0341) admits no request that
+    computes more than its last prompt token; host loads still start."""
     acc = pa.acc
     bs = p.block_size
     while acc[PREEMPTED_ANY] == 0 and rk.n_run[k] < p.max_seqs and acc[BUDGET] > 0:
@@ -333,6 +335,8 @@ def admit_waiting_tier(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, tr)
             _sleep(tr, rq, rk, k, u)
             acc[PROGRESS] = 1
             continue
+        if defer and length - cached > 1:
+            break
         before = acc[BUDGET]
         res = schedule(p, pool, rq, rk, k, np.int64(u), np.int64(cached), pa, tr)
         if res != SCHEDULED:

@@ -60,7 +60,7 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     if tier is None:
         _admit_waiting_requests(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_tail, g)
     else:
-        admit_waiting_tier(p, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, tier)
+        admit_waiting_tier(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_tail, g, tier)
     if p.psi > 1 and not defer:
         rk.psi[k, 1] = 1 if rk.n_wait[k] > 0 else 0
     prefill_ms = _prefill_ms(p, perf, rk, k, pa.acc)

@@ -5,7 +5,8 @@
   GPU blocks a store still reads, the idle worker woken at a load's end, instantaneous lanes,
   first-byte latency, chunked prefill, preemption; ``mooncake_synth_500`` runs without host
   eviction (two and three workers, KV pressure, slow lanes, a closed loop), the conversation trace
-  on two workers, and unique synthetic prompts readmitted after preemptions. Every report field within 1e-9 and
+  on two workers and on one worker of attention DP 2, DP ranks with a prefill cadence, and unique
+  synthetic prompts readmitted after preemptions. Every report field within 1e-9 and
   every request's timeline, with its first admission's reuse split by tier.
 * A tier where nothing is ever evicted from the GPU pool changes nothing (Dynamo 1.6.1 gives the
   report of the run without it): fastsim too, to the bit.
@@ -102,7 +103,6 @@ def test_a_tier_that_is_never_needed_changes_nothing():
 @pytest.mark.parametrize("engine, kw, words", [
     (dict(KV, native_host_offload={"num_host_blocks": 100}), dict(router_mode="kv_router", num_workers=2),
      "router_mode 'kv_router'"),
-    (dict(KV, native_host_offload={"num_host_blocks": 100}), dict(dp_size=2), "attention data parallelism"),
     (dict(KV, native_host_offload={"num_host_blocks": 100, "scope": "cluster_shared", "kv_layout_id": "L"}), {},
      "scope 'cluster_shared'"),
     (dict(KV, native_host_offload={"num_host_blocks": 100}), dict(scaling_schedule=[(1000.0, 2)]),
