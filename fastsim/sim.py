@@ -30,6 +30,10 @@ _KV_EVENTS = 1 << 16
 
 _KERNELS_LOADED = False
 
+# A host tier's first rings per rank: transfers in flight and their blocks (a run that fills them
+# starts again with rings 4x larger)
+_TIER_RINGS = (1024, 1 << 16)
+
 
 def load_kernels():
     """Load (or compile) the loop kernels once per process, outside the timed region.
@@ -227,7 +231,7 @@ def simulate(
                     kv_events=_KV_EVENTS if lag is not None else 0,
                     sharing=None if engine.host_offload is not None else sharing_groups(
                         workload, router_mode, num_workers, replay_concurrency, schedule, planner))
-    tier_rings = (1024, 1 << 16)  # transfers in flight and their blocks, per rank (grown on LOG_FULL)
+    tier_rings = _TIER_RINGS
     st = build_state(workload, engine, run)
     tier = _host_tier(st, engine, tier_rings)
     progress.track(st.n_requests, lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)

@@ -122,3 +122,16 @@ def test_host_eviction_is_refused_with_what_to_change():
         fastsim.run_trace_replay(SYNTH, extra_engine_args=engine, trace_block_size=512, dynamo_version="1.6.1")
     msg = str(ei.value)
     assert "would evict" in msg and "200 blocks" in msg and "num_host_blocks" in msg
+
+
+def test_full_transfer_rings_restart_the_run(monkeypatch):
+    """Transfers in flight beyond the tier's rings stop the loop (LOG_FULL); the run starts again
+    with larger rings and gives the same report."""
+    from fastsim import sim
+
+    engine = {"engine": dict(KV, num_gpu_blocks=800, native_host_offload={"num_host_blocks": 20000,
+                                                                        "d2h_bandwidth_gbps": 0.5})}
+    kw = dict(extra_engine_args=engine, trace_block_size=512, num_workers=2, dynamo_version="1.6.1")
+    want = _summary(fastsim.run_trace_replay(SYNTH, **kw))
+    monkeypatch.setattr(sim, "_TIER_RINGS", (2, 16))
+    assert _summary(fastsim.run_trace_replay(SYNTH, **kw)) == want
