@@ -50,7 +50,6 @@ from fastsim.kernels.rank_state import BUDGET, NLOG, PREEMPTED_ANY, PROGRESS
 NO_LOAD, LOADING, ACTIVATED = 0, 1, 2
 # ``TierRun.flag`` slots: why the run stopped (0: it did not), and the rank
 STOP, STOP_RANK = 0, 1
-# stop reasons (besides host_tier.NEEDS_EVICTION and host_tier.LOG_FULL)
 
 
 class TierRun(NamedTuple):
