@@ -386,6 +386,7 @@ def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=Fa
         "per-rank state": f"{workers} x dp_size",
         "KV pools": f"{blocks}, from {workers}",
         "router table": "the kv_router's table of prompt blocks",
+        "host KV tiers": "engine.native_host_offload.num_host_blocks x ranks",
         "loading the kernels": "fastsim's compiled kernels (a fixed cost)",
     })
 

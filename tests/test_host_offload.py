@@ -135,3 +135,11 @@ def test_full_transfer_rings_restart_the_run(monkeypatch):
     want = _summary(fastsim.run_trace_replay(SYNTH, **kw))
     monkeypatch.setattr(sim, "_TIER_RINGS", (2, 16))
     assert _summary(fastsim.run_trace_replay(SYNTH, **kw)) == want
+
+
+def test_a_host_tier_too_large_for_the_machine_is_refused():
+    from fastsim.memory import InsufficientMemoryError
+
+    engine = {"engine": dict(KV, native_host_offload={"num_host_blocks": 10 ** 10})}
+    with pytest.raises(InsufficientMemoryError, match="engine.native_host_offload.num_host_blocks"):
+        fastsim.run_trace_replay(SYNTH, extra_engine_args=engine, trace_block_size=512, dynamo_version="1.6.1")
