@@ -133,7 +133,7 @@ def _common(
     from fastsim.kv_tiers import check_flat_tiers
 
     engine = EngineArgs.coerce(extra_engine_args, source="extra_engine_args")
-    check_flat_tiers(engine, check_version(dynamo_version), "extra_engine_args")
+    engine = check_flat_tiers(engine, check_version(dynamo_version), "extra_engine_args")
     if disagg:
         pools = dict(
             prefill=EngineArgs.coerce(prefill_engine_args, source="prefill_engine_args"),
@@ -142,7 +142,11 @@ def _common(
             num_decode_workers=_positive_int(num_decode_workers, "num_decode_workers must be at least 1"),
         )
         for pool in ("prefill", "decode"):
-            check_flat_tiers(pools[pool], check_version(dynamo_version), f"{pool}_engine_args")
+            pools[pool] = check_flat_tiers(pools[pool], check_version(dynamo_version), f"{pool}_engine_args")
+            if pools[pool].host_offload is not None:
+                from fastsim.kv_tiers import check_host_tier_run
+
+                check_host_tier_run(pools[pool], router_mode=router_mode, disaggregated=True)
         return dict(
             engine=pools["prefill"], num_workers=workers, router_mode=router_mode,
             replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim, sla=sla,

@@ -321,6 +321,9 @@ examples:
 
 Engine arguments are Dynamo's MockEngineArgs fields (block_size, num_gpu_blocks, max_num_seqs,
 max_num_batched_tokens, enable_prefix_caching, speedup_ratio, dp_size, startup_time, ...).
+Dynamo 1.6.1's host KV tier: {"engine": {"kv_cache_bytes_per_token": N, "native_host_offload":
+{"num_host_blocks": N, "d2h_bandwidth_gbps": 32, "h2d_bandwidth_gbps": 32, "latency_to_first_byte_ms": 0}}}
+(or 1.4.2's num_g2_blocks, bandwidth_g1_to_g2_gbps, bandwidth_g2_to_g1_gbps, kv_bytes_per_token).
 """
 
 # Help texts of `fastsim replay --help` that the definitions (in dynamo.replay's order) lack or
@@ -527,7 +530,7 @@ def _cmd_replay(args) -> int:
     if engine is not None:
         from fastsim.kv_tiers import check_flat_tiers
 
-        check_flat_tiers(engine, args.dynamo_version, "--extra-engine-args")
+        engine = check_flat_tiers(engine, args.dynamo_version, "--extra-engine-args")
     common = dict(
         extra_engine_args=engine,
         prefill_engine_args=args.prefill_engine_args,

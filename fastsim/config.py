@@ -84,6 +84,9 @@ class EngineArgs:
     g1_backend: str = "native"
     timing_model: Optional[Any] = None
     prefill_schedule_interval: int = 1  # Dynamo 1.6 (vllm): prefills every N steps of a DP group
+    # Dynamo 1.6's host KV tier (a fastsim.kv_tiers.HostOffload), set from engine.native_host_offload
+    # or, in 1.6.1 mode, from the flat num_g2_blocks names (fastsim/kv_tiers.py)
+    host_offload: Optional[Any] = None
     # --- accepted, no effect in aggregated offline replay (as in Dynamo) ----------------------
     startup_time: Optional[float] = None
     kv_bytes_per_token: Optional[int] = None
@@ -568,6 +571,12 @@ def _validate(obj: EngineArgs, source: str) -> None:
             checked = _check_value(name, value, source, spec)
             if checked != value or type(checked) is not type(value):
                 object.__setattr__(obj, name, checked)
+        elif name == "host_offload":
+            from fastsim.kv_tiers import HostOffload
+
+            if value is not None and not isinstance(value, HostOffload):
+                raise InputError(f"{source}: unknown field 'host_offload' (a host KV tier is configured by "
+                                 "engine.native_host_offload in the nested form)")
         elif value != _DEFAULTS[name] and name not in ("sglang", "trtllm"):
             reason = _UNSUPPORTED_REASON[_UNSUPPORTED[name]]
             raise NotSupportedError(

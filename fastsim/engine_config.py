@@ -299,6 +299,8 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
 
     host_tier = check_native_host_offload(engine.get("native_host_offload"), engine, source)
     refuse_tiers(host_tier, check_g3_offload(engine.get("g3_offload"), host_tier, source), source)
+    if host_tier is not None:
+        flat["host_offload"] = host_tier
     for name, feature in (
         ("state_cache", "per-request state cache"),
         ("prefix_match_unit", "per-request state cache"),

@@ -43,6 +43,10 @@ _ROUTE = ('{"pool":"%s","outcome":"%s","queue_entered_at_ms":%s,"released_at_ms"
           '"placement_replica_id":null}')
 _ADMIT = ('{"admission_ordinal":%d,"pool_admission_ordinal":%d,"pool":"%s","at_ms":%s,'
           '"reused_input_tokens":%d,"is_readmission":%s}')
+# a first admission with a host KV tier: its reuse split by tier (GPU pool, host tier)
+_ADMIT_TIER = ('{"admission_ordinal":%d,"pool_admission_ordinal":%d,"pool":"%s","at_ms":%s,'
+               '"reused_input_tokens":%d,"g1_reused_input_tokens":%d,"host_reused_input_tokens":%d,'
+               '"is_readmission":%s}')
 
 NAMES = ("session_id", "turn_index", "routing_history", "admission_history", "admission_count", "readmission_count",
          "pressure_record_ordinals")
@@ -96,6 +100,10 @@ class History:
         self.arrival = _col(req, "arrival_ms", np.float64, np.nan, n)
         self.first_admit = _col(req, "first_admit_ms", np.float64, np.nan, n)
         self.first_reused = _col(req, "first_reused_tokens", np.int64, 0, n)
+        self.tier = "first_admission_g1_reused_input_tokens" in req
+        if self.tier:
+            self.first_g1 = _col(req, "first_admission_g1_reused_input_tokens", np.int64, 0, n)
+            self.first_host = _col(req, "first_admission_host_reused_input_tokens", np.int64, 0, n)
         self.kv = "route_best_blocks" in req
         self.selected = _col(req, "route_selected_blocks", np.int64, -1, n)
         self.best = _col(req, "route_best_blocks", np.int64, -1, n)
@@ -194,7 +202,11 @@ class History:
         for i, (pool, t, reused, again) in enumerate(adm):
             j = per_pool.get(pool, 0)
             per_pool[pool] = j + 1
-            items.append(_ADMIT % (i, j, pool, _num(t), reused, "true" if again else "false"))
+            if self.tier and not again:
+                items.append(_ADMIT_TIER % (i, j, pool, _num(t), reused, self.first_g1[r], self.first_host[r],
+                                            "false"))
+            else:
+                items.append(_ADMIT % (i, j, pool, _num(t), reused, "true" if again else "false"))
         return ("[" + ",".join(self._routes(r)) + "]", "[" + ",".join(items) + "]", str(len(adm)),
                 str(sum(1 for a in adm if a[3])))
 
@@ -235,9 +247,14 @@ class History:
                 texts = [memo.get(k) or memo.setdefault(k, self._route("agg", k, -1, None)) for k in ranks]
             at = _float_tokens(first[idx])
             reused = self.first_reused[fr].tolist()
+            if self.tier:
+                g1, host = self.first_g1[fr].tolist(), self.first_host[fr].tolist()
             for j, i in enumerate(idx.tolist()):
                 route[i] = "[" + texts[j] + "]"
-                adm[i] = "[" + _ADMIT % (0, 0, "agg", at[j], reused[j], "false") + "]"
+                if self.tier:
+                    adm[i] = "[" + _ADMIT_TIER % (0, 0, "agg", at[j], reused[j], g1[j], host[j], "false") + "]"
+                else:
+                    adm[i] = "[" + _ADMIT % (0, 0, "agg", at[j], reused[j], "false") + "]"
         for i in np.flatnonzero(~fast).tolist():
             route[i], adm[i], count[i], again[i] = self._slow(int(rows[i]))
         out.update(routing_history=route, admission_history=adm, admission_count=count,

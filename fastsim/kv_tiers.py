@@ -1,10 +1,12 @@
 """KV tiers below the GPU pool: Dynamo 1.6.1's host-memory tier (G2) and shared tier (G3).
 
-fastsim reads and checks these settings with Dynamo 1.6.1's rules, then refuses to run them: the
-tiers are not simulated yet, and running without them would give other numbers than Dynamo
-(``docs/decisions/0350-host-kv-offload.md`` has the rules and the measurements). Dynamo 1.4.2 reads
-its flat offload names but its offline replay runs without any tier, so in 1.4.2 mode those names
-change nothing, as there.
+fastsim reads and checks these settings with Dynamo 1.6.1's rules. The host tier is simulated
+(``kernels/host_offload.py``, decisions 0350-0352) on aggregated vLLM workers (attention DP too)
+with round robin routing, as long as no host tier has to evict a block (Dynamo's eviction order
+depends on its block hash values): :func:`check_host_tier_run` refuses the rest by name, and a run
+whose tier would evict stops with a refusal that says how many host blocks to give. The G3 tier is
+refused. Dynamo 1.4.2 reads its flat offload names but its offline replay runs without any tier, so
+in 1.4.2 mode those names change nothing, as there.
 
 Nested form (Dynamo 1.6.1), under ``engine``::
 
@@ -33,7 +35,8 @@ from typing import Any, Mapping, Optional
 from fastsim.errors import InputError, NotSupportedError
 
 __all__ = ["HostOffload", "G3Offload", "check_native_host_offload", "check_g3_offload",
-           "flat_host_offload", "check_flat_tiers", "refuse_tiers", "FLAT_OFFLOAD_FIELDS"]
+           "flat_host_offload", "check_flat_tiers", "refuse_tiers", "check_host_tier_run", "host_tier_stopped",
+           "FLAT_OFFLOAD_FIELDS"]
 
 HOST_FIELDS = ("scope", "num_host_blocks", "d2h_bandwidth_gbps", "h2d_bandwidth_gbps",
                "shared_d2h_bandwidth_gbps", "shared_h2d_bandwidth_gbps", "latency_to_first_byte_ms",
@@ -210,34 +213,81 @@ def flat_host_offload(values: Mapping[str, Any], source: str) -> Optional[dict]:
     return out
 
 
-def check_flat_tiers(engine, version: str, source: str) -> None:
-    """The 1.4.2 flat offload names of ``engine`` (an :class:`~fastsim.config.EngineArgs`) in the
-    release ``version``: no effect in 1.4.2 (its offline replay has no tiers); in 1.6.1 the host
-    tier they map to, checked, then refused until fastsim simulates it."""
+def check_flat_tiers(engine, version: str, source: str):
+    """The engine (an :class:`~fastsim.config.EngineArgs`) as release ``version`` runs it: in 1.4.2
+    the flat offload names have no effect (its offline replay has no tiers) and a nested host tier
+    is refused (it is a 1.6.1 setting); in 1.6.1 the flat names configure the host tier they map
+    to, checked as Dynamo checks it, in ``engine.host_offload``."""
+    import dataclasses
+
     if version == "1.4.2":
-        return
+        if engine.host_offload is not None:
+            raise NotSupportedError(f"{source}: engine.native_host_offload is a Dynamo 1.6.1 setting (1.4.2's "
+                                    "offline replay has no host tier); use dynamo_version 1.6.1")
+        return engine
     values = {name: getattr(engine, name) for name in (*FLAT_OFFLOAD_FIELDS, "kv_bytes_per_token")}
     nested = flat_host_offload(values, source)
     if nested is None:
-        return
+        return engine
     context = {"backend": engine.engine_type, "enable_prefix_caching": engine.enable_prefix_caching,
                "kv_cache_bytes_per_token": nested.get("kv_cache_bytes_per_token")}
     host = check_native_host_offload(nested["native_host_offload"], context, source,
                                      path="num_g2_blocks", kv_field="kv_bytes_per_token")
-    refuse_tiers(host, None, source, host_field="num_g2_blocks (Dynamo 1.6.1: engine.native_host_offload)")
+    return dataclasses.replace(engine, host_offload=host)
 
 
-def refuse_tiers(host: Optional[HostOffload], g3: Optional[G3Offload], source: str,
-                 host_field: str = "engine.native_host_offload") -> None:
-    """Refuse a configured tier: fastsim does not simulate them yet."""
+def refuse_tiers(host: Optional[HostOffload], g3: Optional[G3Offload], source: str) -> None:
+    """Refuse a G3 tier: fastsim does not simulate it yet."""
     if g3 is not None:
         raise NotSupportedError(
             f"{source}: engine.g3_offload (a shared KV tier, G3) is not supported yet by fastsim; Dynamo 1.6.1 "
-            "runs it offline. Remove it to simulate the GPU pool alone (other numbers than Dynamo's)"
+            "runs it offline. Remove it to simulate the GPU pool and the host tier alone (other numbers than "
+            "Dynamo's)"
         )
-    if host is not None:
-        raise NotSupportedError(
-            f"{source}: {host_field} configures host-memory KV offload (G2, {host.num_host_blocks} host "
-            "blocks), which is not supported yet by fastsim; the settings are valid for Dynamo 1.6.1. Remove "
-            "it to simulate the GPU pool alone (other numbers than Dynamo's)"
-        )
+
+
+def _not_yet(what: str) -> NotSupportedError:
+    return NotSupportedError(
+        f"a host KV tier (engine.native_host_offload / num_g2_blocks) with {what} is not supported yet by "
+        "fastsim (it simulates the host tier on aggregated vLLM workers with round robin routing); "
+        "remove the tier or that setting")
+
+
+def check_host_tier_run(engine, *, router_mode: str, disaggregated: bool = False,
+                        scaling: bool = False, workload=None) -> None:
+    """Refuse by name a run with a host tier that fastsim does not simulate yet."""
+    host = engine.host_offload
+    if host is None:
+        return
+    if disaggregated:
+        raise _not_yet("disaggregated prefill/decode pools")
+    if host.scope != "dp_rank_local":
+        raise _not_yet(f"scope {host.scope!r} (one host pool shared by the cluster)")
+    if router_mode != "round_robin":
+        raise _not_yet(f"router_mode {router_mode!r}")
+    if scaling:
+        raise _not_yet("a scaling schedule or a planner")
+    if engine.aic_nextn:
+        raise _not_yet("speculative decoding (aic_nextn)")
+    if workload is not None:
+        if workload.stream_row is not None or workload.key_isl is not None:
+            raise _not_yet("mooncake-delta session streams")
+
+
+def host_tier_stopped(reason: int, rank: int, engine) -> NotSupportedError:
+    """The refusal of a run whose host tier met what fastsim does not simulate."""
+    from fastsim.kernels.host_tier import LOG_FULL, NEEDS_EVICTION
+
+    host = engine.host_offload
+    if reason == NEEDS_EVICTION:
+        return NotSupportedError(
+            f"the host KV tier of rank {rank} is full ({host.num_host_blocks} blocks) and Dynamo 1.6.1 would "
+            "evict host blocks now, in an order that depends on its block hash values, which fastsim does "
+            "not reproduce: not supported yet. Give the tier more host blocks "
+            "(engine.native_host_offload.num_host_blocks / num_g2_blocks: at least the distinct full prompt "
+            "blocks of the workload never evicts)")
+    if reason == LOG_FULL:
+        return NotSupportedError(
+            f"the host KV tier of rank {rank} had more transfers in flight than fastsim keeps (a store or "
+            "load ring is full): not supported yet; lower the traffic or raise the bandwidths")
+    return NotSupportedError(f"the host KV tier stopped the run (reason {reason})")

@@ -90,6 +90,12 @@ JSONL_FIELDS_161 = (
        ("readmission_count", "h"), ("pressure_record_ordinals", "h"))
     + JSONL_FIELDS[-1:]
 )
+# Dynamo 1.6.1's records of a run with a host KV tier: the first admission's reuse split by tier
+# (GPU pool, host tier) after the reuse (fastsim/kv_tiers.py; -1 = null: never admitted).
+TIER_FIELDS = ("first_admission_g1_reused_input_tokens", "first_admission_host_reused_input_tokens")
+_AT_REUSE = [name for name, _ in JSONL_FIELDS_161].index("reused_input_tokens") + 1
+JSONL_FIELDS_161_TIER = (JSONL_FIELDS_161[:_AT_REUSE] + tuple((name, "n") for name in TIER_FIELDS)
+                         + JSONL_FIELDS_161[_AT_REUSE:])
 # Dynamo 1.6.1's records of an agentic trace: the request's identities first ("a": JSON text per
 # record, fastsim/traces/agentic_report.py), the dispatch time ("d": the arrival) after the arrival.
 JSONL_FIELDS_AGENTIC = (
@@ -508,7 +514,7 @@ class Report:
         for f in _OPTIONAL_FIELDS:
             if f in r:
                 cols[f] = r[f]
-        res = {}
+        res = {name: np.asarray(r[name], dtype=np.int64) for name in TIER_FIELDS if name in r}
         for name, kind in JSONL_FIELDS:
             if kind == "f":
                 res[name] = np.asarray(cols.get(name, np.full(n, np.nan)), dtype=np.float64)
@@ -579,6 +585,8 @@ class Report:
             from fastsim.history import History
 
             fields = JSONL_FIELDS_161 if agentic is None else JSONL_FIELDS_AGENTIC
+            if TIER_FIELDS[0] in cols and agentic is None:
+                fields = JSONL_FIELDS_161_TIER
             if self._history is None:
                 self._history = History(self._req, self._dp, self._disagg)
         uuid_base = int(self._req.get("uuid_base", 0))

@@ -333,7 +333,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
             (params, perf, pool, requests, ranks, sessions, cluster, gaps, fleet, scratch) = st.tables()
             while True:
                 status = run_loop_nb(params, perf, pool, requests, ranks, sessions, cluster, gaps, rt, fleet,
-                                     scratch, out)
+                                     scratch, out, None)
                 if status != TICKS_FULL:
                     break
                 fold.offer(s, st.cluster.tlog[:int(st.cluster.state[NTICKS])].copy(), False, fold=s < k - 1)

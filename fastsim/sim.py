@@ -31,6 +31,10 @@ _KV_EVENTS = 1 << 16
 _KERNELS_LOADED = False
 _SPECULATIVE_LOADED = False
 
+# A host tier's first rings per rank: transfers in flight and their blocks (a run that fills them
+# starts again with rings 4x larger)
+_TIER_RINGS = (1024, 1 << 16)
+
 
 def load_kernels(speculative: bool = False):
     """Load (or compile) the loop kernels once per process, outside the timed region;
@@ -140,6 +144,7 @@ def simulate(
     from fastsim.kernels.router import OVERFLOW
     from fastsim.kernels.codes import (
         DEAD_END,
+        HOST_TIER_STOP,
         LOG_FULL,
         PLANNER_TICK,
         SIM_CAP,
@@ -154,7 +159,7 @@ def simulate(
     rules = timing_rules(version)
     from fastsim.kv_tiers import check_flat_tiers
 
-    check_flat_tiers(engine, version, "engine")
+    engine = check_flat_tiers(engine, version, "engine")
 
     if router_mode not in ("round_robin", "kv_router"):
         raise InputError(f"router_mode is {router_mode!r}; allowed: 'round_robin', 'kv_router'")
@@ -179,6 +184,13 @@ def simulate(
     check_workload(workload)
     check_release(engine, version)
     check_mtp_version([engine], version)
+    if engine.host_offload is not None:
+        from fastsim.kv_tiers import check_host_tier_run
+
+        check_host_tier_run(engine, router_mode=router_mode, scaling=bool(schedule) or planner is not None,
+                            workload=workload)
+        # the tier's pass reads every request explicitly: no steady decode, no light ticks, no shards
+        steady_decode, light_ticks, threads = False, False, 1
     if engine.engine_type == "sglang":  # the SGLang engine has its own driver
         from fastsim.sim_sglang import simulate_sglang
 
@@ -194,7 +206,7 @@ def simulate(
                  telemetry=bool(telemetry_interval_ms), kv_router=router_mode == "kv_router",
                  num_workers=num_workers, schedule=schedule, planner=planner)
     history = history_kept(dynamo_version)
-    n_shards = shards.plan(workload, threads=threads, num_workers=num_workers, router_mode=router_mode,
+    n_shards = 1 if engine.host_offload is not None else shards.plan(workload, threads=threads, num_workers=num_workers, router_mode=router_mode,
                            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                            schedule=schedule, planner=planner,
                            telemetry_interval_ms=telemetry_interval_ms, speculative=bool(engine.aic_nextn))
@@ -221,9 +233,11 @@ def simulate(
                     steady_decode=steady_decode, light_ticks=light_ticks, timing_rules=rules, gap_skip=gap_skip,
                     readmission_log=readmission_log_size(workload) if history else 0,
                     kv_events=_KV_EVENTS if lag is not None else 0,
-                    sharing=sharing_groups(workload, router_mode, num_workers, replay_concurrency, schedule,
-                                           planner))
+                    sharing=None if engine.host_offload is not None else sharing_groups(
+                        workload, router_mode, num_workers, replay_concurrency, schedule, planner))
+    tier_rings = _TIER_RINGS
     st = build_state(workload, engine, run)
+    tier = _host_tier(st, engine, tier_rings)
     progress.track(st.n_requests, lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = initial_table_size(st.requests, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
@@ -232,8 +246,11 @@ def simulate(
         out = np.zeros(4)
         while True:
             (params, perf, pool, requests, ranks, sessions, cluster, gaps, fleet, scratch) = st.tables()
+            if tier is not None:  # its loop variant is not part of the simulation's own time (load_kernels)
+                t0 += _load_tier_kernels(run_loop_nb, (params, perf, pool, requests, ranks, sessions, cluster,
+                                                       gaps, rt, fleet, scratch, out, tier))
             status = run_loop_nb(params, perf, pool, requests, ranks, sessions, cluster, gaps, rt, fleet, scratch,
-                                 out)
+                                 out, tier)
             if status == TELEMETRY_FULL:
                 st = st._replace(fleet=grow_telemetry(st.fleet, tel_cap, telemetry_interval_ms))
             elif status == LOG_FULL:
@@ -247,7 +264,16 @@ def simulate(
                     st.fleet.fs[TARGET] = min(int(target), g_cap)
             else:
                 break
-        if status == TABLE_FULL:
+        if status == HOST_TIER_STOP:
+            from fastsim.kernels.host_offload import tier_stop_reason
+            from fastsim.kernels.host_tier import LOG_FULL as RINGS_FULL
+            from fastsim.kv_tiers import host_tier_stopped
+
+            reason, rank = tier_stop_reason(tier)
+            if reason != RINGS_FULL:
+                raise host_tier_stopped(reason, rank, engine)
+            tier_rings = (4 * tier_rings[0], 4 * tier_rings[1])  # start again with larger rings
+        elif status == TABLE_FULL:
             # The router's table of active prompt blocks filled up: start again with a larger one.
             table *= 4
         elif st.pool.ev_meta[EV_OVERFLOWED]:
@@ -259,6 +285,7 @@ def simulate(
         else:
             break
         st = build_state(workload, engine, run)
+        tier = _host_tier(st, engine, tier_rings)
     progress.untrack()
     if rt.index.state[OVERFLOW]:  # (its size bounds every block it can hold: a broken invariant)
         raise RuntimeError("the kv_router's KV-event index overflowed")
@@ -283,6 +310,10 @@ def simulate(
     # only the per-request results and the gap statistics go on: the rest of the state is freed
     # before the report's own arrays are made (peak memory)
     cols = request_columns(st.requests, single_path and not history)
+    if tier is not None:  # the first admission's reuse split by tier
+        from fastsim.report import TIER_FIELDS
+
+        cols[TIER_FIELDS[0]], cols[TIER_FIELDS[1]] = tier.first_g1, tier.first_host
     committed = int(st.ranks.counters[COMMITTED_TOKENS])
     if status == SIM_CAP:  # a pass in flight at the cap has not committed its prompt tokens yet
         committed -= int(st.cluster.pass_commit[st.cluster.last_stamp > out[1]].sum())
@@ -302,6 +333,37 @@ def simulate(
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_ws,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
                    telemetry=bool(telemetry_interval_ms), version=version, committed=committed)
+
+
+def _load_tier_kernels(run_loop_nb, args):
+    """Load (or compile, on the first run with a host tier) the event loop's variant that takes a
+    host tier, for the arguments ``args``; returns the seconds it took."""
+    import sys
+
+    from numba import typeof
+
+    t = time.perf_counter()
+    sig = tuple(typeof(x) for x in args)
+    if sig not in run_loop_nb.overloads:
+        sys.stderr.write("fastsim: loading the host-tier simulation kernels (compiled on the first run with a "
+                         "host tier, about a minute; later runs load them from the cache)\n")
+        run_loop_nb.compile(sig)
+    return time.perf_counter() - t
+
+
+def _host_tier(st, engine, rings):
+    """The run's host KV tiers and connector state (``kernels/host_offload.py``), None without a tier."""
+    host = engine.host_offload
+    if host is None:
+        return None
+    from fastsim.kernels.host_offload import make_tier_run
+    from fastsim.kernels.host_tier import make_host_tier
+
+    n_ranks = st.ranks.n_run.shape[0]
+    ht = make_host_tier(n_ranks, host.num_host_blocks, st.params.block_size, host.kv_cache_bytes_per_token,
+                        host.d2h_bandwidth_gbps, host.h2d_bandwidth_gbps, host.latency_to_first_byte_ms,
+                        n_live=rings[0], n_keys=rings[1])
+    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0])
 
 
 def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=False, num_workers=1,
@@ -328,6 +390,7 @@ def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=Fa
         "per-rank state": f"{workers} x dp_size",
         "KV pools": f"{blocks}, from {workers}",
         "router table": "the kv_router's table of prompt blocks",
+        "host KV tiers": "engine.native_host_offload.num_host_blocks x ranks",
         "loading the kernels": "fastsim's compiled kernels (a fixed cost)",
     })
 

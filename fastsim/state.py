@@ -68,15 +68,21 @@ def mtp_ranks(engine, n_ranks, dp, first_worker=0):
 
 
 
-def block_keys(workload, block_size, caching=True, sharing=None):
+def block_keys(workload, block_size, caching=True, sharing=None, every_block=False):
     """CSR of content keys of every full prompt block (empty rows for unique synthetic prompts).
 
     ``sharing`` (from :func:`sharing_groups`): only the leading blocks another request of the
     same group may share keep their keys (``kernels/blocks.py``, ``shared_block_keys_nb``); the
-    others are private to their request, which the results cannot tell apart (decision 0276)."""
-    from fastsim.kernels.blocks import content_block_keys_nb, shared_block_keys_nb
+    others are private to their request, which the results cannot tell apart (decision 0276).
+    ``every_block``: unique synthetic prompts get a key per full block too, each its own (a host
+    KV tier stores every full prompt block, decision 0352)."""
+    from fastsim.kernels.blocks import content_block_keys_nb, shared_block_keys_nb, unique_content_keys_nb
 
     n = workload.isl.shape[0]
+    if workload.hash_ptr is None and caching and every_block:
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.asarray(workload.isl, dtype=np.int64) // block_size, out=ptr[1:])
+        return ptr, unique_content_keys_nb(ptr)
     if workload.hash_ptr is None or not caching:
         # unique prompts, or prefix caching off: Dynamo gives every block a random id (never shared)
         return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint64)
@@ -409,7 +415,8 @@ def build_state(workload, engine, run: RunConfig) -> SimState:
     n = int(workload.isl.shape[0])
     rows, dp = run.worker_rows, run.dp
     bs = params.block_size
-    key_ptr, keys = block_keys(workload, bs, params.caching, run.sharing)
+    key_ptr, keys = block_keys(workload, bs, params.caching, run.sharing,
+                               every_block=engine.host_offload is not None)
     concurrency = int(run.replay_concurrency or 0)
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
     per_rank = min(params.max_seqs, max(n, 1)) + 1

@@ -7,6 +7,7 @@ import numpy as np
 from fastsim.kernels.blocks import blocks_ceil, blocks_floor, carries_blocks_nb, fill_keys, key_span, stream_row_nb
 from fastsim.kernels.codes import (BLOCKED, FINISHING, PREEMPTED, RUNNING, SCHEDULED, SELF_PREEMPTED, TERM_COMPLETED,
                                    TERM_HANDOFF, WAITING)
+from fastsim.kernels.host_fences import eviction_dep_nb, fence_allocation_nb, preempt_fence_nb
 from fastsim.kernels.jit import inline, inner
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, can_use_nb, free_slots_nb, match_slots_nb, register_nb, release_dead_nb
 from fastsim.kernels.queues import push_front, stop_running
@@ -84,9 +85,12 @@ def log_readmission(p, pa, r, cached, now):
     pa.alog_n[AWAITING_READMISSION] -= 1
 
 @inner
-def preempt_nb(p, pool, rq, rk, k, victim, pa):
-    """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front."""
+def preempt_nb(p, pool, rq, rk, k, victim, pa, tier):
+    """Preempt ``victim``: free its blocks, refund this pass's schedule, requeue it at the front
+    (``tier``: the run's host tier, ``kernels/host_offload.py``, or None)."""
     acc = pa.acc
+    if tier is not None:
+        preempt_fence_nb(tier, k, victim)
     acc[SELF_NEXT] = rq.xnext[victim]
     stop_running(rq, rk, k, np.int64(victim), np.bool_(True))
     free_blocks_nb(p, pool, rq, k, np.int64(victim), np.bool_(True))
@@ -110,7 +114,7 @@ def preempt_nb(p, pool, rq, rk, k, victim, pa):
     acc[PROGRESS] = 1
 
 @inner
-def _make_room(p, pool, rq, rk, k, r, pa):
+def _make_room(p, pool, rq, rk, k, r, pa, tier):
     """An allocation for ``r`` failed: preempt the next victim. Returns 0 (another request was
     preempted: try again), 1 (``r`` preempted itself) or -1 (no victim left)."""
     # (preemption happens only while every running request is explicit: see the pass)
@@ -119,14 +123,16 @@ def _make_room(p, pool, rq, rk, k, r, pa):
         return -1
     if victim != r and not p.lifo and rq.status[r] == RUNNING:
         pa.acc[AHEAD] += 1  # Dynamo's loop is index based: the list shifts under it
-    preempt_nb(p, pool, rq, rk, k, victim, pa)
+    preempt_nb(p, pool, rq, rk, k, victim, pa, tier)
     return 1 if victim == r else 0
 
 # Inlined into the pass: a call would pass every column of the state tables (hundreds of
 # arguments), which cost more than the function's own work; the rare preemption path stays a call.
 @inline
-def schedule(p, pool, rq, rk, k, r, cached, pa):
-    """Dynamo's ``schedule_request`` for ``r`` (``cached`` > 0 only for a request from waiting)."""
+def schedule(p, pool, rq, rk, k, r, cached, pa, tier):
+    """Dynamo's ``schedule_request`` for ``r`` (``cached`` > 0 only for a request from waiting);
+    ``tier``: the run's host tier (new blocks taken from blocks a store still reads fence the
+    pass, ``kernels/host_fences.py``), or None."""
     acc = pa.acc
     ecb = rq.computed[r] + cached
     prompt = rq.isl[r]
@@ -158,13 +164,17 @@ def schedule(p, pool, rq, rk, k, r, cached, pa):
         fill_keys(rq, np.int64(r), j0, j0 + n_keyed, pa.kbuf)
         if can_use_nb(pool, k, pa.kbuf, n, n_hits):
             # hits occur only from the first block (an admission): ``hslot`` holds their slots
+            if tier is not None:
+                dep = eviction_dep_nb(tier, pool, k, pa.kbuf, n_hits, n - n_hits)
             alloc_nb(pool, k, pa.kbuf, n, rq.bslot, kbase + j0, n_hits, n_keyed,
                      max(nkeys - j0, 0), pa.hslot)
+            if tier is not None:
+                fence_allocation_nb(tier, k, r, dep, j0 + n_hits)
             if n_keyed > 0:
                 rq.nheld[r] = j0 + n_keyed
             rq.alloc[r] = target
             break
-        room = _make_room(p, pool, rq, rk, k, r, pa)
+        room = _make_room(p, pool, rq, rk, k, r, pa, tier)
         if room < 0:
             actual = ecb
             break
@@ -193,10 +203,10 @@ def schedule(p, pool, rq, rk, k, r, cached, pa):
     return SCHEDULED
 
 @inner
-def schedule_running(p, pool, rq, rk, k, r, pa):
+def schedule_running(p, pool, rq, rk, k, r, pa, tier):
     """``schedule`` of a running request that is not a plain decode step inside its blocks (a
     prefill chunk, a step into a new block): rarer than admissions, so a call."""
-    return schedule(p, pool, rq, rk, k, r, np.int64(0), pa)
+    return schedule(p, pool, rq, rk, k, r, np.int64(0), pa, tier)
 
 
 # ----------------------------------------------------------------------------- the pass

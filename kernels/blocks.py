@@ -63,6 +63,20 @@ def content_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size,
 
 
 @kernel
+def unique_content_keys_nb(ptr):
+    """Keys of blocks ``0 .. ptr[r + 1] - ptr[r] - 1`` of each row ``r`` when no two blocks share
+    contents (unique synthetic prompts): each a content key (top bit clear) of its own."""
+    n = ptr.shape[0] - 1
+    keys = np.empty(ptr[n], dtype=np.uint64)
+    for r in range(n):
+        for j in range(ptr[r + 1] - ptr[r]):
+            key = mix64_nb(np.uint64(r) * np.uint64(0xD1B54A32D192ED03) + np.uint64(j) + np.uint64(0x5851F42D4C957F2D))
+            key &= _LOW
+            keys[ptr[r] + j] = key if key != np.uint64(0) else np.uint64(1)
+    return keys
+
+
+@kernel
 def shared_block_keys_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size, group, out_ptr):
     """``content_block_keys_nb`` for the leading blocks of each prompt that another prompt of the
     same group may share; the other blocks are left to be private (``out_ptr`` says how many each

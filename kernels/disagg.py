@@ -500,12 +500,12 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
     if pre:
         committed = rk_p.counters[COMMITTED_TOKENS]
         end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, pa, cl.pend_head,
-                           cl.pend_tail, g, prev_end, rk_p.speculation)
+                           cl.pend_tail, g, prev_end, rk_p.speculation, None)
         cl.pass_commit[g] = rk_p.counters[COMMITTED_TOKENS] - committed
     else:
         committed = rk_d.counters[COMMITTED_TOKENS]
         end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, pa, cl.pend_head,
-                           cl.pend_tail, g, prev_end, rk_d.speculation)
+                           cl.pend_tail, g, prev_end, rk_d.speculation, None)
         cl.pass_commit[g] = rk_d.counters[COMMITTED_TOKENS] - committed
         if cl.pend_head[g] >= 0 or pa.acc[PREEMPTED_ANY] != 0:
             dg.front_stale[k] = False  # a request left: the queued head may fit now

@@ -25,6 +25,7 @@ from fastsim.kernels.agentic import Graph, graph_dispatched_nb, graph_ended_nb, 
 from fastsim.kernels.codes import (
     COMPLETED,
     DEAD_END,
+    HOST_TIER_STOP,
     KV_ROUTER,
     LOG_FULL,
     OK,
@@ -60,6 +61,7 @@ from fastsim.kernels.fleet import (
     sample_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
+from fastsim.kernels.host_offload import STOP, idle_advance_nb, idle_deadline_nb, pass_boundary_nb, ready_waiters_nb
 from fastsim.kernels.indirect import Indirect, deref, link, pin
 from fastsim.kernels.jit import inline, inner, loop_kernel
 from fastsim.kernels.router import (
@@ -542,9 +544,13 @@ def fill_prompt_keys(rq, r, bs, kbuf):
 
 
 @inline
-def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t):
-    """Apply the visible effects of group ``g``'s pass ending at ``t``: router load releases,
-    terminals (session follow-ups, closed-loop backfill), then router-queue releases."""
+def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t, tier):
+    """Apply the visible effects of group ``g``'s pass ending at ``t``: the host tier's pass
+    boundary (transfers, ``kernels/host_offload.py``), router load releases, terminals (session
+    follow-ups, closed-loop backfill), then router-queue releases."""
+    if tier is not None:
+        for k in range(g * cl.dp, (g + 1) * cl.dp):
+            pass_boundary_nb(tier, pool, rq, k, t)
     if rt.mode == KV_ROUTER:
         r = rt.fhead[g]
         while r >= 0:
@@ -607,7 +613,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
 
 
 @inline
-def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
+def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now, tier):
     """Run one pass on every rank of group ``g`` that has work: the group becomes busy until the
     pass ends, completes it at once (zero duration, something changed) or stalls."""
     dp = cl.dp
@@ -617,6 +623,10 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         if rk.n_run[k] + rk.n_wait[k] > 0:
             has_work = True
             break
+        if tier is not None:
+            if ready_waiters_nb(tier, k) > 0:  # (a request woken in the connector queue)
+                has_work = True
+                break
     if not has_work:
         return
     fl.passes[g] += 1
@@ -631,10 +641,13 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
     committed = rk.counters[COMMITTED_TOKENS]
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] == 0:
-            continue
+            if tier is None:
+                continue
+            if ready_waiters_nb(tier, k) == 0:
+                continue
         pa.acc[PROGRESS] = 0
         e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, cl.pend_head, cl.pend_tail, g,
-                         prev_end, rk.speculation)
+                         prev_end, rk.speculation, tier)
         seal_feed_nb(pool, e)  # (a lagging kv_router's feed of the rank's KV events)
         if e > end:
             end = e
@@ -658,7 +671,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now):
         cl.busy[g] = True
         tourney_set_nb(cl.ctree, cl.cdue, g, end)
     elif progress:
-        _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now)
+        _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now, tier)
         _mark(cl, g)  # idle again at the same time: it may run another pass
     else:
         cl.stalled[g] = True  # nothing can change here until new work is routed to this group
@@ -742,7 +755,7 @@ def _single_worker_dispatch_ms(cl, now):
 
 
 @inline
-def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
+def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, tier):
     """Process everything due at ``now`` until nothing changes (the tick phases, in order)."""
     while True:
         changed = False  # by the fleet phases (5, 6)
@@ -753,7 +766,9 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)
             cl.busy[g] = False
             _mark(cl, g)
-            _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t_end)
+            _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t_end, tier)
+        if tier is not None:  # transfers of idle ranks due now (their deadlines are events)
+            _tier_idle_events(rk, cl, pool, rq, tier, now)
         # 2. workers that finished starting
         if fl.fs[NSTARTING] > 0 and mark_ready_nb(fl, now):
             if rt.mode == KV_ROUTER:
@@ -779,7 +794,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
                 g = cl.dwork[i]
                 st = fl.gstate[g]
                 if (st == ACTIVE or st == DRAINING) and not cl.busy[g] and not cl.stalled[g]:
-                    _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now)
+                    _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now, tier)
         # 5. retire drained workers
         if fl.fs[NDRAINING] > 0 and retire_drained_nb(fl, cl.busy, rk.n_run, rk.n_wait, cl.dp, 0):
             changed = True
@@ -794,6 +809,33 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
         if next_arrival(ss, cl)[1] <= now:
             continue
         return
+
+
+@inner
+def _tier_idle_events(rk, cl, pool, rq, tier, now):
+    """Complete the host-tier transfers due by ``now`` of the ranks without a pass in flight; a
+    rank whose sleepers woke may run a pass."""
+    for g in range(cl.busy.shape[0]):
+        if cl.busy[g]:
+            continue
+        for k in range(g * cl.dp, (g + 1) * cl.dp):
+            if idle_deadline_nb(tier, k) <= now and idle_advance_nb(tier, pool, rq, k, now):
+                cl.stalled[g] = False
+                _mark(cl, g)
+
+
+@inner
+def _tier_next_event(cl, tier):
+    """The earliest transfer deadline of a rank without a pass in flight (inf: none)."""
+    t = np.inf
+    for g in range(cl.busy.shape[0]):
+        if cl.busy[g]:
+            continue
+        for k in range(g * cl.dp, (g + 1) * cl.dp):
+            d = idle_deadline_nb(tier, k)
+            if d < t:
+                t = d
+    return t
 
 
 @inline
@@ -1200,24 +1242,26 @@ def _light_ticks(tabs, now, ws):
 
 
 @loop_kernel
-def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out):
-    """Run the simulation until it ends or pauses. ``out`` (float64[4]) holds [worker_seconds, now].
+def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out, tier):
+    """Run the simulation until it ends or pauses. ``out`` (float64[4]) holds [worker_seconds, now];
+    ``tier``: the run's host KV tier (``kernels/host_offload.py``), None without one.
 
     Returns OK, DEAD_END (no future event while requests are unfinished), SIM_CAP, TABLE_FULL (the
     router's block table was too small: re-run with a larger one), or a pause the caller resumes by
     calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers), LOG_FULL (grow
     the readmission log ``pa.alog``), PLANNER_TICK
     (a planner may set ``fl.fs[TARGET]``) or TICKS_FULL (empty the tick log ``cl.tlog``: a shard
-    of a split run, ``fastsim/shards.py``). It releases the GIL while it runs.
+    of a split run, ``fastsim/shards.py``), HOST_TIER_STOP (the host tier would have to evict:
+    ``tier.flag``). It releases the GIL while it runs.
 
     The loop itself is ``_loop``, called once through a pointer: this kernel is the Python entry
     point numba generates (it unboxes every array of every table), compiled apart from the loop.
     """
-    return _loop_call(pin((p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)), out)
+    return _loop_call(pin((p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)), tier, out)
 
 
 @inner
-def _loop(tabs, out):
+def _loop(tabs, tier, out):
     """``run_loop_nb`` on the tables ``tabs`` points to."""
     p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa = deref(tabs)
     n_rows = rq.isl.shape[0]
@@ -1237,8 +1281,12 @@ def _loop(tabs, out):
     while True:
         if drain_now:
             # the one call site of the drain (it is inlined: a call would copy the whole state)
-            _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now)
+            _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, tier)
             drain_now = False
+            if tier is not None:
+                if tier.flag[STOP] != 0:
+                    status = HOST_TIER_STOP
+                    break
             if last:
                 break
             if rt.state[OVERFLOW] != 0:
@@ -1265,6 +1313,10 @@ def _loop(tabs, out):
         t_arr = next_arrival(ss, cl)[1]
         if t_arr < t:
             t = t_arr
+        if tier is not None:
+            t_tier = _tier_next_event(cl, tier)
+            if t_tier < t:
+                t = t_tier
         if t == np.inf:
             status = DEAD_END
             break
@@ -1345,7 +1397,7 @@ LIGHT_TICKS = Indirect(_light_ticks, types.Tuple((types.float64, types.float64, 
                        ("tabs", "float64", "float64"))
 _light_ticks_call = LIGHT_TICKS.call
 link(_loop, LIGHT_TICKS)
-LOOP = Indirect(_loop, types.int64, ("tables(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)",
+LOOP = Indirect(_loop, types.int64, ("tables(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa)", "tier",
                                      "array(float64, 1d, C)"))
 _loop_call = LOOP.call
 link(run_loop_nb, LOOP)

@@ -24,6 +24,8 @@ from fastsim.kernels.admission import (cached_tokens, finish_nb, free_blocks_nb,
 from fastsim.kernels.blocks import block_mod, blocks_ceil
 from fastsim.kernels.codes import (BLOCKED, DECODE, HANDED, PREFILL, RUNNING, SCHEDULED, TERM_COMPLETED, TERM_HANDOFF,
                                    TERM_REJECTED, TIMING_161, WAITING)
+from fastsim.kernels.host_fences import compute_start_nb
+from fastsim.kernels.host_offload import admit_waiting_tier, offer_stores_nb
 from fastsim.kernels.jit import inline, inner, llvm_inline
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
 from fastsim.kernels.pass_time import step_ms
@@ -38,14 +40,15 @@ from fastsim.kernels.steady import block_residue, due_pass, end_gen, materialize
 
 
 @llvm_inline
-def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, prev_end, spec):
+def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, prev_end, spec, tier):
     """Run one forward pass of rank ``k`` (in group ``g``) starting at ``now``; returns its end.
 
     Rows that emit a token are appended to ``pa.emit``; steady members that emit (not listed) are
     counted in ``pa.ncommon``; terminals go on group ``g``'s pending list. ``pa.acc[PROGRESS]``
     tells whether the pass changed anything observable. ``prev_end`` is the end of the group's
     previous pass. The phases are inlined into one function (``@inline``): a call would pass the
-    whole state.
+    whole state. ``tier``: the run's host KV tier (``kernels/host_offload.py``), None without one
+    (then none of its code is compiled: numba prunes the branches on it).
     """
     P = rk.rpass[k]
     rk.rpass[k] = P + 1
@@ -53,12 +56,22 @@ def rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, pend_head, pend_tail, g, pre
     # a throttled step of the DP group's prefill cadence defers prefill work while the rank
     # decodes (vLLM's prefill_schedule_interval, decision 0341)
     defer = pa.acc[THROTTLE] != 0 and rk.psi[k, 1] == 0 and _has_decode(rq, rk, k)
-    _schedule_running_requests(p, pool, rq, rk, k, P, ns, defer, pa)
-    _admit_waiting_requests(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_tail, g)
+    _schedule_running_requests(p, pool, rq, rk, k, P, ns, defer, pa, tier)
+    if tier is None:
+        _admit_waiting_requests(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_tail, g)
+    else:
+        admit_waiting_tier(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_tail, g, tier)
     if p.psi > 1 and not defer:
         rk.psi[k, 1] = 1 if rk.n_wait[k] > 0 else 0
     prefill_ms = _prefill_ms(p, perf, rk, k, pa.acc)
     pf_n, pf_len = _prompts_completed_161(p, rq, rk, pa)
+    if tier is not None:
+        # store cohorts of the requests scheduled, before any finishes; compute waits for fences
+        offer_stores_nb(p, rq, rk, k, pa, tier)
+        start = compute_start_nb(tier, k, now)
+        decode_ms = _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_head, pend_tail, g,
+                                 prev_end, spec)
+        return (start + prefill_ms) + decode_ms
     decode_ms = _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_head, pend_tail, g,
                              prev_end, spec)
     return (now + prefill_ms) + decode_ms
@@ -126,7 +139,7 @@ def _steady_members(p, pool, rq, rk, k, P, prev_end, pa):
 
 
 @inline
-def _schedule_running_requests(p, pool, rq, rk, k, P, ns, defer, pa):
+def _schedule_running_requests(p, pool, rq, rk, k, P, ns, defer, pa, tier):
     """Phase A: the running requests take the token budget in running order (the ``ns`` steady
     members one token each, first) at rank pass ``P``; an allocation that fails preempts;
     ``defer``: prefill work waits for another step."""
@@ -178,7 +191,7 @@ def _schedule_running_requests(p, pool, rq, rk, k, P, ns, defer, pa):
         acc[BUDGET] = budget
         acc[AHEAD] = 0
         acc[NLOG] = nlog
-        res = schedule_running(p, pool, rq, rk, k, np.int64(cur), pa)
+        res = schedule_running(p, pool, rq, rk, k, np.int64(cur), pa, tier)
         nlog = acc[NLOG]
         budget = acc[BUDGET]
         if res == SCHEDULED:
@@ -252,7 +265,7 @@ def _admit_waiting_requests(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_
             break  # head-of-line blocking: wait, never preempt for a waiting request
         before = acc[BUDGET]
         active_before = pool.meta[k, NACTIVE]
-        res = schedule(p, pool, rq, rk, k, np.int64(u), np.int64(cached), pa)
+        res = schedule(p, pool, rq, rk, k, np.int64(u), np.int64(cached), pa, None)
         if res != SCHEDULED:
             break
         if p.trtllm:

@@ -99,7 +99,7 @@ def emit_speculative_nb(p, spec, pool, rq, rk, k, pa, ne, pend_head, pend_tail, 
         if comp[victim] >= isl[victim] + gen[victim]:
             # its last token is not yet finalised as computed: that block is freed as partial
             comp[victim] = isl[victim] + gen[victim] - 1
-        preempt_nb(p, pool, rq, rk, k, victim, pa)
+        preempt_nb(p, pool, rq, rk, k, victim, pa, None)
         j = first
         for i in range(first, ne):
             if emit[i] != victim:

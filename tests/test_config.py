@@ -33,8 +33,9 @@ def parse(obj):
 
 def test_every_dynamo_field_is_known():
     known = set(ENGINE_ARG_FIELDS) | {"is_prefill", "is_decode", "has_perf_model"}
-    # timing_model: Dynamo 1.6's selector, which the flat form takes too (engine.timing_model).
-    assert known == set(DYNAMO_JSON_FIELDS) | {"timing_model", "prefill_schedule_interval"}
+    # timing_model: Dynamo 1.6's selector, which the flat form takes too (engine.timing_model);
+    # host_offload: the host KV tier, from engine.native_host_offload or the flat num_g2_blocks names.
+    assert known == set(DYNAMO_JSON_FIELDS) | {"timing_model", "prefill_schedule_interval", "host_offload"}
     grouped = set().union(*FIELD_GROUPS.values())
     assert grouped == known
 

@@ -163,8 +163,6 @@ def test_bad_nested_config_names_the_field(obj, pattern):
 @pytest.mark.parametrize(
     "obj, words",
     [
-        ({"engine": {"native_host_offload": {"num_host_blocks": 100}, "kv_cache_bytes_per_token": 8}},
-         "host-memory KV offload"),
         ({"engine": {"native_host_offload": {"num_host_blocks": 100}, "kv_cache_bytes_per_token": 8,
                      "g3_offload": {"scope": "worker_local", "num_g3_blocks": 5}}}, "shared KV tier"),
         ({"engine": {"state_cache": {"bytes_per_request": 1}}}, "state cache"),

@@ -1,14 +1,14 @@
-"""KV tiers below the GPU pool (fastsim/kv_tiers.py, docs/decisions/0350-host-kv-offload.md).
+"""KV tiers below the GPU pool (fastsim/kv_tiers.py, docs/decisions/0350, 0352).
 
 * Dynamo 1.6.1's host tier (``engine.native_host_offload``) and G3 tier (``engine.g3_offload``)
-  are checked with Dynamo's rules (the messages below restate Dynamo 1.6.1's own checks), then
-  refused by name: fastsim does not simulate them yet.
+  are checked with Dynamo's rules (the messages below restate Dynamo 1.6.1's own checks); the G3
+  tier is refused by name, the host tier is simulated (``tests/test_host_offload.py``).
 * Dynamo 1.4.2's flat names (``num_g2_blocks``, ...) run as in 1.4.2, whose offline replay has no
   tiers (``dynamo142_g2_noop``, recorded on 1.4.2); in 1.6.1 mode they map to the host tier as
-  Dynamo 1.6.1's compatibility runner maps them, and are refused.
+  Dynamo 1.6.1's compatibility runner maps them.
 * The recorded Dynamo 1.6.1 offload cases (``tests/data/host_offload_161``) are compared field by
-  field and request by request; they are expected to fail with the refusal until the host tier is
-  simulated (strict: the day they pass, the marks must go).
+  field and request by request where fastsim simulates them; the others are refused by name
+  (``REFUSED``: a host tier that evicts, a configuration not supported yet).
 """
 
 import gzip
@@ -75,21 +75,24 @@ def test_bad_tier_settings_name_the_field(engine, pattern):
     assert not isinstance(ei.value, NotSupportedError)
 
 
-@pytest.mark.parametrize(
-    "engine, words",
-    [
-        (dict(KV, native_host_offload={"num_host_blocks": 20000}), "20000 host blocks"),
-        (dict(KV, native_host_offload={"num_host_blocks": 5, "scope": "cluster_shared", "kv_layout_id": "L0",
-                                       "shared_d2h_bandwidth_gbps": 16, "shared_h2d_bandwidth_gbps": 16,
-                                       "latency_to_first_byte_ms": 2, "d2h_bandwidth_gbps": 0}), "G2"),
-        (dict(KV, native_host_offload={"num_host_blocks": 5}, g3_offload={"scope": "worker_local", "num_g3_blocks": 9}),
-         "engine.g3_offload"),
-    ],
-)
-def test_valid_tiers_are_refused_by_name(engine, words):
-    with pytest.raises(NotSupportedError, match="not supported yet by fastsim") as ei:
+def test_g3_tier_is_refused_by_name():
+    engine = dict(KV, native_host_offload={"num_host_blocks": 5}, g3_offload={"scope": "worker_local",
+                                                                             "num_g3_blocks": 9})
+    with pytest.raises(NotSupportedError, match="engine.g3_offload .*not supported yet by fastsim"):
         parse(engine)
-    assert words in str(ei.value)
+
+
+def test_host_tier_settings_are_kept():
+    host = parse(dict(KV, native_host_offload={"num_host_blocks": 5, "scope": "cluster_shared", "kv_layout_id": "L0",
+                                               "shared_d2h_bandwidth_gbps": 16, "latency_to_first_byte_ms": 2,
+                                               "d2h_bandwidth_gbps": 0})).host_offload
+    assert (host.num_host_blocks, host.scope, host.kv_layout_id, host.shared_d2h_bandwidth_gbps) == (5, "cluster_shared",
+                                                                                                    "L0", 16.0)
+    assert (host.d2h_bandwidth_gbps, host.h2d_bandwidth_gbps, host.latency_to_first_byte_ms) == (0.0, 32.0, 2.0)
+    assert host.kv_cache_bytes_per_token == 131072
+    assert parse(KV).host_offload is None
+    with pytest.raises(InputError, match="unknown field 'host_offload'"):
+        EngineArgs.from_json('{"host_offload": 5}')
 
 
 def _replay_tiny(engine_args, version):
@@ -107,13 +110,25 @@ def _replay_tiny(engine_args, version):
         ({"enable_g4_storage": True}, InputError, r"'enable_g4_storage' has no Dynamo 1.6.1 equivalent"),
         ({"num_g2_blocks": 100, "kv_bytes_per_token": 8, "engine_type": "sglang"}, InputError,
          r"only for backend=vllm"),
-        ({"num_g2_blocks": 100, "kv_bytes_per_token": 8, "bandwidth_g1_to_g2_gbps": 4}, NotSupportedError,
-         r"num_g2_blocks .*host-memory KV offload \(G2, 100 host blocks\).*not supported yet"),
     ],
 )
 def test_flat_offload_names_in_161_mode(flat, error, pattern):
     with pytest.raises(error, match=pattern):
         _replay_tiny(flat, "1.6.1")
+
+
+def test_flat_offload_names_map_to_the_host_tier():
+    from fastsim.kv_tiers import check_flat_tiers
+
+    flat = EngineArgs.from_json(json.dumps({"num_g2_blocks": 100, "kv_bytes_per_token": 8,
+                                            "bandwidth_g1_to_g2_gbps": 4, "bandwidth_g2_to_g1_gbps": 2}))
+    host = check_flat_tiers(flat, "1.6.1", "x").host_offload
+    assert (host.num_host_blocks, host.d2h_bandwidth_gbps, host.h2d_bandwidth_gbps, host.kv_cache_bytes_per_token) == (
+        100, 4.0, 2.0, 8)
+    assert check_flat_tiers(flat, "1.4.2", "x").host_offload is None  # no effect in 1.4.2
+    nested = parse(dict(KV, native_host_offload={"num_host_blocks": 5}))
+    with pytest.raises(NotSupportedError, match="a Dynamo 1.6.1 setting"):
+        check_flat_tiers(nested, "1.4.2", "x")
 
 
 def test_flat_offload_names_are_checked_as_142_does():
@@ -184,20 +199,30 @@ def test_recorded_161_cases_are_complete():
     assert len(CASES) >= 10
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_recorded_161_cases_are_refused_today(name):
-    from fastsim.kv_tiers import check_flat_tiers
+# recorded cases fastsim refuses, and a word of the refusal: a host tier that would evict (Dynamo's
+# host LRU order depends on its block hash values), or a configuration not supported yet
+REFUSED = {
+    "g2_small": "would evict", "g2_tiny": "would evict", "g2_asym": "would evict", "g2_flat_names": "would evict",
+    "g2_pressure": "would evict", "g2_chunk_small": "would evict", "conv_rr2": "would evict",
+    "conv_kv4": "router_mode 'kv_router'", "conv_dp2": "would evict",
+    "synthetic_unique": "would evict", "g2_shared": "scope 'cluster_shared'",
+    "disagg_prefill_g2": "disaggregated", "g3_worker_local": "engine.g3_offload",
+}
 
-    args = CASES[name]["args"]
-    engines = [args[i + 1] for i, a in enumerate(args) if a in ("--extra-engine-args", "--prefill-engine-args")]
-    with pytest.raises(NotSupportedError, match="not supported yet by fastsim"):
-        for text in engines:
-            check_flat_tiers(EngineArgs.from_json(text), "1.6.1", "engine args")
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_recorded_161_case_is_refused_by_name(name, capsys):
+    cwd = os.getcwd()
+    os.chdir(DATA)
+    try:
+        assert cli.main(["replay", *CASES[name]["args"], "--dynamo-version", "1.6.1"]) == 2
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err
+    assert REFUSED[name] in err and "not supported yet" in err, err
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="host KV offload is not simulated yet (docs/decisions/0350-host-kv-offload.md)")
-@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.get("runs", 1) == 1])
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.get("runs", 1) == 1 and n not in REFUSED])
 def test_recorded_161_case_matches_dynamo(name, tmp_path, capsys):
     got, mine = _cli(CASES[name]["args"], "1.6.1", tmp_path, capsys)
     misses = _misses(got, json.loads((DATA / f"{name}.json").read_text()))
@@ -206,10 +231,10 @@ def test_recorded_161_case_matches_dynamo(name, tmp_path, capsys):
 
 
 def test_cli_names_the_flag_and_the_tier(capsys):
-    flat = json.dumps({"num_g2_blocks": 100, "kv_bytes_per_token": 8})
+    flat = json.dumps({"num_g2_blocks": 100, "kv_bytes_per_token": 8, "num_g3_blocks": 4})
     assert cli.main(["replay", TINY, "--extra-engine-args", flat]) == 2
     err = capsys.readouterr().err
-    assert "--extra-engine-args: num_g2_blocks" in err and "not supported yet" in err
+    assert "--extra-engine-args: field 'num_g3_blocks' has no Dynamo 1.6.1 equivalent" in err
     nested = json.dumps({"engine": {"block_size": 64, "native_host_offload": {"num_host_blocks": 100}}})
     assert cli.main(["replay", TINY, "--extra-engine-args", nested]) == 2
     assert 'add it, for example "kv_cache_bytes_per_token": 131072' in capsys.readouterr().err

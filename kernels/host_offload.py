@@ -1,0 +1,481 @@
+"""vLLM's offloading connector over the host tier (G2): what a pass does with a rank's host tier.
+
+Dynamo 1.6.1 models vLLM's ``OffloadingConnector`` (docs/decisions/0350, 0351 and 0352 hold the
+rules and the experiments that settled them). ``kernels/host_tier.py`` keeps the tier's entries
+and copy lanes; this module ties them to the requests, the GPU pool and the pass:
+
+* **Stores (write-through).** After a pass's two phases, each request it scheduled, in running
+  order, offers its prompt blocks computed past its store cursor: those the tier misses form one
+  store cohort, prepared in the pass and submitted at its end. The cohort's GPU blocks are
+  *pinned* (``pin``, per pool slot) by the store's id until it completes.
+* **Fences.** A new GPU block taken (evicted) from a pinned block may not be written before that
+  store completes: the rank's compute start waits for it (``cnb``, a running maximum, as
+  Dynamo's ``compute_not_before``), and the taker's own store waits one pass (its blocks are
+  still read). A preempted request's latest store fences the compute start too.
+* **Loads.** In the admission phase, a request's prompt blocks past its GPU prefix that the tier
+  holds, in order, are a hit: GPU blocks are reserved for the GPU prefix and the loaded suffix,
+  an H2D copy is queued (after any store still reading the reserved blocks), and the request
+  sleeps in the rank's *connector queue* (vLLM's ``skipped_waiting``) until a transfer
+  completes. When its load completes, the loaded blocks become its cached GPU blocks and the
+  next admission attempt takes them as its prefix.
+* **Deferrals.** A lookup that meets a block still being stored or loaded for another request,
+  or the request's own store in flight, sends the request to the connector queue asleep.
+* **Boundaries.** At a pass end, transfers due complete (stores first), the prepared stores are
+  submitted, and transfers due at once complete; any completion wakes the connector queue's
+  sleepers. A rank without a pass in flight completes its transfers at their deadlines (events
+  of the loop).
+
+The tier never evicts (``host_tier.NEEDS_EVICTION``): the run stops with ``flag[STOP]`` set and
+the caller refuses it. ``TierRun`` is passed to the pass and the loop as its own argument, None
+without a tier, so that a run without one never compiles this module.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from fastsim.kernels.admission import finish_nb, log_readmission, schedule
+from fastsim.kernels.blocks import blocks_ceil, blocks_floor, fill_keys, key_span
+from fastsim.kernels.codes import SCHEDULED, TERM_REJECTED, WAITING
+from fastsim.kernels.host_fences import eviction_dep_nb, store_in_flight_nb
+from fastsim.kernels.host_tier import (HIT, LOAD, LOG_FULL, MISS, NEEDS_EVICTION, PENDING, PREPARED, loading_nb,
+                                       lookup_nb, next_deadline_nb, pop_due_nb, prepare_store_nb, schedule_load_nb,
+                                       store_fence_nb, submit_prepared_nb)
+from fastsim.kernels.jit import inline, inner
+from fastsim.kernels.kvpool import NACTIVE, alloc_nb, can_use_nb, match_slots_nb, register_nb
+from fastsim.kernels.queues import start_running, unlink_waiting
+from fastsim.kernels.rank_state import BUDGET, NLOG, PREEMPTED_ANY, PROGRESS
+
+# a request's load state (Dynamo's ``LoadState``)
+NO_LOAD, LOADING, ACTIVATED = 0, 1, 2
+# ``TierRun.flag`` slots: why the run stopped (0: it did not), and the rank
+STOP, STOP_RANK = 0, 1
+
+
+class TierRun(NamedTuple):
+    """The host tiers of a run and every request's connector state (module docstring)."""
+
+    ht: object  # host_tier.HostTier
+    # per request
+    cursor: np.ndarray  # int64[n]: prompt blocks offered to the tier so far (store cursor)
+    last_store: np.ndarray  # int64[n]: id of its latest store (-1: none)
+    lstate: np.ndarray  # int8[n]: NO_LOAD, LOADING, ACTIVATED
+    ltid: np.ndarray  # int64[n]: its load's transfer id
+    lpb: np.ndarray  # int64[n]: blocks its load reserved (GPU prefix + loaded suffix)
+    lg1: np.ndarray  # int64[n]: GPU-prefix tokens found before its load
+    lg1b: np.ndarray  # int64[n]: ... in blocks
+    lfoot: np.ndarray  # int64[n]: its known blocks when the load was queued
+    wdep: np.ndarray  # int64[n]: latest store its new GPU blocks were taken from (-1: none)
+    wlo: np.ndarray  # int64[n]: the first of those blocks
+    first_g1: np.ndarray  # int64[n]: first admission's reuse from the GPU pool (-1: not yet)
+    first_host: np.ndarray  # int64[n]: ... and from the host tier
+    sched: np.ndarray  # int64[n]: the rank pass (+1) that last scheduled it
+    cq_next: np.ndarray  # int64[n]: connector queue links
+    cq_prev: np.ndarray  # int64[n]
+    in_cq: np.ndarray  # int8[n]
+    asleep: np.ndarray  # int8[n]: waits for a transfer to complete
+    # per rank
+    cq_head: np.ndarray  # int64[R]
+    cq_tail: np.ndarray  # int64[R]
+    n_cq: np.ndarray  # int64[R]
+    n_asleep: np.ndarray  # int64[R]
+    cnb: np.ndarray  # float64[R]: no compute before (fences met so far)
+    # per GPU pool slot
+    pin: np.ndarray  # int64[R * cap]: id + 1 of the store that read the block (0: none)
+    mark: np.ndarray  # int8[R * cap]: scratch of the eviction walk
+    keys: np.ndarray  # uint64[max blocks of a request]: scratch
+    miss: np.ndarray  # bool[max blocks of a request]: scratch
+    flag: np.ndarray  # int64[2]: STOP reason, its rank
+
+
+def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks):
+    """The connector state of ``n_rows`` requests on ``n_ranks`` ranks of ``cap`` GPU blocks."""
+
+    def full(v):
+        return np.full(n_rows, v, dtype=np.int64)
+
+    return TierRun(
+        ht=ht, cursor=full(0), last_store=full(-1), lstate=np.zeros(n_rows, dtype=np.int8),
+        ltid=full(-1), lpb=full(0), lg1=full(0), lg1b=full(0), lfoot=full(0), wdep=full(-1), wlo=full(0),
+        first_g1=full(-1), first_host=full(-1), sched=full(0), cq_next=full(-1), cq_prev=full(-1),
+        in_cq=np.zeros(n_rows, dtype=np.int8), asleep=np.zeros(n_rows, dtype=np.int8),
+        cq_head=np.full(n_ranks, -1, dtype=np.int64), cq_tail=np.full(n_ranks, -1, dtype=np.int64),
+        n_cq=np.zeros(n_ranks, dtype=np.int64), n_asleep=np.zeros(n_ranks, dtype=np.int64),
+        cnb=np.zeros(n_ranks), pin=np.zeros(n_ranks * cap, dtype=np.int64),
+        mark=np.zeros(n_ranks * cap, dtype=np.int8), keys=np.zeros(max(max_blocks, 1), dtype=np.uint64),
+        miss=np.zeros(max(max_blocks, 1), dtype=np.bool_),
+        flag=np.zeros(2, dtype=np.int64),
+    )
+
+
+# ----------------------------------------------------------------------------- connector queue
+@inner
+def _cq_unlink(tr, k, r):
+    p = tr.cq_prev[r]
+    n = tr.cq_next[r]
+    if p >= 0:
+        tr.cq_next[p] = n
+    else:
+        tr.cq_head[k] = n
+    if n >= 0:
+        tr.cq_prev[n] = p
+    else:
+        tr.cq_tail[k] = p
+    tr.cq_prev[r] = -1
+    tr.cq_next[r] = -1
+    tr.in_cq[r] = 0
+    tr.n_cq[k] -= 1
+    if tr.asleep[r]:
+        tr.asleep[r] = 0
+        tr.n_asleep[k] -= 1
+
+
+@inner
+def _sleep(tr, rq, rk, k, r):
+    """``r`` waits in rank ``k``'s connector queue for a transfer to complete (it joins the queue's
+    tail if it is not in it yet, leaving the ordinary waiting queue)."""
+    if not tr.in_cq[r]:
+        unlink_waiting(rq, rk, k, r)
+        t = tr.cq_tail[k]
+        tr.cq_prev[r] = t
+        tr.cq_next[r] = -1
+        if t >= 0:
+            tr.cq_next[t] = r
+        else:
+            tr.cq_head[k] = r
+        tr.cq_tail[k] = r
+        tr.in_cq[r] = 1
+        tr.n_cq[k] += 1
+    if not tr.asleep[r]:
+        tr.asleep[r] = 1
+        tr.n_asleep[k] += 1
+
+
+@inner
+def _leave_queue(tr, rq, rk, k, r):
+    """``r`` leaves whichever waiting queue holds it (admitted or rejected)."""
+    if tr.in_cq[r]:
+        _cq_unlink(tr, k, r)
+    else:
+        unlink_waiting(rq, rk, k, r)
+
+
+@inner
+def _wake_all(tr, k):
+    r = tr.cq_head[k]
+    while r >= 0:
+        tr.asleep[r] = 0
+        r = tr.cq_next[r]
+    tr.n_asleep[k] = 0
+
+
+@inner
+def ready_waiters_nb(tr, k):
+    """Requests of rank ``k``'s connector queue that may be tried in a pass (not asleep)."""
+    return tr.n_cq[k] - tr.n_asleep[k]
+
+
+@inner
+def _next_candidate(tr, rk, k):
+    """vLLM's next waiting request: the first ready one of the connector queue, else the head of
+    the ordinary waiting queue."""
+    if tr.n_cq[k] > tr.n_asleep[k]:
+        r = tr.cq_head[k]
+        while r >= 0:
+            if not tr.asleep[r]:
+                return r
+            r = tr.cq_next[r]
+    return np.int64(rk.wait_head[k])
+
+
+# ----------------------------------------------------------------------------- lookups
+@inline
+def _host_lookup(tr, p, rq, k, r, base, n_prompt):
+    """Dynamo's host lookup of ``r`` past its ``base`` GPU-prefix blocks: (MISS, 0), (PENDING, 0)
+    for a deferral, or (HIT, blocks)."""
+    ht = tr.ht
+    st = tr.lstate[r]
+    if st == ACTIVATED:
+        return MISS, np.int64(0)
+    if st == LOADING:
+        return PENDING, np.int64(0)
+    if tr.last_store[r] >= 0:
+        if store_in_flight_nb(tr, k, tr.last_store[r]):
+            return PENDING, np.int64(0)
+        tr.last_store[r] = -1
+    if base >= n_prompt:
+        return MISS, np.int64(0)
+    matched = np.int64(0)
+    deferred = False
+    for j in range(base, n_prompt):
+        key = tr.keys[j]
+        s = lookup_nb(ht, k, key)
+        if s == HIT:
+            matched += 1
+            if loading_nb(ht, k, key):
+                deferred = True
+        elif s == PENDING:
+            matched += 1
+            deferred = True
+        else:
+            break
+    if matched == 0:
+        return MISS, np.int64(0)
+    if deferred:
+        return PENDING, np.int64(0)
+    return HIT, matched
+
+
+@inline
+def _start_load(tr, p, pool, rq, k, r, base, nh, length, now, hslot):
+    """Reserve GPU blocks for ``r``'s GPU prefix (``base`` blocks) and its ``nh`` host blocks and
+    queue their copy: True, or False when the pool cannot hold them (``CapacityBlocked``)."""
+    n = base + nh
+    if not can_use_nb(pool, k, tr.keys, n, base):
+        return False
+    dep = eviction_dep_nb(tr, pool, k, tr.keys, base, nh)
+    kbase, nkeys = key_span(rq, r)
+    alloc_nb(pool, k, tr.keys, n, rq.bslot, kbase, base, n, nkeys, hslot)
+    rq.nheld[r] = n
+    rq.alloc[r] = n * p.block_size
+    not_before = now
+    if dep >= 0:
+        d = store_fence_nb(tr.ht, k, dep)
+        if d > not_before:
+            not_before = d
+    res, tid = schedule_load_nb(tr.ht, k, r, tr.keys[base:], nh, now, not_before)
+    if res == LOG_FULL:
+        tr.flag[STOP] = LOG_FULL
+        tr.flag[STOP_RANK] = k
+    tr.lstate[r] = LOADING
+    tr.ltid[r] = tid
+    tr.lpb[r] = n
+    tr.lg1[r] = min(base * p.block_size, length)
+    tr.lg1b[r] = base
+    tr.lfoot[r] = blocks_ceil(p, length)
+    return True
+
+
+@inner
+def _inflight_tail_blocks(tr, p, rq, rk, k):
+    """Blocks that running chunked prefills still need and that loads queued or completed on rank
+    ``k`` have not reserved: vLLM keeps them free when it starts another load."""
+    total = np.int64(0)
+    cur = rk.xhead[k]
+    while cur >= 0:
+        if rq.computed[cur] < rq.isl[cur]:
+            total += max(blocks_ceil(p, rq.isl[cur] + rq.generated[cur]) - blocks_ceil(p, rq.alloc[cur]), 0)
+        cur = rq.xnext[cur]
+    r = tr.cq_head[k]
+    while r >= 0:
+        if tr.lstate[r] != NO_LOAD:
+            total += max(tr.lfoot[r] - tr.lpb[r], 0)
+        r = tr.cq_next[r]
+    return total
+
+
+@inline
+def admit_waiting_tier(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_tail, g, tr):
+    """Phase B with a host tier (``scheduler._admit_waiting_requests`` plus the connector): the
+    candidate is the connector queue's first ready request, else the waiting queue's head; its
+    GPU prefix is looked up, then the host tier (a hit queues a load, a deferral sleeps).
+    ``defer``: a throttled step of the DP prefill cadence (decision 0341) admits no request that
+    computes more than its last prompt token; host loads still start."""
+    acc = pa.acc
+    bs = p.block_size
+    while acc[PREEMPTED_ANY] == 0 and rk.n_run[k] < p.max_seqs and acc[BUDGET] > 0:
+        u = _next_candidate(tr, rk, k)
+        if u < 0:
+            break
+        length = rq.isl[u] + rq.generated[u]
+        if p.max_model_len > 0 and rq.isl[u] >= p.max_model_len:
+            _leave_queue(tr, rq, rk, k, u)
+            finish_nb(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g,
+                      np.bool_(True))
+            acc[PROGRESS] = 1
+            continue
+        n_prompt = rq.isl[u] // bs
+        nfull = blocks_floor(p, length)
+        fill_keys(rq, np.int64(u), np.int64(0), nfull, tr.keys)
+        matched, active = match_slots_nb(pool, k, tr.keys, nfull, pa.hslot)
+        activated = tr.lstate[u] == ACTIVATED
+        if activated:  # the first try after a load: the loaded prefix, frozen
+            matched = tr.lpb[u]
+            active = tr.lpb[u]
+        kind, nh = _host_lookup(tr, p, rq, k, u, matched, n_prompt)
+        if kind == PENDING:
+            _sleep(tr, rq, rk, k, u)
+            acc[PROGRESS] = 1
+            continue
+        if rq.status[u] == WAITING and blocks_ceil(p, length) > p.cap:
+            _leave_queue(tr, rq, rk, k, u)
+            finish_nb(p, pool, rq, rk, k, np.int64(u), np.int64(TERM_REJECTED), pend_head, pend_tail, g,
+                      np.bool_(True))
+            acc[PROGRESS] = 1
+            continue
+        cached = matched * bs
+        if rq.generated[u] < rq.osl[u] and not (p.max_model_len > 0 and length >= p.max_model_len):
+            cap = blocks_floor(p, length - 1) * bs  # logits: the last block is recomputed
+            if cached > cap:
+                cached = cap
+        elif cached > length:
+            cached = length
+        active_cached = min(active, blocks_floor(p, cached))
+        held = tr.lpb[u] if tr.lstate[u] != NO_LOAD else 0
+        needed = blocks_ceil(p, length) - max(active_cached, held)
+        avail = p.cap - pool.meta[k, NACTIVE]
+        if kind == HIT:
+            avail -= _inflight_tail_blocks(tr, p, rq, rk, k)
+        if needed > avail:
+            break  # head-of-line blocking
+        if kind == HIT:
+            if not _start_load(tr, p, pool, rq, k, u, matched, nh, length, now, pa.hslot):
+                break
+            _sleep(tr, rq, rk, k, u)
+            acc[PROGRESS] = 1
+            continue
+        if defer and length - cached > 1:
+            break
+        before = acc[BUDGET]
+        res = schedule(p, pool, rq, rk, k, np.int64(u), np.int64(cached), pa, tr)
+        if res != SCHEDULED:
+            break
+        _leave_queue(tr, rq, rk, k, u)
+        start_running(rq, rk, k, u)
+        _admitted(tr, p, rq, u, cached, now)
+        if rq.npreempt[u] > 0:
+            log_readmission(p, pa, u, cached, now)
+        acc[PROGRESS] = 1
+        if before - acc[BUDGET] == 0 and acc[BUDGET] == 0:
+            break
+
+
+@inner
+def _admitted(tr, p, rq, u, cached, now):
+    """Admission bookkeeping: first admission time and reuse (split by tier), the store cursor
+    moved past a loaded prefix, the load consumed."""
+    g1 = cached
+    host = np.int64(0)
+    if tr.lstate[u] == ACTIVATED:
+        g1 = min(tr.lg1[u], cached)
+        host = cached - g1
+        tr.cursor[u] = cached // p.block_size
+    tr.lstate[u] = NO_LOAD
+    if np.isnan(rq.first_admit[u]):
+        rq.first_admit[u] = now
+        if cached > 0:
+            rq.first_reused[u] = cached
+        tr.first_g1[u] = g1
+        tr.first_host[u] = host
+    if cached > 0 and cached > rq.reused[u]:
+        rq.reused[u] = cached
+
+
+# ----------------------------------------------------------------------------- stores
+@inline
+def offer_stores_nb(p, rq, rk, k, pa, tr):
+    """After both phases: every request scheduled in this pass, in running order, offers its
+    prompt blocks computed past its cursor (one store cohort of those the tier misses)."""
+    acc = pa.acc
+    stamp = rk.rpass[k]
+    for i in range(acc[NLOG]):
+        r = pa.slog[i, 0]
+        if r >= 0:
+            tr.sched[r] = stamp
+    cur = rk.xhead[k]
+    while cur >= 0:
+        if tr.sched[cur] == stamp:
+            _offer_store(p, rq, k, cur, tr)
+        cur = rq.xnext[cur]
+
+
+@inner
+def _offer_store(p, rq, k, r, tr):
+    """Request ``r``'s store cohort: its prompt blocks from its cursor to those now computed that
+    the tier misses (Dynamo's ``observe_completed_blocks``)."""
+    ht = tr.ht
+    end = min(rq.computed[r], rq.isl[r]) // p.block_size
+    c0 = tr.cursor[r]
+    if end <= c0:
+        return
+    n = fill_keys(rq, np.int64(r), c0, end, tr.keys)
+    n_miss = 0
+    last = np.int64(-1)
+    for i in range(n):
+        tr.miss[i] = lookup_nb(ht, k, tr.keys[i]) == MISS
+        if tr.miss[i]:
+            last = c0 + i
+            n_miss += 1
+    if n_miss == 0:
+        tr.cursor[r] = end
+        return
+    if tr.wdep[r] >= 0:
+        if store_in_flight_nb(tr, k, tr.wdep[r]):
+            if last >= tr.wlo[r]:
+                return  # blocks still written after a fence: retried at the next pass
+        else:
+            tr.wdep[r] = -1
+    res, tid = prepare_store_nb(ht, k, r, tr.keys, n)
+    if res == PREPARED:
+        kbase = key_span(rq, r)[0]
+        sbase = k * p.cap
+        for i in range(n):
+            if tr.miss[i]:
+                tr.pin[sbase + rq.bslot[kbase + c0 + i]] = tid + 1
+        tr.last_store[r] = tid
+        tr.cursor[r] = end
+    elif (res == NEEDS_EVICTION or res == LOG_FULL) and tr.flag[STOP] == 0:
+        tr.flag[STOP] = res
+        tr.flag[STOP_RANK] = k
+
+
+# ----------------------------------------------------------------------------- transfers
+@inner
+def _advance(tr, pool, rq, k, now):
+    """Complete rank ``k``'s transfers due by ``now``; a completed load's blocks become its
+    request's cached GPU blocks. True if any completed."""
+    any_done = False
+    while True:
+        tid, kind, r = pop_due_nb(tr.ht, k, now)
+        if tid < 0:
+            return any_done
+        any_done = True
+        if kind == LOAD:
+            # the loaded blocks (the reservation past the GPU prefix) become visible
+            register_nb(pool, k, rq.bslot, key_span(rq, r)[0], tr.lg1b[r], tr.lpb[r])
+            tr.lstate[r] = ACTIVATED
+
+
+@inner
+def pass_boundary_nb(tr, pool, rq, k, now):
+    """The end of a pass of rank ``k`` at ``now``: transfers due complete, the pass's prepared
+    stores are submitted, and those due at once complete; a completion wakes the sleepers."""
+    done = _advance(tr, pool, rq, k, now)
+    submit_prepared_nb(tr.ht, k, now)
+    if _advance(tr, pool, rq, k, now):
+        done = True
+    if done:
+        _wake_all(tr, k)
+
+
+@inner
+def idle_deadline_nb(tr, k):
+    """When rank ``k``'s next transfer completes (inf: none in flight)."""
+    return next_deadline_nb(tr.ht, k)
+
+
+@inner
+def idle_advance_nb(tr, pool, rq, k, now):
+    """A rank without a pass in flight at one of its transfer deadlines: completions only (no
+    submission); True if sleepers woke."""
+    if _advance(tr, pool, rq, k, now):
+        _wake_all(tr, k)
+        return True
+    return False
+
+
+def tier_stop_reason(tr):
+    """(reason, rank) of a run the tier stopped (reason 0: it did not)."""
+    return int(tr.flag[STOP]), int(tr.flag[STOP_RANK])
+
+
