@@ -31,7 +31,7 @@ def test_ranks_carry_speculation_only_when_it_is_on():
     assert isinstance(on.ranks.speculation, Speculation) and off.ranks.speculation is None
 
 
-# Compiles the pass alone, for a run without speculative decoding, in an empty cache, and lists
+# Compiles the pass alone, for a run without speculative decoding or a host tier, in an empty cache, and lists
 # the kernels numba compiled on the way.
 _PROBE = textwrap.dedent('''
     import json, numba
@@ -44,7 +44,7 @@ _PROBE = textwrap.dedent('''
 
     st = build_state(synthetic(16, 2, 1, arrival_interval_ms=1.0), EngineArgs(block_size=16), RunConfig(num_workers=1, worker_rows=1))
     p, perf, pool, rq, rk, ss, cl, gaps, fl, pa = st.tables()
-    args = (p, perf, pool, rq, rk, 0, 0.0, pa, cl.pend_head, cl.pend_tail, 0, 0.0, rk.speculation)
+    args = (p, perf, pool, rq, rk, 0, 0.0, pa, cl.pend_head, cl.pend_tail, 0, 0.0, rk.speculation, None)
     names = []
 
     class Seen(event.Listener):
@@ -68,6 +68,7 @@ def test_a_pass_without_speculation_compiles_none_of_its_code(tmp_path):
     names = json.loads(done.stdout.strip().splitlines()[-1])
     assert "rank_pass_nb" in names and "finish_nb" in names
     assert "emit_speculative_nb" not in names and "sample_burst_nb" not in names
+    assert "offer_stores_nb" not in names and "compute_start_nb" not in names  # (the host tier's: decision 0352)
 
 
 def test_speculative_runs_match_in_one_process_and_across_variants():
