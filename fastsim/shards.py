@@ -304,6 +304,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     from fastsim.dynamo_version import timing_rules
     from fastsim.kernels.codes import DEAD_END, OK, TICKS_FULL
     from fastsim.kernels.loop import NDONE, NARRIVED, NTICKS, run_loop_nb
+    from fastsim.kernels.timelines import new_timelines
 
     n = int(workload.isl.shape[0])
     fold = _TickFold(k, num_workers)
@@ -402,6 +403,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     gaps = SimpleNamespace(**{name: np.zeros((num_workers,) + getattr(g0, name).shape[1:],
                                              dtype=getattr(g0, name).dtype)
                               for name in ("itl", "itl_n", "otpu", "otpu_n")})
+    gaps.tl = new_timelines(0, 0, 256, 0)  # (not exact yet: each shard folds its own gaps)
     gaps.itl_hist = sum(st.gaps.itl_hist for st in states)
     gaps.otpu_hist = sum(st.gaps.otpu_hist for st in states)
     fleet = SimpleNamespace(fs=np.array([num_workers]), gstate=np.zeros(num_workers, np.int8),

@@ -138,12 +138,14 @@ def simulate(
         DEAD_END,
         LOG_FULL,
         PLANNER_TICK,
+        RECORDS_FULL,
         SIM_CAP,
         TABLE_FULL,
         TELEMETRY_FULL,
         TIMING_161,
     )
     from fastsim.kernels.loop import NARRIVED, NDONE, run_loop_nb
+    from fastsim.kernels.timelines import LOST, grow_records
     from fastsim.trtllm_config import check_release
 
     version = check_version(dynamo_version)
@@ -232,6 +234,8 @@ def simulate(
                                  out)
             if status == TELEMETRY_FULL:
                 st = st._replace(fleet=grow_telemetry(st.fleet, tel_cap, telemetry_interval_ms))
+            elif status == RECORDS_FULL:
+                st = st._replace(gaps=st.gaps._replace(tl=grow_records(st.gaps.tl)))
             elif status == LOG_FULL:
                 st = st._replace(scratch=grow_readmission_log(st.scratch))
                 run = dataclasses.replace(run, readmission_log=st.scratch.alog.shape[0])
@@ -249,6 +253,9 @@ def simulate(
         elif st.pool.ev_meta[EV_OVERFLOWED]:
             # A lag window held more KV events than the feed: start again with a larger one.
             run = dataclasses.replace(run, kv_events=4 * run.kv_events)
+        elif st.gaps.tl.st[LOST]:
+            # A request's token times left the ring before it completed: start again with a wider one.
+            run = dataclasses.replace(run, gap_ring=4 * st.gaps.tl.ring.shape[1])
         elif int(st.scratch.alog_n[READMISSIONS]) > run.readmission_log:
             # More readmissions than the log holds: start again with room for every one of them.
             run = dataclasses.replace(run, readmission_log=int(st.scratch.alog_n[READMISSIONS]))

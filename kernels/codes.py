@@ -43,8 +43,9 @@ ROUND_ROBIN, KV_ROUTER = 0, 1
 # ---- why the event loop returned to Python -----------------------------------------------------
 # OK: the run ended; the others ask Python to grow a table, call the planner, or report a stop
 # (ADMIT_OOM, DP_PRESSURE: the SGLang engine's refusals, kernels/sglang.py)
-OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL, ADMIT_OOM, DP_PRESSURE = \
-    range(10)
+# (RECORDS_FULL: grow the token-time records, kernels/timelines.py)
+OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL, ADMIT_OOM, DP_PRESSURE, \
+    RECORDS_FULL = range(11)
 
 
 def outcome_of(status: np.ndarray, failed: bool = False) -> np.ndarray:
