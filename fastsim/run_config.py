@@ -31,7 +31,8 @@ class RunConfig:
       (:func:`dataclasses.replace`);
     * ``gap_ring``: the width of the ranks' rings of pass ends that the requests' token times
       are read back from (``kernels/timelines.py``), 0: from the longest output; a run that
-      outgrows it starts again with a wider one;
+      outgrows it starts again with a wider one; ``gap_log``: a shard's (``fastsim/shards.py``),
+      which logs its completions' gaps for the cluster to fold in its order;
     * ``sharing``: which requests' pools can meet (``state.sharing_groups``; None: every full prompt
       block keeps its key).
     """
@@ -54,6 +55,7 @@ class RunConfig:
     readmission_log: int = 0
     kv_events: int = 0
     gap_ring: int = 0
+    gap_log: bool = False
     sharing: object = None
 
 

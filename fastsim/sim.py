@@ -145,7 +145,7 @@ def simulate(
         TIMING_161,
     )
     from fastsim.kernels.loop import NARRIVED, NDONE, run_loop_nb
-    from fastsim.kernels.timelines import LOST, grow_records
+    from fastsim.kernels.timelines import LOST, LOST_RECORDS, grow_records
     from fastsim.trtllm_config import check_release
 
     version = check_version(dynamo_version)
@@ -254,6 +254,8 @@ def simulate(
             # A lag window held more KV events than the feed: start again with a larger one.
             run = dataclasses.replace(run, kv_events=4 * run.kv_events)
         elif st.gaps.tl.st[LOST]:
+            if st.gaps.tl.st[LOST] & LOST_RECORDS:  # (the loop grows them between ticks)
+                raise RuntimeError("a tick of the event loop used every free token-time record")
             # A request's token times left the ring before it completed: start again with a wider one.
             run = dataclasses.replace(run, gap_ring=4 * st.gaps.tl.ring.shape[1])
         elif int(st.scratch.alog_n[READMISSIONS]) > run.readmission_log:

@@ -95,8 +95,8 @@ from fastsim.kernels.rank_state import (
     THROTTLE,
 )
 from fastsim.kernels.scheduler import rank_pass_nb
-from fastsim.kernels.timelines import FREE_RECORDS, Timelines, fold_request, keeping, new_timelines, note_token, note_tokens_at, \
-    ring_note, ring_put
+from fastsim.kernels.timelines import (FREE_RECORDS, Timelines, fold_request, keeping, log_room, new_timelines,
+                                      note_token, note_tokens_at, ring_note, ring_put)
 from fastsim.kernels.steady import materialize_nb, steady_next_ok, steady_pass_ms, steady_pass_nb, steady_pass_ok
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb, seal_feed_nb
 from fastsim.kernels.stats import (DD_GAMMA, DD_GAMMA_LN, DD_KEY_MAX, DD_KEY_MIN, DD_NBINS, DD_OFFSET,
@@ -580,7 +580,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t):
         rq.terminal[r] = t
         cl.state[NDONE] += 1
         if keep:
-            fold_request(gaps.tl, r, rq.term_kind[r] == TERM_COMPLETED)
+            fold_request(gaps.tl, r, rq.term_kind[r] == TERM_COMPLETED, t, g)
         if rt.mode == KV_ROUTER:
             _release_kv(p, rq, rt, pa, r)
         on_terminal(ss, cl, r, t)
@@ -1277,8 +1277,8 @@ def _loop(tabs, out):
                 break
         if cl.state[NDONE] >= n_rows:
             break
-        if _tick_room(cl) < 0:
-            status = TICKS_FULL  # the caller empties the log and calls again
+        if _tick_room(cl) < 0 or not log_room(gaps.tl):
+            status = TICKS_FULL  # the caller empties the logs and calls again
             break
         if keeping(gaps.tl) and gaps.tl.st[FREE_RECORDS] < 2 * (cl.state[NARRIVED] - cl.state[NDONE]) + 64:
             # a tick takes at most two token-time records per request in flight: the caller grows them

@@ -16,6 +16,11 @@ at: its run is open (``open_base``) until it is explicit again, and is closed, f
 count, at its next explicit token. At completion the records are walked (times from the ring),
 each gap folded in, and the records freed: memory stays O(requests in flight x their records).
 
+A shard of a split run (``fastsim/shards.py``) cannot fold its completions itself: the
+cluster's order interleaves the shards'. It logs them instead (``clog``: the completion's time,
+its group, its gaps), and the shards' logs are merged and folded in the cluster's order
+(``fold_logs_nb``).
+
 A run is read back at completion: its rank must not have run more passes since its first one
 than the ring holds (``LOST`` otherwise, and the caller runs again with a wider ring); records
 are taken from a free list the caller grows between ticks (``room``) and, should one tick take
@@ -26,9 +31,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim.kernels.jit import inline, inner
+from fastsim.kernels.jit import compiled, inline, inner
 
-FREE_HEAD, FREE_RECORDS, LOST = 0, 1, 2  # ``st`` slots: free list head, free records, a record or run lost
+# ``st`` slots: free list head, free records, what was lost; entries of ``clog`` in use, and the
+# room it must have left before a tick (a tick's completions)
+FREE_HEAD, FREE_RECORDS, LOST, LOG_N, LOG_ROOM = range(5)
+LOST_RING, LOST_RECORDS = 1, 2  # (bits of ``st[LOST]``) a run's times overwritten; no record free
 ITL, OTPU = 0, 3  # ``wf`` offsets: [count, mean, m2] of the gaps and of 1000 / gap
 
 
@@ -45,13 +53,17 @@ class Timelines(NamedTuple):
     rec_n: np.ndarray  # int64[S]: tokens in the run (passes), or copies of the time
     rec_t: np.ndarray  # float64[S]
     rec_next: np.ndarray  # int32[S]: the next record of the request, or of the free list (-1: end)
-    st: np.ndarray  # int64[3]: FREE_HEAD, FREE_RECORDS, LOST
+    st: np.ndarray  # int64[5]: FREE_HEAD, FREE_RECORDS, LOST, LOG_N, LOG_ROOM
     wf: np.ndarray  # float64[6]: Welford's [count, mean, m2] of the gaps (ITL) and of 1000 / gap
+    # float64[L], or [0]: fold at completion. A shard's completions, each [time, group, m, its m
+    # gaps], in the order the shard completes them
+    clog: np.ndarray
 
 
-def new_timelines(n_rows, n_ranks, ring_width, records):
+def new_timelines(n_rows, n_ranks, ring_width, records, log_room=0):
     """Timelines of ``n_rows`` requests on ``n_ranks`` ranks (``ring_width``: a power of two);
-    ``n_rows`` 0: none kept (the pooled sums stand in)."""
+    ``n_rows`` 0: none kept (the pooled sums stand in). ``log_room`` > 0: a shard's, whose
+    completions are logged (the most entries one tick's completions can take)."""
     keep = n_rows > 0
     tl = Timelines(
         ring=np.zeros((n_ranks if keep else 0, ring_width if keep else 1)),
@@ -61,7 +73,8 @@ def new_timelines(n_rows, n_ranks, ring_width, records):
         open_rank=np.zeros(n_rows, dtype=np.int64),
         rec_pass=np.zeros(0, dtype=np.int64), rec_rank=np.zeros(0, dtype=np.int64),
         rec_n=np.zeros(0, dtype=np.int64), rec_t=np.zeros(0), rec_next=np.zeros(0, dtype=np.int32),
-        st=np.array([-1, 0, 0], dtype=np.int64), wf=np.zeros(6))
+        st=np.array([-1, 0, 0, 0, log_room], dtype=np.int64), wf=np.zeros(6),
+        clog=np.zeros(2 * log_room + (1 << 16) if log_room else 0))
     return grow_records(tl, records if keep else 0)
 
 
@@ -131,7 +144,7 @@ def _append(tl, r, first, k, n, t):
         return
     i = tl.st[FREE_HEAD]
     if i < 0:
-        tl.st[LOST] = 1
+        tl.st[LOST] |= LOST_RECORDS
         return
     tl.st[FREE_HEAD] = tl.rec_next[i]
     tl.st[FREE_RECORDS] -= 1
@@ -204,16 +217,40 @@ def _fold_gap(wf, g):
                 _welford(wf, OTPU, u)
 
 
+@inline
+def log_room(tl):
+    """False if a shard's completion log may not hold one more tick's completions."""
+    return tl.clog.shape[0] == 0 or tl.clog.shape[0] - tl.st[LOG_N] >= tl.st[LOG_ROOM]
+
+
+@inline
+def _gap(tl, wf, logging, g):
+    """One gap of a request: folded in, or logged."""
+    if logging:
+        tl.clog[tl.st[LOG_N]] = g
+        tl.st[LOG_N] += 1
+    else:
+        _fold_gap(wf, g)
+
+
 @inner
-def fold_request(tl, r, completed):
-    """Request ``r`` ended: if ``completed``, each of its gaps, in token order, into the running
-    statistics; its records go back to the free list."""
+def fold_request(tl, r, completed, t, g):
+    """Request ``r`` ended at ``t`` in group ``g``: if ``completed``, each of its gaps, in token
+    order, into the running statistics (a shard: into its completion log); its records go back to
+    the free list."""
     i = tl.head[r]
     if i < 0:
         return
     w = tl.ring.shape[1]
     m = w - 1
     wf = tl.wf
+    logging = completed and tl.clog.shape[0] > 0
+    at = 0
+    if logging:
+        at = tl.st[LOG_N]
+        tl.clog[at] = t
+        tl.clog[at + 1] = g
+        tl.st[LOG_N] = at + 3
     prev = np.nan
     last = i
     freed = 0
@@ -222,27 +259,67 @@ def fold_request(tl, r, completed):
             first = tl.rec_pass[i]
             n = tl.rec_n[i]
             if first < 0:
-                t = tl.rec_t[i]
+                x = tl.rec_t[i]
                 if prev == prev:
-                    _fold_gap(wf, t - prev)
+                    _gap(tl, wf, logging, x - prev)
                 for _ in range(n - 1):
-                    _fold_gap(wf, 0.0)
-                prev = t
+                    _gap(tl, wf, logging, 0.0)
+                prev = x
             else:
                 k = tl.rec_rank[i]
                 if tl.ring_hi[k] - first > w:
-                    tl.st[LOST] = 1  # overwritten since
+                    tl.st[LOST] |= LOST_RING  # overwritten since
                 for P in range(first, first + n):
-                    t = tl.ring[k, P & m]
+                    x = tl.ring[k, P & m]
                     if prev == prev:
-                        _fold_gap(wf, t - prev)
-                    prev = t
+                        _gap(tl, wf, logging, x - prev)
+                    prev = x
         last = i
         freed += 1
         i = tl.rec_next[i]
+    if logging:
+        tl.clog[at + 2] = tl.st[LOG_N] - at - 3
     tl.rec_next[last] = tl.st[FREE_HEAD]
     tl.st[FREE_HEAD] = tl.head[r]
     tl.st[FREE_RECORDS] += freed
     tl.head[r] = -1
     tl.tail[r] = -1
     tl.open_base[r] = -1
+
+
+@compiled(nogil=True)
+def fold_logs_nb(wf, log, start, end, k):
+    """Fold the completions of a split run's shards into ``wf`` in the cluster's order: by time,
+    then group (the loop completes the groups' passes that end at one time lowest group first).
+    Shard ``s``'s are ``log[start[s]:end[s]]`` (whole entries, in its order); shard ``s`` of
+    ``k`` holds the cluster's groups ``s, s + k, ...``."""
+    pos = start.copy()
+    while True:
+        best = -1
+        bt = np.inf
+        bg = 0.0
+        for s in range(pos.shape[0]):
+            p = pos[s]
+            if p < end[s]:
+                t = log[p]
+                g = s + k * log[p + 1]
+                if best < 0 or t < bt or (t == bt and g < bg):
+                    best = s
+                    bt = t
+                    bg = g
+        if best < 0:
+            return
+        p = pos[best]
+        m = np.int64(log[p + 2])
+        for j in range(p + 3, p + 3 + m):
+            _fold_gap(wf, log[j])
+        pos[best] = p + 3 + m
+
+
+@compiled(_nrt=False, nogil=True)
+def log_cut_nb(log, upto):
+    """The length of the entries of ``log`` (a shard's completions) at or before ``upto``."""
+    p = 0
+    while p < log.shape[0] and log[p] <= upto:
+        p += 3 + np.int64(log[p + 2])
+    return p
