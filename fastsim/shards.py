@@ -35,10 +35,11 @@ from fastsim.errors import InputError
 from fastsim.run_config import RunConfig
 from fastsim.state import build_state, router_state, settle_unarrived, sharing_groups
 
-# A split run costs about 2 ms more in a fresh process (each shard's own set-up, the thread, the
-# fold): on 4 workers of a 2-core guest, 20k requests took 7.5 ms unsplit and 8.0 split, 50k
-# 16.4 and 16-18, 75k 24 and 20 (on 64 workers splitting pays from 20k).
-AUTO_MIN_REQUESTS = 50_000  # threads=None: smaller runs are not split
+# Without a thread count a run is not split: the inter-token statistics of a split run are folded
+# gap by gap in the cluster's order after the shards log them, a serial fold that costs more than
+# the shards save (100k requests on 4 workers of a 2-core guest: 82-96 ms unsplit, 143-153 split;
+# decision 0265). Before that fold, a split run paid from 50k requests (16.4 ms unsplit, 16-18
+# split; 75k: 24 and 20).
 _LOG_MIN = 1 << 16  # tick log entries per shard (a shard hands its log over when it fills)
 _PENDING_MAX = 1 << 20  # unfolded ticks a shard may hold before it waits for the others
 
@@ -52,7 +53,7 @@ def usable_cores() -> int:
 
 def resolve_threads(threads) -> tuple:
     """``(threads, explicit)``: ``threads`` as given, else ``FASTSIM_THREADS``, else the cores this
-    process may use (then only runs of at least ``AUTO_MIN_REQUESTS`` requests are split)."""
+    process may use (then no run is split: see above)."""
     if threads is None:
         env = os.environ.get("FASTSIM_THREADS", "").strip()
         if not env:
@@ -80,7 +81,7 @@ def plan(workload, *, threads, num_workers, router_mode, replay_concurrency, max
             or max_sim_time_ms is not None or schedule or planner is not None
             or telemetry_interval_ms or speculative or n == 0):
         return 1
-    if not explicit and n < AUTO_MIN_REQUESTS:
+    if not explicit:
         return 1
     if workload.session_ptr.shape[0] - 1 != n or workload.graph is not None:
         return 1  # sessions of several turns, or arrivals released by a request graph
@@ -169,7 +170,7 @@ class _TickFold:
         self.live = int(live)
         self.k = k
         self.pending = [np.zeros(0) for _ in range(k)]
-        self.pending_log = [np.zeros(0) for _ in range(k)]  # completions (``kernels/timelines.py``)
+        self.pending_log = [[] for _ in range(k)]  # chunks of completions (``kernels/timelines.py``)
         self.wf = np.zeros(6)  # the inter-token statistics, folded in the cluster's order
         self.front = [-np.inf] * k  # the time each shard has logged up to
         self.done = [False] * k
@@ -197,10 +198,18 @@ class _TickFold:
         while len(heads) > 2:
             heads = [merge_ticks_nb(heads[0], heads[1])] + heads[2:]
         logs = []
-        for s, p in enumerate(self.pending_log):
-            cut = p.shape[0] if upto == np.inf else int(log_cut_nb(p, upto))
-            logs.append(p[:cut])
-            self.pending_log[s] = p[cut:]
+        for s, chunks in enumerate(self.pending_log):
+            taken = []
+            while chunks:
+                c = chunks[0]
+                cut = c.shape[0] if upto == np.inf else int(log_cut_nb(c, upto))
+                if cut:
+                    taken.append(c[:cut])
+                if cut < c.shape[0]:
+                    chunks[0] = c[cut:]
+                    break
+                chunks.pop(0)
+            logs.append(np.concatenate(taken) if len(taken) > 1 else (taken[0] if taken else np.zeros(0)))
         return heads, (logs if any(x.shape[0] for x in logs) else None)
 
     def _fold(self):
@@ -232,8 +241,7 @@ class _TickFold:
         thread leaves it to them)."""
         with self.cond:
             if log is not None and log.shape[0]:
-                p = self.pending_log[s]
-                self.pending_log[s] = np.concatenate((p, log)) if p.shape[0] else log
+                self.pending_log[s].append(log)
             if ticks.shape[0]:
                 p = self.pending[s]
                 self.pending[s] = np.concatenate((p, ticks)) if p.shape[0] else ticks

@@ -113,9 +113,9 @@ def simulate(
     * ``threads``: a round-robin cluster whose workers never meet (an open loop of single-turn
       requests, no scaling, no telemetry, no time cap) is simulated as that many shards of its
       workers side by side, one thread each, with the same results (``fastsim/shards.py``).
-      Default: the ``FASTSIM_THREADS`` environment variable, else the cores this process may use,
-      for runs of at least 50,000 requests. 1: never split (a sweep running one simulation per
-      core).
+      Default: the ``FASTSIM_THREADS`` environment variable, else 1: never split (the shards log
+      their completions' gaps, and their serial fold in the cluster's order costs more than the
+      shards save, decision 0265).
     * ``kv_event_lag_ms`` (Dynamo 1.6.1, kv_router only): the router's indexer sees the blocks
       stored and removed on the workers that much virtual time later (docs/decisions/0230).
     * ``gap_skip`` (internal): rows whose inter-token gaps stay out of the statistics (below).

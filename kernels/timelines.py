@@ -195,26 +195,35 @@ def note_tokens_at(tl, r, t, n):
 
 
 @inline
-def _welford(wf, o, v):
-    """Dynamo's ``StreamingDistribution::add`` of ``v`` (finite) to ``wf[o:o+3]``."""
-    n = wf[o] + 1.0
-    wf[o] = n
-    d = v - wf[o + 1]
-    m = wf[o + 1] + d / n
-    wf[o + 1] = m
-    wf[o + 2] += d * (v - m)
+def _add(n, mean, m2, v):
+    """Dynamo's ``StreamingDistribution::add`` of ``v`` (finite) to ``(n, mean, m2)``."""
+    n = n + 1.0
+    d = v - mean
+    mean = mean + d / n
+    return n, mean, m2 + d * (v - mean)
+
+
+@inline
+def _fold(a, g):
+    """Gap ``g`` into ``a`` = (ITL's count, mean, m2, then the throughput's), as Dynamo adds it:
+    ``max(g, 0)`` to the ITL, ``1000 / g`` to the throughput if ``g > 0`` (finite values only)."""
+    n1, m1, s1, n2, m2, s2 = a
+    if g < 0.0:
+        g = 0.0
+    if g < np.inf:
+        n1, m1, s1 = _add(n1, m1, s1, g)
+        if g > 0.0:
+            u = 1000.0 / g
+            if u < np.inf:
+                n2, m2, s2 = _add(n2, m2, s2, u)
+    return n1, m1, s1, n2, m2, s2
 
 
 @inline
 def _fold_gap(wf, g):
-    if g < 0.0:
-        g = 0.0
-    if g < np.inf:
-        _welford(wf, ITL, g)
-        if g > 0.0:
-            u = 1000.0 / g
-            if u < np.inf:
-                _welford(wf, OTPU, u)
+    """Gap ``g`` into the statistics ``wf`` (in memory)."""
+    a = _fold((wf[0], wf[1], wf[2], wf[3], wf[4], wf[5]), g)
+    wf[0], wf[1], wf[2], wf[3], wf[4], wf[5] = a
 
 
 @inline
@@ -224,13 +233,80 @@ def log_room(tl):
 
 
 @inline
-def _gap(tl, wf, logging, g):
-    """One gap of a request: folded in, or logged."""
-    if logging:
-        tl.clog[tl.st[LOG_N]] = g
-        tl.st[LOG_N] += 1
-    else:
-        _fold_gap(wf, g)
+def _fold_records(tl, i):
+    """Fold the gaps of the records from ``i`` on (one request's, in token order). The running
+    statistics stay in locals meanwhile: each update waits on the last one's division, and a
+    round trip through memory would lengthen that chain."""
+    wf = tl.wf
+    ring = tl.ring
+    w = ring.shape[1]
+    m = w - 1
+    a = (wf[0], wf[1], wf[2], wf[3], wf[4], wf[5])
+    prev = np.nan
+    while i >= 0:
+        first = tl.rec_pass[i]
+        n = tl.rec_n[i]
+        if first < 0:
+            x = tl.rec_t[i]
+            if prev == prev:
+                a = _fold(a, x - prev)
+            for _ in range(n - 1):
+                a = _fold(a, 0.0)
+            prev = x
+        else:
+            k = tl.rec_rank[i]
+            if tl.ring_hi[k] - first > w:
+                tl.st[LOST] |= LOST_RING  # overwritten since
+            p0 = first
+            if prev != prev:  # the request's first token
+                prev = ring[k, p0 & m]
+                p0 += 1
+            for P in range(p0, first + n):
+                x = ring[k, P & m]
+                a = _fold(a, x - prev)
+                prev = x
+        i = tl.rec_next[i]
+    wf[0], wf[1], wf[2], wf[3], wf[4], wf[5] = a
+
+
+@inline
+def _log_records(tl, i, t, g):
+    """A shard's completion at ``t`` in group ``g`` into its log: [t, g, m, the m gaps of the
+    records from ``i`` on]."""
+    ring = tl.ring
+    w = ring.shape[1]
+    m = w - 1
+    log = tl.clog
+    at = tl.st[LOG_N]
+    log[at] = t
+    log[at + 1] = g
+    j = at + 3
+    prev = np.nan
+    while i >= 0:
+        first = tl.rec_pass[i]
+        n = tl.rec_n[i]
+        if first < 0:
+            x = tl.rec_t[i]
+            if prev == prev:
+                log[j] = x - prev
+                j += 1
+            for _ in range(n - 1):
+                log[j] = 0.0
+                j += 1
+            prev = x
+        else:
+            k = tl.rec_rank[i]
+            if tl.ring_hi[k] - first > w:
+                tl.st[LOST] |= LOST_RING
+            for P in range(first, first + n):
+                x = ring[k, P & m]
+                if prev == prev:
+                    log[j] = x - prev
+                    j += 1
+                prev = x
+        i = tl.rec_next[i]
+    log[at + 2] = j - at - 3
+    tl.st[LOG_N] = j
 
 
 @inner
@@ -241,46 +317,18 @@ def fold_request(tl, r, completed, t, g):
     i = tl.head[r]
     if i < 0:
         return
-    w = tl.ring.shape[1]
-    m = w - 1
-    wf = tl.wf
-    logging = completed and tl.clog.shape[0] > 0
-    at = 0
-    if logging:
-        at = tl.st[LOG_N]
-        tl.clog[at] = t
-        tl.clog[at + 1] = g
-        tl.st[LOG_N] = at + 3
-    prev = np.nan
+    if completed:
+        if tl.clog.shape[0] > 0:
+            _log_records(tl, i, t, g)
+        else:
+            _fold_records(tl, i)
     last = i
-    freed = 0
-    while i >= 0:
-        if completed:
-            first = tl.rec_pass[i]
-            n = tl.rec_n[i]
-            if first < 0:
-                x = tl.rec_t[i]
-                if prev == prev:
-                    _gap(tl, wf, logging, x - prev)
-                for _ in range(n - 1):
-                    _gap(tl, wf, logging, 0.0)
-                prev = x
-            else:
-                k = tl.rec_rank[i]
-                if tl.ring_hi[k] - first > w:
-                    tl.st[LOST] |= LOST_RING  # overwritten since
-                for P in range(first, first + n):
-                    x = tl.ring[k, P & m]
-                    if prev == prev:
-                        _gap(tl, wf, logging, x - prev)
-                    prev = x
-        last = i
+    freed = 1
+    while tl.rec_next[last] >= 0:
+        last = tl.rec_next[last]
         freed += 1
-        i = tl.rec_next[i]
-    if logging:
-        tl.clog[at + 2] = tl.st[LOG_N] - at - 3
     tl.rec_next[last] = tl.st[FREE_HEAD]
-    tl.st[FREE_HEAD] = tl.head[r]
+    tl.st[FREE_HEAD] = i
     tl.st[FREE_RECORDS] += freed
     tl.head[r] = -1
     tl.tail[r] = -1
@@ -294,6 +342,7 @@ def fold_logs_nb(wf, log, start, end, k):
     Shard ``s``'s are ``log[start[s]:end[s]]`` (whole entries, in its order); shard ``s`` of
     ``k`` holds the cluster's groups ``s, s + k, ...``."""
     pos = start.copy()
+    a = (wf[0], wf[1], wf[2], wf[3], wf[4], wf[5])
     while True:
         best = -1
         bt = np.inf
@@ -308,12 +357,13 @@ def fold_logs_nb(wf, log, start, end, k):
                     bt = t
                     bg = g
         if best < 0:
-            return
+            break
         p = pos[best]
         m = np.int64(log[p + 2])
         for j in range(p + 3, p + 3 + m):
-            _fold_gap(wf, log[j])
+            a = _fold(a, log[j])
         pos[best] = p + 3 + m
+    wf[0], wf[1], wf[2], wf[3], wf[4], wf[5] = a
 
 
 @compiled(_nrt=False, nogil=True)

@@ -110,17 +110,16 @@ def test_what_is_not_split():
 
 
 
-def test_default_splits_only_large_runs(monkeypatch):
+def test_default_does_not_split(monkeypatch):
+    """Without a thread count no run is split (decision 0265); FASTSIM_THREADS is one."""
     monkeypatch.delenv("FASTSIM_THREADS", raising=False)
     monkeypatch.setattr(shards, "usable_cores", lambda: 2)
     base = dict(threads=None, num_workers=4, router_mode="round_robin", replay_concurrency=None,
                 max_sim_time_ms=None, schedule=[], planner=None, telemetry_interval_ms=None)
-    small = synthetic(64, 8, shards.AUTO_MIN_REQUESTS - 1, arrival_interval_ms=1.0)
-    large = synthetic(64, 8, shards.AUTO_MIN_REQUESTS, arrival_interval_ms=1.0)
-    assert shards.plan(small, **base) == 1
-    assert shards.plan(large, **base) == 2
-    monkeypatch.setattr(shards, "usable_cores", lambda: 1)
+    large = synthetic(64, 8, 100_000, arrival_interval_ms=1.0)
     assert shards.plan(large, **base) == 1
+    monkeypatch.setenv("FASTSIM_THREADS", "2")
+    assert shards.plan(large, **base) == 2
 
 
 def test_threads_argument_checked(monkeypatch):
