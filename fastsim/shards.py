@@ -331,8 +331,9 @@ def _scatter(dst, rq, rows, rank_map, lo, hi):
 
 
 def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, light_ticks, seed,
-                    version="1.6.1"):
-    """Simulate ``workload`` on ``num_workers`` round-robin workers as ``k`` shards side by side.
+                    version="1.6.1", gap_ring=0):
+    """Simulate ``workload`` on ``num_workers`` round-robin workers as ``k`` shards side by side
+    (``gap_ring``: the width of the ranks' rings of pass ends, ``RunConfig``).
 
     Returns ``(status, results, gaps, fleet, worker_seconds, states, remaining)``: the loop's
     status (OK or DEAD_END), the per-request :class:`Results` and the pooled gap statistics in
@@ -343,7 +344,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     from fastsim.kernels.codes import DEAD_END, OK, TICKS_FULL
     from fastsim.kernels.loop import NDONE, NARRIVED, NTICKS, run_loop_nb
     from fastsim.kernels.codes import RECORDS_FULL
-    from fastsim.kernels.timelines import LOST, grow_records
+    from fastsim.kernels.timelines import LOST, LOST_RECORDS, grow_records
 
     n = int(workload.isl.shape[0])
     fold = _TickFold(k, num_workers)
@@ -360,7 +361,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
         # is mapped here, in huge pages
         run = RunConfig(num_workers=n_workers[s], worker_rows=n_workers[s], dp=dp, steady_decode=steady_decode,
                         light_ticks=light_ticks, timing_rules=timing_rules(version), tick_log=log,
-                        huge_pages=s == k - 1, gap_log=True,
+                        huge_pages=s == k - 1, gap_log=True, gap_ring=gap_ring,
                         sharing=sharing_groups(sub, "round_robin", n_workers[s]))
         states[s] = build_state(sub, engine, run)
 
@@ -384,8 +385,6 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
                 st.cluster.state[NTICKS] = 0
             if status not in (OK, DEAD_END):
                 raise RuntimeError(f"shard {s} of a split run stopped with status {status}")
-            if st.gaps.tl.st[LOST]:
-                raise RuntimeError(f"shard {s} of a split run lost token times (ring of {st.gaps.tl.ring.shape[1]})")
             done_log = _take_log(st.gaps.tl)
             settle_unarrived(st.requests, int(st.cluster.state[NARRIVED]))
             m = st.n_requests
@@ -442,6 +441,15 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     for r in results:
         if isinstance(r, BaseException):
             raise r
+    lost = max((int(st.gaps.tl.st[LOST]) for st in states), default=0)
+    if lost & LOST_RECORDS:
+        raise RuntimeError("a tick of a shard's event loop used every free token-time record")
+    if lost:
+        # a request's token times left its rank's ring before it completed: again, with a wider one
+        ring = 4 * states[0].gaps.tl.ring.shape[1]
+        del states, results, dst
+        return simulate_shards(workload, engine, k, num_workers=num_workers, dp=dp, steady_decode=steady_decode,
+                               light_ticks=light_ticks, seed=seed, version=version, gap_ring=ring)
     status = DEAD_END if DEAD_END in results else OK
     ws = fold.worker_seconds()
 

@@ -73,9 +73,9 @@ def test_long_light_run_hands_its_log_over(monkeypatch):
     folds = []
     real = shards._TickFold.offer
 
-    def offer(self, s, ticks, finished, fold=True):
+    def offer(self, s, ticks, finished, fold=True, log=None):
         folds.append(ticks.shape[0])
-        return real(self, s, ticks, finished, fold)
+        return real(self, s, ticks, finished, fold, log)
 
     monkeypatch.setattr(shards._TickFold, "offer", offer)
     wl = synthetic(64, 64, 3000, arrival_interval_ms=40.0)
