@@ -29,6 +29,21 @@ _KV_EVENTS = 1 << 16
 
 
 _KERNELS_LOADED = False
+_SPLIT_KERNELS_LOADED = False
+
+
+def load_split_kernels():
+    """``load_kernels``, and those of a run split into shards (``fastsim/shards.py``: loaded only
+    when a run is split, which takes a thread count)."""
+    global _SPLIT_KERNELS_LOADED
+    load_kernels()
+    if _SPLIT_KERNELS_LOADED:
+        return
+    _SPLIT_KERNELS_LOADED = True
+    from fastsim.config import EngineArgs
+    from fastsim.workload import synthetic
+
+    simulate(synthetic(16, 2, 4, arrival_interval_ms=1.0), EngineArgs(block_size=16), num_workers=2, threads=2)
 
 
 def load_kernels():
@@ -59,7 +74,6 @@ def load_kernels():
     w.hash_ids = np.array([1], dtype=np.int64)
     w.trace_block_size = 16
     simulate(w, EngineArgs(block_size=16))
-    simulate(w, EngineArgs(block_size=16), num_workers=2, threads=2)  # a split run's kernels
 
 
 @with_small_pages
@@ -196,7 +210,10 @@ def simulate(
                            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                            schedule=schedule, planner=planner,
                            telemetry_interval_ms=telemetry_interval_ms, speculative=bool(engine.aic_nextn))
-    load_kernels()
+    if n_shards > 1:
+        load_split_kernels()
+    else:
+        load_kernels()
     t0 = time.perf_counter()
     dp = max(int(engine.dp_size or 1), 1)
     if n_shards > 1:

@@ -35,9 +35,9 @@ def cached(kernel: str) -> bool:
 
 
 def _aggregated():
-    from fastsim.sim import load_kernels
+    from fastsim.sim import load_split_kernels
 
-    load_kernels()
+    load_split_kernels()
 
 
 def _trace_and_kv_router():
