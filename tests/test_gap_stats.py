@@ -32,17 +32,22 @@ CASES = [(name, release, flags)
          for release in releases.split() if (DATA / f"{name}.{release}.json").exists()]
 
 
-@pytest.mark.parametrize("name,release,flags", CASES, ids=[f"{n}-{r}" for n, r, _ in CASES])
-def test_gap_statistics_bit_for_bit(name, release, flags, tmp_path, capsys):
+def _replay(flags, release, tmp_path, capsys, *extra):
     rep = tmp_path / "r.json"
     cwd = os.getcwd()
     os.chdir(DATA)
     try:
-        assert cli.main(["replay", *flags.split(), "--dynamo-version", release, "--report-json", str(rep)]) == 0
+        assert cli.main(["replay", *flags.split(), "--dynamo-version", release, "--report-json", str(rep),
+                         *extra]) == 0
     finally:
         os.chdir(cwd)
     capsys.readouterr()
-    got = json.loads(rep.read_text())
+    return json.loads(rep.read_text())
+
+
+@pytest.mark.parametrize("name,release,flags", CASES, ids=[f"{n}-{r}" for n, r, _ in CASES])
+def test_gap_statistics_bit_for_bit(name, release, flags, tmp_path, capsys):
+    got = _replay(flags, release, tmp_path, capsys)
     want = json.loads((DATA / f"{name}.{release}.json").read_text())
     assert want["completed_requests"] > 0
     assert [(k, got[k]) for k in EXACT] == [(k, want[k]) for k in EXACT]
@@ -65,6 +70,16 @@ def note_tokens_at(tl, r, t, n):
 @njit
 def fold_request(tl, r, completed):
     timelines.fold_request(tl, r, completed, 0.0, 0)
+
+
+@pytest.mark.parametrize("release", ["1.4.2", "1.6.1"])
+def test_split_run_folds_in_the_clusters_order(release, tmp_path, capsys):
+    """Two shards of 2 workers each: their completions' gaps, merged by (time, worker), give
+    Dynamo's statistics bit for bit."""
+    flags = dict((n, f) for n, _, f in CASES)["split_60k_4w"]
+    got = _replay(flags, release, tmp_path, capsys, "--threads", "2")
+    want = json.loads((DATA / f"split_60k_4w.{release}.json").read_text())
+    assert [(k, got[k]) for k in EXACT] == [(k, want[k]) for k in EXACT]
 
 
 def _welford(values):
