@@ -23,8 +23,8 @@ its group, its gaps), and the shards' logs are merged and folded in the cluster'
 
 A run is read back at completion: its rank must not have run more passes since its first one
 than the ring holds (``LOST`` otherwise, and the caller runs again with a wider ring); records
-are taken from a free list the caller grows between ticks (``room``) and, should one tick take
-them all, ``LOST`` too.
+are taken from a free list that the loop has the caller grow between ticks (``RECORDS_FULL``)
+and, should one tick take them all, ``LOST`` too.
 """
 
 from typing import NamedTuple
