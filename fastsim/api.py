@@ -305,8 +305,7 @@ def run_trace_replay(
     returning a target worker count or None; at most ``max_workers``), and
     ``telemetry_interval_ms`` (per-worker samples in ``Report.workers``). ``threads``: how many
     threads a round-robin replay may run its workers' shards in (``fastsim.sim.simulate``; the
-    same results with any number; default ``FASTSIM_THREADS`` or the usable cores, 1 for a sweep
-    that runs one replay per core). ``debug=True`` (default: the ``FASTSIM_DEBUG`` environment
+    same results with any number; default ``FASTSIM_THREADS``, else 1). ``debug=True`` (default: the ``FASTSIM_DEBUG`` environment
     variable) checks the simulator's invariants on the final state (aggregated replays).
 
     ``dynamo_version``: the Dynamo release reproduced, ``"1.6.1"`` (default) or ``"1.4.2"``.

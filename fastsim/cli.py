@@ -205,7 +205,8 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-workers", type=int, default=1)
     p.add_argument("--threads", type=int, default=None,
                    help="fastsim only: threads for a round-robin cluster's shards (same results with "
-                        "any number; default $FASTSIM_THREADS or the usable cores)")
+                        "any number; default $FASTSIM_THREADS, else none: the shards' serial fold of the "
+                        "gap statistics costs more than they save)")
     p.add_argument("--num-prefill-workers", type=int, default=1)
     p.add_argument("--num-decode-workers", type=int, default=1)
     p.add_argument("--replay-concurrency", type=int)
@@ -331,7 +332,7 @@ Dynamo 1.6.1's host KV tier: {"engine": {"kv_cache_bytes_per_token": N, "native_
 _REPLAY_HELP = {
     "trace_block_size": "tokens represented by each hash_id of the trace (none: 512)",
     "threads": "fastsim only: threads for a round-robin cluster's shards, with the same results with any "
-               "number (none: $FASTSIM_THREADS, else the usable cores, for 50,000 requests or more)",
+               "number (none: $FASTSIM_THREADS, else 1)",
     "report_json": "write the full report JSON (Dynamo's keys) to this file; an existing directory gets "
                    "a timestamped file inside it",
     "report_jsonl": "write one JSON object per request (trace replay)",

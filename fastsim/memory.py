@@ -30,6 +30,8 @@ __all__ = ["Estimate", "InsufficientMemoryError", "available_bytes", "address_sp
 _PER_REQUEST = 220
 # Bytes per content key of a prompt block (uint64 key, int32 slot) and per trace hash id.
 _PER_KEY = 12
+# Per request: its token-time records' heads and its open steady run (kernels/timelines.py).
+_PER_TIMELINE = 32
 # Per worker row: the cluster's per-group arrays (256 phantom events of 8 bytes dominate), the two
 # event trees, the pooled statistics, the fleet record.
 _PER_GROUP = 2600
@@ -164,6 +166,12 @@ def estimate(workload, engine, *, worker_rows: int, telemetry: bool = False,
         parts.setdefault("per-rank state", 0)
         parts["per-rank state"] += r * (_PER_RANK + 8 * bs)
     parts["per-rank state"] += 8 * (min(int(pools[0][0].num_gpu_blocks), 1 << 22) + (1 << 16))
+    # each request's token times until it completes (kernels/timelines.py): 32 bytes a request,
+    # a ring of pass ends a rank (8 bytes a pass, twice the longest output, a power of two)
+    from fastsim.kernels.timelines import ring_width
+
+    longest_out = int(np.asarray(workload.osl).max()) if n else 1
+    parts["token times"] = n * _PER_TIMELINE + ranks * 8 * ring_width(longest_out)
     parts["per-worker state"] = groups * _PER_GROUP
     parts["prompt block keys"] = n_keys * _PER_KEY
     parts["KV pools"] = touched

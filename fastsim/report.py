@@ -173,6 +173,10 @@ def _sketch_dist(gaps, name):
     vmin, vmax = float(gaps[f"{name}_min"]), float(gaps[f"{name}_max"])
     hist = np.ascontiguousarray(gaps[f"{name}_hist"], dtype=np.int64)
     pct = [float(dd_percentile_nb(hist, n, p, vmin)) for p in PERCENTILES]
+    welford = gaps.get(f"{name}_welford")
+    if welford is not None:  # Dynamo's running mean and variance, in its order (kernels/timelines.py)
+        wn, mean, m2 = welford
+        return [mean, vmin, vmax] + pct + [math.sqrt(m2 / wn)]
     return [shift + s, vmin, vmax] + pct + [math.sqrt(max(var, 0.0))]
 
 

@@ -73,13 +73,24 @@ def merged_gap_sums(acc, counts):
 
 
 def gap_columns(gaps):
+    """The report's inputs of the pooled gap statistics: counts, extremes and histograms, and the
+    mean and variance: Dynamo's running ones (``{name}_welford``: count, mean, sum of squared
+    deviations) when the requests' timelines were kept, else the sums about a shift."""
+    from fastsim.kernels.timelines import ITL, OTPU
+
     out = {}
-    for name, acc, counts, hist in (("itl", gaps.itl, gaps.itl_n, gaps.itl_hist),
-                                    ("otpu", gaps.otpu, gaps.otpu_n, gaps.otpu_hist)):
+    keep = gaps.tl.head.shape[0] > 0
+    for name, acc, counts, hist, o in (("itl", gaps.itl, gaps.itl_n, gaps.itl_hist, ITL),
+                                       ("otpu", gaps.otpu, gaps.otpu_n, gaps.otpu_hist, OTPU)):
         n, ssum, ssq, vmin, vmax, shift = merged_gap_sums(acc, counts)
         out.update({f"{name}_count": n, f"{name}_sum": ssum, f"{name}_sumsq": ssq,
                     f"{name}_min": vmin, f"{name}_max": vmax, f"{name}_shift": shift,
                     f"{name}_hist": hist})
+        if keep:
+            wf = gaps.tl.wf
+            if int(wf[o]) != n:
+                raise RuntimeError(f"{name}: {int(wf[o])} gaps folded at completion, {n} pooled")
+            out[f"{name}_welford"] = (int(wf[o]), float(wf[o + 1]), float(wf[o + 2]))
     return out
 
 

@@ -29,6 +29,10 @@ class RunConfig:
     * ``readmission_log``, ``kv_events``: first sizes of the readmission log and of the pool's KV
       event feed (0: none); a run that outgrows them starts again with larger ones
       (:func:`dataclasses.replace`);
+    * ``gap_ring``: the width of the ranks' rings of pass ends that the requests' token times
+      are read back from (``kernels/timelines.py``), 0: from the longest output; a run that
+      outgrows it starts again with a wider one; ``gap_log``: a shard's (``fastsim/shards.py``),
+      which logs its completions' gaps for the cluster to fold in its order;
     * ``sharing``: which requests' pools can meet (``state.sharing_groups``; None: every full prompt
       block keeps its key).
     """
@@ -50,6 +54,8 @@ class RunConfig:
     gap_skip: np.ndarray | None = None
     readmission_log: int = 0
     kv_events: int = 0
+    gap_ring: int = 0
+    gap_log: bool = False
     sharing: object = None
 
 

@@ -8,11 +8,13 @@ import numpy as np
 from fastsim.kernels.radix import new_radix
 from fastsim.kernels.sglang import CNT_COMMITTED, CNT_HEAP, CNT_READMISSIONS, SgRanks, SgReqs, SgScratch
 from fastsim.kernels.stats import dd_new_hist
+from fastsim.kernels.timelines import ITL, OTPU, new_timelines, ring_width
 
 
-def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None):
-    """(q, pr, fp, s, t, k) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
-    readmissions after retractions (default: one per request)."""
+def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None, ring=0):
+    """(q, pr, fp, s, t, k, tl) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
+    readmissions after retractions (default: one per request); ``ring``: the width of the pass-end
+    rings (default: from the longest output)."""
     n = workload.n_requests
     log_size = n + 16 if log_size is None else log_size
     isl = np.ascontiguousarray(workload.isl, dtype=np.int64)
@@ -65,11 +67,15 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     heap[:first.shape[0]] = first[order]
     s.cnt[CNT_HEAP] = first.shape[0]
     t = new_radix(n_ranks, cfg.total_pages)
-    return q, pr, fp, s, t, k
+    # the requests' token times: each worker's pass ends in a ring, a few records per request in flight
+    tl = new_timelines(n, num_workers, ring or ring_width(int(osl.max(initial=1))),
+                       4 * min(n, n_ranks * min(cfg.max_running, n)) + 1024)
+    return q, pr, fp, s, t, k, tl
 
 
-def columns(q, s, num_workers, dp):
-    """The per-request columns of ``fastsim.report.build_report`` and the gap statistics."""
+def columns(q, s, num_workers, dp, tl):
+    """The per-request columns of ``fastsim.report.build_report`` and the gap statistics (their
+    mean and variance as Dynamo keeps them, from the timelines ``tl``)."""
     n = q.isl.shape[0]
     cols = {
         "arrival_ms": q.arrival, "first_admit_ms": q.first_admit, "first_token_ms": q.first_token,
@@ -88,6 +94,10 @@ def columns(q, s, num_workers, dp):
                      f"{name}_min": float(g[off + 3]) if cnt else 0.0,
                      f"{name}_max": float(g[off + 4]) if cnt else 0.0, f"{name}_shift": float(g[off + 5]),
                      f"{name}_hist": hist})
+        o = ITL if name == "itl" else OTPU
+        if int(tl.wf[o]) != cnt:
+            raise RuntimeError(f"{name}: {int(tl.wf[o])} gaps folded at completion, {cnt} pooled")
+        gaps[f"{name}_welford"] = (cnt, float(tl.wf[o + 1]), float(tl.wf[o + 2]))
     m = int(s.cnt[CNT_READMISSIONS])
     order = np.argsort(s.rlog_row[:m], kind="stable")
     cols["preemptions"] = np.bincount(s.rlog_row[:m], minlength=n).astype(np.int64)

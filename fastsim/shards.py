@@ -35,10 +35,11 @@ from fastsim.errors import InputError
 from fastsim.run_config import RunConfig
 from fastsim.state import build_state, router_state, settle_unarrived, sharing_groups
 
-# A split run costs about 2 ms more in a fresh process (each shard's own set-up, the thread, the
-# fold): on 4 workers of a 2-core guest, 20k requests took 7.5 ms unsplit and 8.0 split, 50k
-# 16.4 and 16-18, 75k 24 and 20 (on 64 workers splitting pays from 20k).
-AUTO_MIN_REQUESTS = 50_000  # threads=None: smaller runs are not split
+# Without a thread count a run is not split: the inter-token statistics of a split run are folded
+# gap by gap in the cluster's order after the shards log them, a serial fold that costs more than
+# the shards save (100k requests on 4 workers of a 2-core guest: 82-96 ms unsplit, 143-153 split;
+# decision 0265). Before that fold, a split run paid from 50k requests (16.4 ms unsplit, 16-18
+# split; 75k: 24 and 20).
 _LOG_MIN = 1 << 16  # tick log entries per shard (a shard hands its log over when it fills)
 _PENDING_MAX = 1 << 20  # unfolded ticks a shard may hold before it waits for the others
 
@@ -52,7 +53,7 @@ def usable_cores() -> int:
 
 def resolve_threads(threads) -> tuple:
     """``(threads, explicit)``: ``threads`` as given, else ``FASTSIM_THREADS``, else the cores this
-    process may use (then only runs of at least ``AUTO_MIN_REQUESTS`` requests are split)."""
+    process may use (then no run is split: see above)."""
     if threads is None:
         env = os.environ.get("FASTSIM_THREADS", "").strip()
         if not env:
@@ -80,7 +81,7 @@ def plan(workload, *, threads, num_workers, router_mode, replay_concurrency, max
             or max_sim_time_ms is not None or schedule or planner is not None
             or telemetry_interval_ms or speculative or n == 0):
         return 1
-    if not explicit and n < AUTO_MIN_REQUESTS:
+    if not explicit:
         return 1
     if workload.session_ptr.shape[0] - 1 != n or workload.graph is not None:
         return 1  # sessions of several turns, or arrivals released by a request graph
@@ -88,6 +89,15 @@ def plan(workload, *, threads, num_workers, router_mode, replay_concurrency, max
     if not bool(np.all(first[1:] >= first[:-1])):
         return 1  # out of order (or NaN): the release order is not the row order
     return min(n_threads, int(num_workers))
+
+
+def _take_log(tl):
+    """A shard's completion log so far (``kernels/timelines.py``), emptied."""
+    from fastsim.kernels.timelines import LOG_N
+
+    log = tl.clog[:int(tl.st[LOG_N])].copy()
+    tl.st[LOG_N] = 0
+    return log
 
 
 def _rows(n, num_workers, k, s):
@@ -158,7 +168,10 @@ class _TickFold:
 
     def __init__(self, k, live):
         self.live = int(live)
+        self.k = k
         self.pending = [np.zeros(0) for _ in range(k)]
+        self.pending_log = [[] for _ in range(k)]  # chunks of completions (``kernels/timelines.py``)
+        self.wf = np.zeros(6)  # the inter-token statistics, folded in the cluster's order
         self.front = [-np.inf] * k  # the time each shard has logged up to
         self.done = [False] * k
         self.acc = np.zeros(2)  # [worker-seconds, last tick]: the loop starts at 0
@@ -168,9 +181,12 @@ class _TickFold:
         self.jobs = []  # [callable, state]: "posted", "taken", "done" (``post``)
 
     def _take(self):
-        """The foldable ticks (called with the lock held): the pending ticks up to the earliest
-        front of an unfinished shard, merged into at most two arrays in time order."""
+        """The foldable ticks and completions (called with the lock held): those pending up to
+        the earliest front of an unfinished shard (a shard hands over its completions up to the
+        last time it logged), the ticks merged into at most two arrays in time order, the
+        completions as each shard's."""
         from fastsim.kernels.ticks import merge_ticks_nb
+        from fastsim.kernels.timelines import log_cut_nb
 
         upto = min((f for f, d in zip(self.front, self.done) if not d), default=np.inf)
         heads = []
@@ -181,30 +197,51 @@ class _TickFold:
                 self.pending[s] = p[cut:]
         while len(heads) > 2:
             heads = [merge_ticks_nb(heads[0], heads[1])] + heads[2:]
-        return heads
+        logs = []
+        for s, chunks in enumerate(self.pending_log):
+            taken = []
+            while chunks:
+                c = chunks[0]
+                cut = c.shape[0] if upto == np.inf else int(log_cut_nb(c, upto))
+                if cut:
+                    taken.append(c[:cut])
+                if cut < c.shape[0]:
+                    chunks[0] = c[cut:]
+                    break
+                chunks.pop(0)
+            logs.append(np.concatenate(taken) if len(taken) > 1 else (taken[0] if taken else np.zeros(0)))
+        return heads, (logs if any(x.shape[0] for x in logs) else None)
 
     def _fold(self):
         """Fold what can be folded (called with the lock held; it is released while folding, and
         one thread folds at a time)."""
         from fastsim.kernels.ticks import fold_ticks_nb
+        from fastsim.kernels.timelines import fold_logs_nb
 
         while not self.folding:
-            heads = self._take()
-            if not heads:
+            heads, logs = self._take()
+            if not heads and logs is None:
                 return
             self.folding = True
             self.cond.release()
             try:
-                fold_ticks_nb(self.acc, self.live, heads[0], heads[1] if len(heads) > 1 else heads[0][:0])
+                if heads:
+                    fold_ticks_nb(self.acc, self.live, heads[0], heads[1] if len(heads) > 1 else heads[0][:0])
+                if logs is not None:
+                    ends = np.cumsum([x.shape[0] for x in logs])
+                    fold_logs_nb(self.wf, np.concatenate(logs), ends - [x.shape[0] for x in logs], ends, self.k)
             finally:
                 self.cond.acquire()
                 self.folding = False
                 self.cond.notify_all()
 
-    def offer(self, s, ticks, finished, fold=True):
-        """Shard ``s`` hands over its next ticks (``finished``: its last); ``fold``: it folds what
-        it can, unless another shard does (the shard in the calling thread leaves it to them)."""
+    def offer(self, s, ticks, finished, fold=True, log=None):
+        """Shard ``s`` hands over its next ticks and completions (``log``; ``finished``: its
+        last); ``fold``: it folds what it can, unless another shard does (the shard in the calling
+        thread leaves it to them)."""
         with self.cond:
+            if log is not None and log.shape[0]:
+                self.pending_log[s].append(log)
             if ticks.shape[0]:
                 p = self.pending[s]
                 self.pending[s] = np.concatenate((p, ticks)) if p.shape[0] else ticks
@@ -265,7 +302,8 @@ class _TickFold:
                 self.cond.wait()
 
     def worker_seconds(self):
-        """The cluster's worker-seconds, once every shard has handed over its last ticks."""
+        """The cluster's worker-seconds, once every shard has handed over its last ticks (and its
+        completions folded into ``wf``)."""
         with self.cond:
             while self.folding:
                 self.cond.wait()
@@ -293,8 +331,9 @@ def _scatter(dst, rq, rows, rank_map, lo, hi):
 
 
 def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, light_ticks, seed,
-                    version="1.6.1"):
-    """Simulate ``workload`` on ``num_workers`` round-robin workers as ``k`` shards side by side.
+                    version="1.6.1", gap_ring=0):
+    """Simulate ``workload`` on ``num_workers`` round-robin workers as ``k`` shards side by side
+    (``gap_ring``: the width of the ranks' rings of pass ends, ``RunConfig``).
 
     Returns ``(status, results, gaps, fleet, worker_seconds, states, remaining)``: the loop's
     status (OK or DEAD_END), the per-request :class:`Results` and the pooled gap statistics in
@@ -304,6 +343,8 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     from fastsim.dynamo_version import timing_rules
     from fastsim.kernels.codes import DEAD_END, OK, TICKS_FULL
     from fastsim.kernels.loop import NDONE, NARRIVED, NTICKS, run_loop_nb
+    from fastsim.kernels.codes import RECORDS_FULL
+    from fastsim.kernels.timelines import LOST, LOST_RECORDS, grow_records
 
     n = int(workload.isl.shape[0])
     fold = _TickFold(k, num_workers)
@@ -320,7 +361,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
         # is mapped here, in huge pages
         run = RunConfig(num_workers=n_workers[s], worker_rows=n_workers[s], dp=dp, steady_decode=steady_decode,
                         light_ticks=light_ticks, timing_rules=timing_rules(version), tick_log=log,
-                        huge_pages=s == k - 1,
+                        huge_pages=s == k - 1, gap_log=True, gap_ring=gap_ring,
                         sharing=sharing_groups(sub, "round_robin", n_workers[s]))
         states[s] = build_state(sub, engine, run)
 
@@ -330,29 +371,34 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
             rt = router_state("round_robin", None, st.params, st.n_requests, n_workers[s] * dp,
                               n_workers[s], 1, seed)
             out = np.zeros(4)
-            (params, perf, pool, requests, ranks, sessions, cluster, gaps, fleet, scratch) = st.tables()
             while True:
+                (params, perf, pool, requests, ranks, sessions, cluster, gaps, fleet, scratch) = st.tables()
                 status = run_loop_nb(params, perf, pool, requests, ranks, sessions, cluster, gaps, rt, fleet,
                                      scratch, out, None)
+                if status == RECORDS_FULL:
+                    st = states[s] = st._replace(gaps=st.gaps._replace(tl=grow_records(st.gaps.tl)))
+                    continue
                 if status != TICKS_FULL:
                     break
-                fold.offer(s, st.cluster.tlog[:int(st.cluster.state[NTICKS])].copy(), False, fold=s < k - 1)
+                fold.offer(s, st.cluster.tlog[:int(st.cluster.state[NTICKS])].copy(), False, fold=s < k - 1,
+                           log=_take_log(st.gaps.tl))
                 st.cluster.state[NTICKS] = 0
             if status not in (OK, DEAD_END):
                 raise RuntimeError(f"shard {s} of a split run stopped with status {status}")
+            done_log = _take_log(st.gaps.tl)
             settle_unarrived(st.requests, int(st.cluster.state[NARRIVED]))
             m = st.n_requests
             last = st.cluster.tlog[:int(st.cluster.state[NTICKS])].copy()
             if s < k - 1:
                 with scatter_lock:  # (the shards' rows interleave: one shard writes at a time)
                     _scatter(dst, st.requests, rows[s], rank_map[s], 0, m)
-                fold.offer(s, last, True)
+                fold.offer(s, last, True, log=done_log)
             else:
                 with scatter_lock:
                     # the last shard (usually the last to finish) shares its rows with a helping
                     # shard: posted before its last ticks, as a helper stops once all are done
                     half = fold.post(lambda: _scatter(dst, st.requests, rows[s], rank_map[s], 0, m // 2))
-                    fold.offer(s, last, True, fold=False)
+                    fold.offer(s, last, True, fold=False, log=done_log)
                     _scatter(dst, st.requests, rows[s], rank_map[s], m // 2, m)
                     fold.finish(half)
             results[s] = status
@@ -395,6 +441,15 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     for r in results:
         if isinstance(r, BaseException):
             raise r
+    lost = max((int(st.gaps.tl.st[LOST]) for st in states), default=0)
+    if lost & LOST_RECORDS:
+        raise RuntimeError("a tick of a shard's event loop used every free token-time record")
+    if lost:
+        # a request's token times left its rank's ring before it completed: again, with a wider one
+        ring = 4 * states[0].gaps.tl.ring.shape[1]
+        del states, results, dst
+        return simulate_shards(workload, engine, k, num_workers=num_workers, dp=dp, steady_decode=steady_decode,
+                               light_ticks=light_ticks, seed=seed, version=version, gap_ring=ring)
     status = DEAD_END if DEAD_END in results else OK
     ws = fold.worker_seconds()
 
@@ -402,6 +457,8 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     gaps = SimpleNamespace(**{name: np.zeros((num_workers,) + getattr(g0, name).shape[1:],
                                              dtype=getattr(g0, name).dtype)
                               for name in ("itl", "itl_n", "otpu", "otpu_n")})
+    # the inter-token statistics, folded from the shards' completions in the cluster's order
+    gaps.tl = SimpleNamespace(head=np.zeros(1, dtype=np.int32), wf=fold.wf)
     gaps.itl_hist = sum(st.gaps.itl_hist for st in states)
     gaps.otpu_hist = sum(st.gaps.otpu_hist for st in states)
     fleet = SimpleNamespace(fs=np.array([num_workers]), gstate=np.zeros(num_workers, np.int8),

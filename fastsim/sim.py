@@ -30,10 +30,25 @@ _KV_EVENTS = 1 << 16
 
 _KERNELS_LOADED = False
 _SPECULATIVE_LOADED = False
+_SPLIT_KERNELS_LOADED = False
 
 # A host tier's first rings per rank: transfers in flight and their blocks (a run that fills them
 # starts again with rings 4x larger)
 _TIER_RINGS = (1024, 1 << 16)
+
+
+def load_split_kernels():
+    """``load_kernels``, and those of a run split into shards (``fastsim/shards.py``: loaded only
+    when a run is split, which takes a thread count)."""
+    global _SPLIT_KERNELS_LOADED
+    load_kernels()
+    if _SPLIT_KERNELS_LOADED:
+        return
+    _SPLIT_KERNELS_LOADED = True
+    from fastsim.config import EngineArgs
+    from fastsim.workload import synthetic
+
+    simulate(synthetic(16, 2, 4, arrival_interval_ms=1.0), EngineArgs(block_size=16), num_workers=2, threads=2)
 
 
 def load_kernels(speculative: bool = False):
@@ -67,7 +82,6 @@ def load_kernels(speculative: bool = False):
         if not warmup.cached("run_loop_nb"):
             warmup.announce_compile("the simulation kernels", "about a minute")
         simulate(w, EngineArgs(block_size=16))
-        simulate(w, EngineArgs(block_size=16), num_workers=2, threads=2)  # a split run's kernels
 
 
 @with_small_pages
@@ -121,9 +135,9 @@ def simulate(
     * ``threads``: a round-robin cluster whose workers never meet (an open loop of single-turn
       requests, no scaling, no telemetry, no time cap) is simulated as that many shards of its
       workers side by side, one thread each, with the same results (``fastsim/shards.py``).
-      Default: the ``FASTSIM_THREADS`` environment variable, else the cores this process may use,
-      for runs of at least 50,000 requests. 1: never split (a sweep running one simulation per
-      core).
+      Default: the ``FASTSIM_THREADS`` environment variable, else 1: never split (the shards log
+      their completions' gaps, and their serial fold in the cluster's order costs more than the
+      shards save, decision 0265).
     * ``kv_event_lag_ms`` (Dynamo 1.6.1, kv_router only): the router's indexer sees the blocks
       stored and removed on the workers that much virtual time later (docs/decisions/0230).
     * ``gap_skip`` (internal): rows whose inter-token gaps stay out of the statistics (below).
@@ -147,12 +161,14 @@ def simulate(
         HOST_TIER_STOP,
         LOG_FULL,
         PLANNER_TICK,
+        RECORDS_FULL,
         SIM_CAP,
         TABLE_FULL,
         TELEMETRY_FULL,
         TIMING_161,
     )
     from fastsim.kernels.loop import NARRIVED, NDONE, run_loop_nb
+    from fastsim.kernels.timelines import LOST, LOST_RECORDS, grow_records
     from fastsim.trtllm_config import check_release
 
     version = check_version(dynamo_version)
@@ -210,7 +226,10 @@ def simulate(
                            replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                            schedule=schedule, planner=planner,
                            telemetry_interval_ms=telemetry_interval_ms, speculative=bool(engine.aic_nextn))
-    load_kernels(speculative=bool(engine.aic_nextn))
+    if n_shards > 1:
+        load_split_kernels()
+    else:
+        load_kernels(speculative=bool(engine.aic_nextn))
     t0 = time.perf_counter()
     dp = max(int(engine.dp_size or 1), 1)
     if n_shards > 1:
@@ -253,6 +272,8 @@ def simulate(
                                  out, tier)
             if status == TELEMETRY_FULL:
                 st = st._replace(fleet=grow_telemetry(st.fleet, tel_cap, telemetry_interval_ms))
+            elif status == RECORDS_FULL:
+                st = st._replace(gaps=st.gaps._replace(tl=grow_records(st.gaps.tl)))
             elif status == LOG_FULL:
                 st = st._replace(scratch=grow_readmission_log(st.scratch))
                 run = dataclasses.replace(run, readmission_log=st.scratch.alog.shape[0])
@@ -279,6 +300,11 @@ def simulate(
         elif st.pool.ev_meta[EV_OVERFLOWED]:
             # A lag window held more KV events than the feed: start again with a larger one.
             run = dataclasses.replace(run, kv_events=4 * run.kv_events)
+        elif st.gaps.tl.st[LOST]:
+            if st.gaps.tl.st[LOST] & LOST_RECORDS:  # (the loop grows them between ticks)
+                raise RuntimeError("a tick of the event loop used every free token-time record")
+            # A request's token times left the ring before it completed: start again with a wider one.
+            run = dataclasses.replace(run, gap_ring=4 * st.gaps.tl.ring.shape[1])
         elif int(st.scratch.alog_n[READMISSIONS]) > run.readmission_log:
             # More readmissions than the log holds: start again with room for every one of them.
             run = dataclasses.replace(run, readmission_log=int(st.scratch.alog_n[READMISSIONS]))

@@ -13,7 +13,7 @@ from fastsim.workload import session_labels
 from fastsim.results import fleet_frame, gap_columns, in_flight_with_gaps, readmission_columns
 from fastsim.run_config import check_mtp_version, check_schedule, history_kept, readmission_log_size, worker_rows
 from fastsim.sim import load_kernels, check_memory
-from fastsim.state import (block_keys, engine_params, max_tokens, mtp_ranks, request_table,
+from fastsim.state import (block_keys, engine_params, max_tokens, mtp_ranks, request_table, request_timelines,
                            router_state, session_table, settle_unarrived, sharing_groups)
 from fastsim.dead_end import dead_end_error
 from fastsim.trace_checks import check_workload
@@ -64,6 +64,8 @@ def simulate_disagg(
     dynamo_version: str | None = None,
     gap_skip=None,
     _readmission_log: int | None = None,
+    _gap_ring: int = 0,
+    _gap_records: int = 0,
 ):
     """Simulate ``workload`` on separate prefill and decode pools (see ``kernels/disagg.py``).
 
@@ -82,6 +84,7 @@ def simulate_disagg(
                                        OUTCOME_IN_FLIGHT, PREFILL, REJECTED, SIM_CAP, outcome_of)
     from fastsim.kernels.fleet import make_fleet
     from fastsim.kernels.loop import NARRIVED, NDONE, make_cluster, new_gaps
+    from fastsim.kernels.timelines import LOST
     from fastsim.kernels.rank_state import COMMITTED_TOKENS, READMISSIONS, make_pass_acc, make_ranks
     from fastsim.perf import engine_perf_model
     from fastsim.report import build_report
@@ -153,7 +156,8 @@ def simulate_disagg(
     G = P + D
     # (the phantom events are the pass ends of decode workers' steady runs: kernels/disagg.py)
     cl = make_cluster(G, 1, concurrency, False, max_sim_time_ms)
-    gaps = new_gaps(G, skip=gap_skip)
+    gaps = new_gaps(G, skip=gap_skip, tl=request_timelines(workload, D, int(min(pd.max_seqs, max(n, 1))) + 1,
+                                                            _gap_ring, _gap_records))
     cfg = RouterConfig.coerce(router_config)
     cfg_p, cfg_d = stage_router_configs(cfg)
     if cfg.router_queue_threshold is not None and router_mode == "kv_router" and version == "1.6.1":
@@ -206,6 +210,10 @@ def simulate_disagg(
     if history and int(pa.alog_n[READMISSIONS]) > _readmission_log:
         # more readmissions than the log holds: run again with room for every one of them
         return simulate_disagg(**dict(args, _readmission_log=int(pa.alog_n[READMISSIONS])))
+    if gaps.tl.st[LOST]:
+        # a request's token times left the decode ring, or the records ran out: a wider one, more room
+        return simulate_disagg(**dict(args, _gap_ring=4 * gaps.tl.ring.shape[1],
+                                      _gap_records=4 * gaps.tl.rec_pass.shape[0]))
     settle_unarrived(rq_p, int(cl.state[NARRIVED]))
     settle_unarrived(rq_d, int(cl.state[NARRIVED]))
     wall_ms = (time.perf_counter() - t0) * 1000.0

@@ -49,7 +49,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     perf = engine_perf_model(engine)
     if not reference:
         from fastsim import sglang_state
+        from fastsim.kernels.codes import RECORDS_FULL
         from fastsim.kernels.sglang import CNT_READMISSIONS, run_sglang_nb
+        from fastsim.kernels.timelines import LOST, grow_records
 
         state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
                                    float(engine.decode_speedup_ratio))
@@ -64,19 +66,28 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             decode_speedup=float(engine.decode_speedup_ratio))
         gaps = make_gap_stats(gap_list)
     else:
-        q, pr, fp, s, t, k = state
-        status = run_sglang_nb(q, pr, fp, s, t, k, perf)
-        if status == OK and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
-            q, pr, fp, s, t, k = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
-                                                    float(engine.decode_speedup_ratio), int(s.cnt[CNT_READMISSIONS]))
-            status = run_sglang_nb(q, pr, fp, s, t, k, perf)
+        log_size, ring = None, 0
+        while True:
+            q, pr, fp, s, t, k, tl = state
+            status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf)
+            while status == RECORDS_FULL:
+                tl = grow_records(tl)
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf)
+            if status == OK and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
+                log_size = int(s.cnt[CNT_READMISSIONS])
+            elif tl.st[LOST]:  # a request's token times left its worker's ring: a wider one
+                ring = 4 * tl.ring.shape[1]
+            else:
+                break
+            state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
+                                       float(engine.decode_speedup_ratio), log_size, ring)
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
         if status == DP_PRESSURE:
             raise NotSupportedError(sglang_ref._NOT_EXACT_DP)
         if status == DEAD_END:
             raise _dead_end(workload, q, cfg)
-        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp)
+        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     term = cols["terminal_ms"][cols["status"] == OUTCOME_COMPLETED]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)

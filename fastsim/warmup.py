@@ -64,9 +64,9 @@ def variant(name: str, what: str, how_long: str):
 
 
 def _aggregated():
-    from fastsim.sim import load_kernels
+    from fastsim.sim import load_split_kernels
 
-    load_kernels()
+    load_split_kernels()
 
 
 def _trace_and_kv_router():

@@ -103,6 +103,7 @@ from fastsim.kernels.rank_state import (
     PROGRESS,
 )
 from fastsim.kernels.scheduler import rank_pass_nb
+from fastsim.kernels.timelines import fold_request, keeping
 from fastsim.kernels.steady import materialize_nb, steady_pass_ms, steady_pass_nb, steady_pass_ok
 
 NXHEAP, RRPRE, RRDEC, NHANDOFF = 0, 1, 2, 3
@@ -446,7 +447,7 @@ def _activate(pd, pool_d, rq_d, rk_d, fl_d, dg, k, t):
 
 
 @inline
-def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, t):
+def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p, rt_d, fl_p, fl_d, dg, pa, g, t):
     """Visible effects of group ``g``'s pass ending at ``t``, then its scheduling-point work."""
     r = cl.pend_head[g]
     while r >= 0:
@@ -467,6 +468,8 @@ def _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d
             if rt_d.mode == KV_ROUTER:
                 nfull = fill_prompt_keys(rq_d, np.int64(r), pd.block_size, pa.kbuf)
                 release_blocks_nb(rt_d, pa.kbuf, nfull, min(nfull, rq_d.key_ptr[r + 1] - rq_d.key_ptr[r]), k)
+            if keeping(gaps.tl):  # its gaps into the running statistics, in completion order
+                fold_request(gaps.tl, r, rq_d.term_kind[r] != TERM_REJECTED, t, g)
             _final(rq_d, ss, cl, r, COMPLETED if rq_d.term_kind[r] != TERM_REJECTED else REJECTED, t)
         r = nxt
     cl.pend_head[g] = -1
@@ -524,7 +527,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         tourney_set_nb(cl.ctree, cl.cdue, g, end)
         return True
     if progress:
-        _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g, now)
+        _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p, rt_d, fl_p, fl_d, dg, pa, g, now)
         return True
     cl.stalled[g] = True
     return False
@@ -559,7 +562,7 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
             t_end = cl.cdue[g]
             tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)
             cl.busy[g] = False
-            _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, rt_p, rt_d, fl_p, fl_d, dg, pa, g,
+            _complete(pp, pd, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p, rt_d, fl_p, fl_d, dg, pa, g,
                       t_end)
             changed = True
         # workers that finished starting

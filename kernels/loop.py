@@ -30,6 +30,7 @@ from fastsim.kernels.codes import (
     LOG_FULL,
     OK,
     PLANNER_TICK,
+    RECORDS_FULL,
     REJECTED,
     SIM_CAP,
     TABLE_FULL,
@@ -96,6 +97,8 @@ from fastsim.kernels.rank_state import (
     THROTTLE,
 )
 from fastsim.kernels.scheduler import rank_pass_nb
+from fastsim.kernels.timelines import (FREE_RECORDS, Timelines, fold_request, keeping, log_room, new_timelines,
+                                      note_token, note_tokens_at, ring_note, ring_put)
 from fastsim.kernels.steady import materialize_nb, steady_next_ok, steady_pass_ms, steady_pass_nb, steady_pass_ok
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb, seal_feed_nb
 from fastsim.kernels.stats import (DD_GAMMA, DD_GAMMA_LN, DD_KEY_MAX, DD_KEY_MIN, DD_NBINS, DD_OFFSET,
@@ -213,6 +216,9 @@ class Gaps(NamedTuple):
     # in flight: Dynamo pools a request's gaps only when it completes). Every row must then be
     # explicit (no steady members), so that each gap is seen with its request.
     skip: np.ndarray
+    # each request's token times until it completes, and Dynamo's running mean and variance of
+    # the gaps folded in then (``kernels/timelines.py``); none kept: the sums above stand in
+    tl: Timelines
 
 
 # Histogram indices of a gap and of 1000 / gap take two logarithms and a division. Pass durations
@@ -222,9 +228,10 @@ class Gaps(NamedTuple):
 _GAP_CACHE = 4096
 
 
-def new_gaps(n_groups=1, cache_rows=_GAP_CACHE, skip=None):
+def new_gaps(n_groups=1, cache_rows=_GAP_CACHE, skip=None, tl=None):
     """Empty pooled gap statistics of ``n_groups`` groups (``cache_rows``: a power of two);
-    ``skip``: the rows whose gaps are left out (see ``Gaps``)."""
+    ``skip``: the rows whose gaps are left out (see ``Gaps``); ``tl``: the requests' timelines
+    (``timelines.new_timelines``), or none."""
     def acc():
         return np.tile(np.array([0.0, 0.0, np.inf, -np.inf, 0.0, 0.0]), (max(n_groups, 1), 1))
 
@@ -234,7 +241,8 @@ def new_gaps(n_groups=1, cache_rows=_GAP_CACHE, skip=None):
     return Gaps(itl=acc(), itl_n=count(), itl_hist=np.zeros(DD_NBINS, dtype=np.int64),
                 otpu=acc(), otpu_n=count(), otpu_hist=np.zeros(DD_NBINS, dtype=np.int64),
                 cache=np.full((cache_rows, 4), np.nan),
-                skip=np.zeros(0, dtype=np.bool_) if skip is None else np.asarray(skip, dtype=np.bool_))
+                skip=np.zeros(0, dtype=np.bool_) if skip is None else np.asarray(skip, dtype=np.bool_),
+                tl=new_timelines(0, 0, 256, 0) if tl is None else tl)
 
 
 # ----------------------------------------------------------------------------- heaps
@@ -450,9 +458,14 @@ def stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
     run_gap = 0.0
     run_n = 0
     skipping = gaps.skip.shape[0] > 0
+    tl = gaps.tl
+    keep = keeping(tl)
     for i in range(n):
         r = rows[i]
         m = gen[r]  # already counts this token
+        if keep:
+            k = rq.rank[r]
+            note_token(tl, r, k, rk.rpass[k] - 1, t, rq.sbase[r], m)
         if skipping and m > 1 and gaps.skip[r]:
             if m == 2:
                 second[r] = t
@@ -485,6 +498,8 @@ def stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
         _pool_gaps(gaps, run_gap, np.int64(run_n), g)
     if common > 0:
         _pool_gaps(gaps, t - prev_end, np.int64(common), g)
+    if keep:
+        ring_note(tl, rk.rpass, k0, k1, t)
     for k in range(k0, k1):
         r = rk.secdue[k]
         while r >= 0:
@@ -503,11 +518,15 @@ def stamp_bursts(rq, gaps, rt, g, rows, n, t, bursts):
     zeros = 0
     run_gap = 0.0  # equal gaps in a row are pooled at once (most steps share the last pass end)
     run_n = 0
+    tl = gaps.tl
+    keep = keeping(tl)
     for i in range(n):
         r = rows[i]
         b = bursts[i]
         if b <= 0:
             continue
+        if keep:
+            note_tokens_at(tl, r, t, np.int64(b))
         m = gen[r]  # counts this step's tokens
         lo = m - b + 1  # the index of its first token here
         if lo == 1:
@@ -544,13 +563,15 @@ def fill_prompt_keys(rq, r, bs, kbuf):
 
 
 @inline
-def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t, tier):
+def _complete_group(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t, tier):
     """Apply the visible effects of group ``g``'s pass ending at ``t``: the host tier's pass
     boundary (transfers, ``kernels/host_offload.py``), router load releases, terminals (session
-    follow-ups, closed-loop backfill), then router-queue releases."""
+    follow-ups, closed-loop backfill; a completed request's gaps folded into the running
+    statistics, in this order), then router-queue releases."""
     if tier is not None:
         for k in range(g * cl.dp, (g + 1) * cl.dp):
             pass_boundary_nb(tier, pool, rq, k, t)
+    keep = keeping(gaps.tl)
     if rt.mode == KV_ROUTER:
         r = rt.fhead[g]
         while r >= 0:
@@ -564,6 +585,8 @@ def _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t, tier):
         rq.status[r] = COMPLETED if rq.term_kind[r] == TERM_COMPLETED else REJECTED
         rq.terminal[r] = t
         cl.state[NDONE] += 1
+        if keep:
+            fold_request(gaps.tl, r, rq.term_kind[r] == TERM_COMPLETED, t, g)
         if rt.mode == KV_ROUTER:
             _release_kv(p, rq, rt, pa, r)
         on_terminal(ss, cl, r, t)
@@ -671,7 +694,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now, tier):
         cl.busy[g] = True
         tourney_set_nb(cl.ctree, cl.cdue, g, end)
     elif progress:
-        _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, now, tier)
+        _complete_group(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now, tier)
         _mark(cl, g)  # idle again at the same time: it may run another pass
     else:
         cl.stalled[g] = True  # nothing can change here until new work is routed to this group
@@ -766,7 +789,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, tier):
             tourney_set_nb(cl.ctree, cl.cdue, g, np.inf)
             cl.busy[g] = False
             _mark(cl, g)
-            _complete_group(p, pool, rq, rk, ss, cl, rt, fl, pa, g, t_end, tier)
+            _complete_group(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t_end, tier)
         if tier is not None:  # transfers of idle ranks due now (their deadlines are events)
             _tier_idle_events(rk, cl, pool, rq, tier, now)
         # 2. workers that finished starting
@@ -1075,6 +1098,8 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
             seal_feed_nb(pool, e)  # (its evictions reach a lagging kv_router at the pass end)
             nact += nb
         slen += ns
+        if keeping(gaps.tl):
+            ring_put(gaps.tl, k, P, e)
         P += 1
         n += 1
         d = e - E  # the pass's gap: the group's last stamp was ``E``
@@ -1170,6 +1195,8 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
                 seal_feed_nb(pool, end)  # (its evictions reach a lagging kv_router at the pass end)
             rk.slen[k] += rk.nsteady[k]
             rk.rpass[k] = P + 1
+            if keeping(gaps.tl):
+                ring_put(gaps.tl, k, P, end)
             nrank += 1
         n += 1
         d = end - E  # the pass's gap: the group's last stamp was ``E``
@@ -1298,8 +1325,12 @@ def _loop(tabs, tier, out):
                 break
         if cl.state[NDONE] >= n_rows:
             break
-        if _tick_room(cl) < 0:
-            status = TICKS_FULL  # the caller empties the log and calls again
+        if _tick_room(cl) < 0 or not log_room(gaps.tl):
+            status = TICKS_FULL  # the caller empties the logs and calls again
+            break
+        if keeping(gaps.tl) and gaps.tl.st[FREE_RECORDS] < 2 * (cl.state[NARRIVED] - cl.state[NDONE]) + 64:
+            # a tick takes at most two token-time records per request in flight: the caller grows them
+            status = RECORDS_FULL
             break
         if pa.alog.shape[0] > 0 and pa.alog_n[AWAITING_READMISSION] > pa.alog.shape[0] - pa.alog_n[READMISSIONS]:
             # the preempted requests could overflow the readmission log: the caller grows it

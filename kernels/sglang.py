@@ -18,12 +18,14 @@ import math
 
 import numpy as np
 
-from fastsim.kernels.codes import ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
+from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
+                                   RECORDS_FULL)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 from fastsim.kernels.radix import dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
 from fastsim.kernels.stats import dd_index_nb
+from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ring_put
 
 # Params indices (int64 array)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
@@ -659,13 +661,18 @@ def _arrive_nb(q, pr, s, k, row, now):
 
 
 @kernel
-def run_sglang_nb(q, pr, fp, s, t, k, perf):
-    """Run the whole simulation; returns 0, DEAD_END or ADMIT_OOM."""
+def run_sglang_nb(q, pr, fp, s, t, k, tl, perf):
+    """Run the simulation; returns 0, DEAD_END or ADMIT_OOM, or RECORDS_FULL: grow ``tl``'s
+    records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
+    worker's pass are runs of its passes, its pass ends in ``tl.ring``)."""
     n = q.isl.shape[0]
     W = pr[P_WORKERS]
     dp = pr[P_DP]
     inf = np.inf
+    room = 2 * min(n, W * dp * min(pr[P_MAXRUN], n)) + 64  # (two records a token, in one tick)
     while s.cnt[CNT_DONE] < n:
+        if tl.st[FREE_RECORDS] < room:
+            return RECORDS_FULL
         t_arr = q.ready[s.heap[0]] if s.cnt[CNT_HEAP] > 0 else inf
         t_end = inf
         for g in range(W):
@@ -678,12 +685,22 @@ def run_sglang_nb(q, pr, fp, s, t, k, perf):
         for g in range(W):
             if s.busy[g] <= now:
                 s.busy[g] = inf
+                # the pass's finished requests, in the order they finished (the list holds them
+                # last first): Dynamo folds each one's gaps into its statistics in that order
                 row = s.done_head[g]
+                first = -1
+                while row != -1:
+                    nxt = q.done_next[row]
+                    q.done_next[row] = first
+                    first = row
+                    row = nxt
+                row = first
                 s.done_head[g] = -1
                 while row != -1:
                     nxt = q.done_next[row]
                     s.cnt[CNT_DONE] += 1
                     q.status[row] = OUTCOME_COMPLETED
+                    fold_request(tl, row, True, now, g)  # its gaps into the running statistics
                     nt = q.next_row[row]
                     if nt != -1:
                         q.ready[nt] = now + q.delay[nt]
@@ -730,8 +747,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, perf):
                     s.rounds[g] -= 1
                 run_gap = 0.0
                 run_n = 0
+                P = tl.ring_hi[g]  # the worker's pass, in its ring of pass ends
                 for i in range(s.cnt[CNT_EMIT]):
                     row = s.emit[i]
+                    note_token(tl, row, np.int64(g), P, end, np.int64(-1), q.gen[row])
                     if q.gen[row] == 1:
                         q.first_token[row] = end
                     else:
@@ -746,6 +765,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, perf):
                     q.last_token[row] = end
                 if run_n > 0:
                     _pool_gap_nb(s, run_gap, run_n)
+                if s.cnt[CNT_EMIT] > 0:
+                    ring_put(tl, np.int64(g), P, end)
                 for i in range(s.cnt[CNT_FIN]):
                     row = s.fin[i]
                     q.terminal[row] = end

@@ -73,9 +73,9 @@ def test_long_light_run_hands_its_log_over(monkeypatch):
     folds = []
     real = shards._TickFold.offer
 
-    def offer(self, s, ticks, finished, fold=True):
+    def offer(self, s, ticks, finished, fold=True, log=None):
         folds.append(ticks.shape[0])
-        return real(self, s, ticks, finished, fold)
+        return real(self, s, ticks, finished, fold, log)
 
     monkeypatch.setattr(shards._TickFold, "offer", offer)
     wl = synthetic(64, 64, 3000, arrival_interval_ms=40.0)
@@ -110,17 +110,16 @@ def test_what_is_not_split():
 
 
 
-def test_default_splits_only_large_runs(monkeypatch):
+def test_default_does_not_split(monkeypatch):
+    """Without a thread count no run is split (decision 0265); FASTSIM_THREADS is one."""
     monkeypatch.delenv("FASTSIM_THREADS", raising=False)
     monkeypatch.setattr(shards, "usable_cores", lambda: 2)
     base = dict(threads=None, num_workers=4, router_mode="round_robin", replay_concurrency=None,
                 max_sim_time_ms=None, schedule=[], planner=None, telemetry_interval_ms=None)
-    small = synthetic(64, 8, shards.AUTO_MIN_REQUESTS - 1, arrival_interval_ms=1.0)
-    large = synthetic(64, 8, shards.AUTO_MIN_REQUESTS, arrival_interval_ms=1.0)
-    assert shards.plan(small, **base) == 1
-    assert shards.plan(large, **base) == 2
-    monkeypatch.setattr(shards, "usable_cores", lambda: 1)
+    large = synthetic(64, 8, 100_000, arrival_interval_ms=1.0)
     assert shards.plan(large, **base) == 1
+    monkeypatch.setenv("FASTSIM_THREADS", "2")
+    assert shards.plan(large, **base) == 2
 
 
 def test_threads_argument_checked(monkeypatch):
