@@ -95,8 +95,10 @@ def main(argv=None) -> int:
         return statistics.median(r[key] for r in rows[kind]) if rows[kind] else float("nan")
 
     import fastsim  # only to say which one is measured
+    here = Path(fastsim.__file__).resolve().parent
+    which = "this tree" if here.parent == Path(__file__).resolve().parent.parent else str(here)
     lines = [f"Measured {datetime.now():%Y-%m-%d %H:%M} on {machine_summary()}; fastsim from "
-             f"{Path(fastsim.__file__).parent}; medians of {max(1, args.repeats)} repeat(s); tiny workload: {' '.join(TINY)}.", "",
+             f"{which}; medians of {max(1, args.repeats)} repeat(s); tiny workload: {' '.join(TINY)}.", "",
              "| run | process s | CPU s | peak RSS MB | report wall_time_ms |", "|---|---|---|---|---|"]
     for kind, label in (("cold", "fastsim replay, empty NUMBA_CACHE_DIR (compiles)"),
                         ("warm", "fastsim replay, same cache again (loads)"),
