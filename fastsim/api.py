@@ -19,6 +19,7 @@ from fastsim import lost
 from fastsim.config import EngineArgs
 from fastsim.dynamo_version import check_version
 from fastsim.errors import InputError, NotSupportedError
+from fastsim.run_config import check_gap_statistics
 from fastsim.output_paths import check_output_file, write_error
 from fastsim.workload import DEFAULT_TRACE_BLOCK_SIZE, Workload, load_trace, synthetic
 
@@ -177,7 +178,8 @@ def _no_disagg_telemetry(telemetry_interval_ms):
                                 "per-worker telemetry of a disaggregated replay is not supported yet")
 
 
-def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, dynamo_version=None):
+def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, dynamo_version=None,
+                gap_statistics="exact"):
     from fastsim.sim_disagg import simulate_disagg  # lazy: numba loads only when a simulation runs
 
     d = opts["disagg"]
@@ -186,7 +188,7 @@ def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, 
         num_decode_workers=d["num_decode_workers"], router_mode=opts["router_mode"],
         router_config=opts["router_config"], replay_concurrency=opts["replay_concurrency"],
         max_sim_time_ms=opts["max_sim_time_ms"], sla=opts["sla"], seed=seed,
-        scaling_schedule=scaling_schedule, dynamo_version=dynamo_version,
+        scaling_schedule=scaling_schedule, dynamo_version=dynamo_version, gap_statistics=gap_statistics,
     )
     report.lost = lost.account(report, workload, [(" (prefill pool)", d["prefill"]),
                                                   (" (decode pool)", d["decode"])],
@@ -198,10 +200,10 @@ def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, 
 
 
 def _cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers, telemetry_interval_ms,
-                threads=None):
+                threads=None, gap_statistics="exact"):
     return dict(scaling_schedule=scaling_schedule, planner=planner,
                 planner_interval_ms=planner_interval_ms, max_workers=max_workers,
-                telemetry_interval_ms=telemetry_interval_ms, threads=threads)
+                telemetry_interval_ms=telemetry_interval_ms, threads=threads, gap_statistics=gap_statistics)
 
 
 def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int = 1,
@@ -210,13 +212,15 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
                       report_jsonl_path=None, router_config=None, seed: int = 0,
                       scaling_schedule=None, planner=None, planner_interval_ms=None,
                       max_workers=None, telemetry_interval_ms=None, threads=None,
-                      dynamo_version=None, debug=None, kv_event_lag_ms=None):
+                      dynamo_version=None, debug=None, kv_event_lag_ms=None, gap_statistics="exact"):
     """Simulate an already-loaded :class:`Workload` (for sweeps that reuse one workload).
 
     ``engine_args`` is anything :meth:`EngineArgs.coerce` accepts. Writes ``report_jsonl_path`` if
     given and returns the :class:`fastsim.report.Report`. ``threads``: see
     :func:`fastsim.sim.simulate` (the same results with any number). ``dynamo_version``: the
-    release reproduced, ``"1.6.1"`` or ``"1.4.2"``.
+    release reproduced, ``"1.6.1"`` or ``"1.4.2"``. ``gap_statistics``: ``"exact"`` (Dynamo's ITL and
+    per-user throughput statistics to the last bit) or ``"pooled"`` (within about 1e-9, faster on
+    token-heavy runs; the SGLang engine's are always exact).
     """
     from fastsim.sim import simulate  # lazy: numba loads only when a simulation runs
 
@@ -235,6 +239,7 @@ def simulate_workload(workload: Workload, engine_args=None, *, num_workers: int 
         dynamo_version=dynamo_version,
         debug=debug,
         kv_event_lag_ms=kv_event_lag_ms,
+        gap_statistics=gap_statistics,
     )
     report.lost = lost.account(report, workload, [("", engine)], max_sim_time_ms)
     lost.warn(report.lost)
@@ -283,6 +288,7 @@ def run_trace_replay(
     execution_model: Optional[str] = None,
     weka_nested_timestamp_basis: Optional[str] = None,
     kv_event_lag_ms: Optional[float] = None,
+    gap_statistics: str = "exact",
     **unsupported: Any,
 ):
     """Replay a trace file offline (Dynamo's ``run_trace_replay``); returns a ``Report``.
@@ -339,6 +345,7 @@ def run_trace_replay(
         planner_config=planner_config, benchmark_granularity=benchmark_granularity,
         max_sim_time_ms=max_sim_time_ms, dynamo_version=dynamo_version,
     )
+    check_gap_statistics(gap_statistics)
     if not files:
         raise InputError("trace replay requires at least one trace file")
     if trace_format != "dynamo" and len(files) != 1:
@@ -371,7 +378,7 @@ def run_trace_replay(
         return agentic_run.run(workload, opts, trace_format, agentic_lanes, execution_model, report_jsonl_path,
                                seed=seed, debug=debug, dynamo_version=dynamo_version,
                                cluster_kw=_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
-                                                      telemetry_interval_ms, threads))
+                                                      telemetry_interval_ms, threads, gap_statistics))
     if workload.stream_row is not None:
         from fastsim.traces.mooncake_delta import check_stream_options
 
@@ -379,7 +386,8 @@ def run_trace_replay(
                              engine=opts["engine"])
     if opts["disagg"] is not None:
         _no_disagg_telemetry(telemetry_interval_ms)
-        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)
+        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version,
+                           gap_statistics)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
@@ -387,7 +395,7 @@ def run_trace_replay(
         router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version, debug=debug,
         kv_event_lag_ms=kv_event_lag_ms,
         **_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
-                      telemetry_interval_ms, threads),
+                      telemetry_interval_ms, threads, gap_statistics),
     )
 
 
@@ -433,6 +441,7 @@ def run_synthetic_trace_replay(
     dynamo_version: str = "1.6.1",
     debug: Optional[bool] = None,
     kv_event_lag_ms: Optional[float] = None,
+    gap_statistics: str = "exact",
     **unsupported: Any,
 ):
     """Replay a synthetic workload offline (Dynamo's ``run_synthetic_trace_replay``); returns a ``Report``.
@@ -459,6 +468,7 @@ def run_synthetic_trace_replay(
         planner_config=planner_config, benchmark_granularity=benchmark_granularity,
         max_sim_time_ms=max_sim_time_ms, dynamo_version=dynamo_version,
     )
+    check_gap_statistics(gap_statistics)
     workload = synthetic(
         input_tokens, output_tokens, request_count,
         arrival_interval_ms=arrival_interval_ms, request_rate=request_rate,
@@ -471,7 +481,8 @@ def run_synthetic_trace_replay(
     _lag_not_yet(kv_event_lag_ms, "disaggregated replay" if opts["disagg"] is not None else None)
     if opts["disagg"] is not None:
         _no_disagg_telemetry(telemetry_interval_ms)
-        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version)
+        return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version,
+                           gap_statistics)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
@@ -479,5 +490,5 @@ def run_synthetic_trace_replay(
         router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version, debug=debug,
         kv_event_lag_ms=kv_event_lag_ms,
         **_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
-                      telemetry_interval_ms, threads),
+                      telemetry_interval_ms, threads, gap_statistics),
     )

@@ -29,6 +29,8 @@ class RunConfig:
     * ``readmission_log``, ``kv_events``: first sizes of the readmission log and of the pool's KV
       event feed (0: none); a run that outgrows them starts again with larger ones
       (:func:`dataclasses.replace`);
+    * ``exact_gap_stats``: fold the inter-token gaps in Dynamo's order (``gap_statistics="exact"``,
+      decision 0265); False: the pooled sums only (``"pooled"``, decision 0286);
     * ``gap_ring``: the width of the ranks' rings of pass ends that the requests' token times
       are read back from (``kernels/timelines.py``), 0: from the longest output; a run that
       outgrows it starts again with a wider one; ``gap_log``: a shard's (``fastsim/shards.py``),
@@ -56,7 +58,20 @@ class RunConfig:
     kv_events: int = 0
     gap_ring: int = 0
     gap_log: bool = False
+    exact_gap_stats: bool = True
     sharing: object = None
+
+
+GAP_STATISTICS = ("exact", "pooled")
+
+
+def check_gap_statistics(value) -> bool:
+    """True for ``gap_statistics="exact"`` (Dynamo's running update in its order), False for
+    ``"pooled"`` (sums: within about 1e-9 of Dynamo's, faster); anything else is an error."""
+    if value not in GAP_STATISTICS:
+        raise InputError(f"gap_statistics is {value!r}; allowed: 'exact' (Dynamo's inter-token statistics to "
+                         "the last bit, the default) or 'pooled' (within about 1e-9 of them, faster)")
+    return value == "exact"
 
 
 def check_schedule(schedule):

@@ -331,9 +331,9 @@ def _scatter(dst, rq, rows, rank_map, lo, hi):
 
 
 def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, light_ticks, seed,
-                    version="1.6.1", gap_ring=0):
+                    version="1.6.1", gap_ring=0, exact_gap_stats=True):
     """Simulate ``workload`` on ``num_workers`` round-robin workers as ``k`` shards side by side
-    (``gap_ring``: the width of the ranks' rings of pass ends, ``RunConfig``).
+    (``gap_ring``, ``exact_gap_stats``: as in ``RunConfig``).
 
     Returns ``(status, results, gaps, fleet, worker_seconds, states, remaining)``: the loop's
     status (OK or DEAD_END), the per-request :class:`Results` and the pooled gap statistics in
@@ -361,7 +361,8 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
         # is mapped here, in huge pages
         run = RunConfig(num_workers=n_workers[s], worker_rows=n_workers[s], dp=dp, steady_decode=steady_decode,
                         light_ticks=light_ticks, timing_rules=timing_rules(version), tick_log=log,
-                        huge_pages=s == k - 1, gap_log=True, gap_ring=gap_ring,
+                        huge_pages=s == k - 1, gap_log=exact_gap_stats, gap_ring=gap_ring,
+                        exact_gap_stats=exact_gap_stats,
                         sharing=sharing_groups(sub, "round_robin", n_workers[s]))
         states[s] = build_state(sub, engine, run)
 
@@ -449,7 +450,8 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
         ring = 4 * states[0].gaps.tl.ring.shape[1]
         del states, results, dst
         return simulate_shards(workload, engine, k, num_workers=num_workers, dp=dp, steady_decode=steady_decode,
-                               light_ticks=light_ticks, seed=seed, version=version, gap_ring=ring)
+                               light_ticks=light_ticks, seed=seed, version=version, gap_ring=ring,
+                               exact_gap_stats=exact_gap_stats)
     status = DEAD_END if DEAD_END in results else OK
     ws = fold.worker_seconds()
 
@@ -458,7 +460,7 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
                                              dtype=getattr(g0, name).dtype)
                               for name in ("itl", "itl_n", "otpu", "otpu_n")})
     # the inter-token statistics, folded from the shards' completions in the cluster's order
-    gaps.tl = SimpleNamespace(head=np.zeros(1, dtype=np.int32), wf=fold.wf)
+    gaps.tl = SimpleNamespace(head=np.zeros(1 if exact_gap_stats else 0, dtype=np.int32), wf=fold.wf)
     gaps.itl_hist = sum(st.gaps.itl_hist for st in states)
     gaps.otpu_hist = sum(st.gaps.otpu_hist for st in states)
     fleet = SimpleNamespace(fs=np.array([num_workers]), gstate=np.zeros(num_workers, np.int8),

@@ -11,7 +11,8 @@ from fastsim.errors import InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.workload import session_labels
 from fastsim.results import fleet_frame, gap_columns, in_flight_with_gaps, readmission_columns
-from fastsim.run_config import check_mtp_version, check_schedule, history_kept, readmission_log_size, worker_rows
+from fastsim.run_config import (check_gap_statistics, check_mtp_version, check_schedule, history_kept,
+                                readmission_log_size, worker_rows)
 from fastsim.sim import load_kernels, check_memory
 from fastsim.state import (block_keys, engine_params, max_tokens, mtp_ranks, request_table, request_timelines,
                            router_state, session_table, settle_unarrived, sharing_groups)
@@ -63,6 +64,7 @@ def simulate_disagg(
     light_ticks: bool = True,
     dynamo_version: str | None = None,
     gap_skip=None,
+    gap_statistics: str = "exact",
     _readmission_log: int | None = None,
     _gap_ring: int = 0,
     _gap_records: int = 0,
@@ -74,7 +76,7 @@ def simulate_disagg(
     ``steady_decode`` and ``light_ticks`` as in :func:`fastsim.sim.simulate` (False: the same results,
     more slowly; light ticks apply to decode workers). A run cut short by ``max_sim_time_ms`` is
     made again with the gaps of the requests it left in flight left out (``gap_skip``), as there.
-    ``dynamo_version`` as in :func:`fastsim.sim.simulate`.
+    ``dynamo_version`` and ``gap_statistics`` as in :func:`fastsim.sim.simulate`.
     """
     args = dict(locals())
     from fastsim.dynamo_version import check_version, timing_rules
@@ -119,6 +121,7 @@ def simulate_disagg(
     P0, D0 = int(num_prefill_workers), int(num_decode_workers)
     P, D = worker_rows(P0, schedules["prefill"], None, None), worker_rows(D0, schedules["decode"], None, None)
     version = check_version(dynamo_version)
+    exact_gap_stats = check_gap_statistics(gap_statistics)
     from fastsim.kv_tiers import check_flat_tiers
 
     check_flat_tiers(prefill_engine, version, "prefill engine")
@@ -157,7 +160,7 @@ def simulate_disagg(
     # (the phantom events are the pass ends of decode workers' steady runs: kernels/disagg.py)
     cl = make_cluster(G, 1, concurrency, False, max_sim_time_ms)
     gaps = new_gaps(G, skip=gap_skip, tl=request_timelines(workload, D, int(min(pd.max_seqs, max(n, 1))) + 1,
-                                                            _gap_ring, _gap_records))
+                                                            _gap_ring, _gap_records, exact=exact_gap_stats))
     cfg = RouterConfig.coerce(router_config)
     cfg_p, cfg_d = stage_router_configs(cfg)
     if cfg.router_queue_threshold is not None and router_mode == "kv_router" and version == "1.6.1":

@@ -427,7 +427,8 @@ def build_state(workload, engine, run: RunConfig) -> SimState:
     sessions = session_table(workload, concurrency)
     cluster = make_cluster(rows, dp, concurrency, run.single_path, run.max_sim_time_ms, run.tick_log)
     gaps = new_gaps(rows, skip=run.gap_skip,
-                    tl=request_timelines(workload, rows * dp, per_rank, run.gap_ring, log=run.gap_log))
+                    tl=request_timelines(workload, rows * dp, per_rank, run.gap_ring, log=run.gap_log,
+                                       exact=run.exact_gap_stats))
     fleet = make_fleet(rows, run.num_workers, engine.startup_time, run.planner_interval_ms,
                        run.telemetry_interval_ms, run.schedule, _TELEMETRY_ROWS if run.telemetry_interval_ms else 0)
     scratch = make_pass_acc(max_blocks, dp * (per_rank - 1) + 1, per_rank, run.readmission_log,
@@ -435,13 +436,15 @@ def build_state(workload, engine, run: RunConfig) -> SimState:
     return SimState(n, params, perf, pool, requests, ranks, sessions, cluster, gaps, fleet, scratch)
 
 
-def request_timelines(workload, n_ranks, per_rank, ring=0, records=0, log=False):
+def request_timelines(workload, n_ranks, per_rank, ring=0, records=0, log=False, exact=True):
     """The requests' token-time records (``kernels/timelines.py``) on ``n_ranks`` ranks of at most
     ``per_rank`` running requests: a ring as wide as ``ring``, or as the longest output needs, and
     first room for ``records``, or a few records per request that can be in flight; ``log``: a
     shard's, which logs its completions (room for every running request's gaps)."""
     from fastsim.kernels.timelines import new_timelines, ring_width
 
+    if not exact:  # none kept: the pooled sums stand in (gap_statistics="pooled", decision 0286)
+        return new_timelines(0, n_ranks, 1, 0)
     n = int(workload.isl.shape[0])
     longest = int(workload.osl.max()) if n else 1
     in_flight = min(n, n_ranks * per_rank)
