@@ -62,6 +62,8 @@ def load_kernels(speculative: bool = False):
     of a simulation.
     """
     global _KERNELS_LOADED, _SPECULATIVE_LOADED
+    if _SPECULATIVE_LOADED if speculative else _KERNELS_LOADED:
+        return
     from fastsim import warmup
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
@@ -72,12 +74,11 @@ def load_kernels(speculative: bool = False):
     w.hash_ids = np.array([1], dtype=np.int64)
     w.trace_block_size = 16
     if speculative:
-        if not _SPECULATIVE_LOADED:
-            _SPECULATIVE_LOADED = True
-            with warmup.variant("speculative", "the simulation kernels with speculative decoding",
-                                "about a minute"):
-                simulate(w, EngineArgs(block_size=16, aic_nextn=1))  # (never split into shards)
-    elif not _KERNELS_LOADED:
+        _SPECULATIVE_LOADED = True
+        with warmup.variant("speculative", "the simulation kernels with speculative decoding",
+                            "about a minute"):
+            simulate(w, EngineArgs(block_size=16, aic_nextn=1))  # (never split into shards)
+    else:
         _KERNELS_LOADED = True
         if not warmup.cached("run_loop_nb"):
             warmup.announce_compile("the simulation kernels", "about a minute")

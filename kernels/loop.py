@@ -440,6 +440,19 @@ def _pool_gaps_at(gaps, gap, c, g, i, oi):
     _pool_value(gaps.otpu, gaps.otpu_n, g, gaps.otpu_hist, 1000.0 / gap, oi, c)
 
 
+@inline
+def _release_prefill_at_pass_end(rt, g, r):
+    """kv_router: request ``r`` got its first token, so its prefill load leaves the router when
+    group ``g``'s pass ends (queued on the group's list, ``_complete_group`` releases it)."""
+    if rt.mode == KV_ROUTER:
+        rt.fnext[r] = -1
+        if rt.ftail[g] >= 0:
+            rt.fnext[rt.ftail[g]] = r
+        else:
+            rt.fhead[g] = r
+        rt.ftail[g] = r
+
+
 @inner
 def stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
     """Stamp one token at time ``t`` on each of ``rows[:n]`` and on the ``ncommon`` steady
@@ -473,13 +486,7 @@ def stamp_tokens(rq, rk, gaps, rt, g, rows, n, t, ncommon, prev_end, k0, k1):
             continue
         if m == 1:
             first[r] = t
-            if rt.mode == KV_ROUTER:  # its prefill load leaves the router at this pass's end
-                rt.fnext[r] = -1
-                if rt.ftail[g] >= 0:
-                    rt.fnext[rt.ftail[g]] = r
-                else:
-                    rt.fhead[g] = r
-                rt.ftail[g] = r
+            _release_prefill_at_pass_end(rt, g, r)
         else:
             lt = last[r]
             if lt == prev_end:
@@ -531,13 +538,7 @@ def stamp_bursts(rq, gaps, rt, g, rows, n, t, bursts):
         lo = m - b + 1  # the index of its first token here
         if lo == 1:
             rq.first_token[r] = t
-            if rt.mode == KV_ROUTER:  # its prefill load leaves the router at this pass's end
-                rt.fnext[r] = -1
-                if rt.ftail[g] >= 0:
-                    rt.fnext[rt.ftail[g]] = r
-                else:
-                    rt.fhead[g] = r
-                rt.ftail[g] = r
+            _release_prefill_at_pass_end(rt, g, r)
         if lo <= 2 and m >= 2:
             rq.second_token[r] = t
         if not (skipping and m > 1 and gaps.skip[r]):

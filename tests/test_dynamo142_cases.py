@@ -20,6 +20,8 @@ import pytest
 
 from fastsim import cli
 
+from recorded import band_misses
+
 DATA = Path(__file__).parent / "data" / "dynamo142"
 CASES = json.loads((DATA / "cases.json").read_text())
 WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
@@ -104,29 +106,7 @@ def test_matches_dynamo_142(name, tmp_path):
 # kv_router breaks ties at random in Dynamo: a case recorded over several runs (``"runs"``) is a band.
 # Each fastsim seed must fall inside the runs' range of these metrics, widened by the tolerance
 # and 3% of the range's scale (the same check as the reference cases of several runs).
-BAND_METRICS = {
-    "completed_requests": ("exact", 0), "total_output_tokens": ("exact", 0),
-    "duration_ms": ("rel", 0.02), "mean_ttft_ms": ("rel", 0.02), "p99_ttft_ms": ("rel", 0.05),
-    "mean_itl_ms": ("rel", 0.02), "mean_e2e_latency_ms": ("rel", 0.02),
-    "p99_e2e_latency_ms": ("rel", 0.05), "prefix_cache_reused_ratio": ("abs", 0.01),
-}
 BAND_SEEDS = (0, 1, 2)
-
-
-def band_misses(rep, runs):
-    misses = {}
-    for m, (kind, tol) in BAND_METRICS.items():
-        vals = [r[m] for r in runs]
-        lo, hi, v = min(vals), max(vals), rep[m]
-        if kind == "exact":
-            bad = not lo <= v <= hi
-        elif kind == "abs":
-            bad = max(lo - v, v - hi, 0.0) > tol + 0.03 * abs(hi)
-        else:
-            bad = max(lo - v, v - hi, 0.0) / max(abs(lo), abs(hi), 1e-12) > tol + 0.03
-        if bad:
-            misses[m] = (v, lo, hi)
-    return misses
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if CASES[n].get("runs", 1) > 1])
@@ -137,4 +117,4 @@ def test_kv_router_within_dynamo_142_band(name, tmp_path, monkeypatch):
         monkeypatch.setitem(CASES, name, dict(case, args=case["args"] + ["--seed", str(seed)]))
         rep, rows = run_fastsim(name, tmp_path)
         assert len(rows) == len(want["records"])
-        assert band_misses(rep, want["reports"]) == {}, (name, seed)
+        assert band_misses(rep, want["reports"]) == [], (name, seed)
