@@ -26,7 +26,7 @@ class RunConfig:
     * ``huge_pages``: the request state in huge pages (False: a shard in a thread maps its own);
     * ``gap_skip``: rows whose inter-token gaps stay out of the statistics (a capped run's
       second pass), None for none;
-    * ``readmission_log``, ``kv_events``: first sizes of the readmission log and of the pool's KV
+    * ``readmission_log``, ``kv_events``: first sizes of the readmission log and of each rank's KV
       event feed (0: none); a run that outgrows them starts again with larger ones
       (:func:`dataclasses.replace`);
     * ``exact_gap_stats``: fold the inter-token gaps in Dynamo's order (``gap_statistics="exact"``,

@@ -23,9 +23,9 @@ from fastsim.trace_checks import check_workload
 from fastsim.workload import session_labels
 
 
-# Initial room in the pool's KV event feed of a lagging router: the events of a lag window
-# (it grows, and the run starts again, if a window holds more)
-_KV_EVENTS = 1 << 16
+# Initial room in each rank's KV event feed of a lagging router: the rank's events of a lag
+# window (it grows, and the run starts again, if a window holds more)
+_KV_EVENTS = 1 << 13
 
 
 _KERNELS_LOADED = False
@@ -306,7 +306,7 @@ def simulate(
         elif status == TABLE_FULL:
             # The router's table of active prompt blocks filled up: start again with a larger one.
             table *= 4
-        elif st.pool.ev_meta[EV_OVERFLOWED]:
+        elif st.pool.ev_meta[:, EV_OVERFLOWED].any():
             # A lag window held more KV events than the feed: start again with a larger one.
             run = dataclasses.replace(run, kv_events=4 * run.kv_events)
         elif st.gaps.tl.st[LOST]:

@@ -52,6 +52,7 @@ def engine_params(engine, stage=0, steady=True, fast=True, timing_rules=0):
         trtllm=engine.engine_type == "trtllm",
         nextn=nextn,
         psi=psi,
+        light_waiting=engine.host_offload is None and engine.engine_type != "trtllm",
     )
 
 

@@ -663,7 +663,7 @@ def _light_tick(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, rt_none, fl_p, fl_
         return False
     if next_arrival(ss, cl)[1] <= now or (dg.st[NXHEAP] > 0 and dg.xready[dg.xheap[0]] <= now):
         return False
-    if rk_d.n_run[k] == 0 or not steady_pass_ok(pd, pool_d, rq_d, rk_d, k):
+    if rk_d.n_run[k] == 0 or not steady_pass_ok(pd, pool_d, rq_d, rk_d, k, pa.kbuf, pa.hslot):
         return False
     end = (now + 0.0) + steady_pass_ms(pd, perf_d, pool_d, rk_d, k)
     if not end > now:

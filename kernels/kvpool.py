@@ -66,12 +66,15 @@ class KvPool(NamedTuple):
     meta: np.ndarray  # int64[R, 8]
     # The feed of KV events for a lagging router (kernels/router.py): each content key that
     # becomes present in a rank's table (stored) or leaves it (removed), stamped with the end of
-    # the pass that changed it (``seal_feed_nb``; +inf until then). Empty arrays when nobody reads
-    # the feed.
-    ev_key: np.ndarray  # uint64[M]: ring buffer of event keys
-    ev_code: np.ndarray  # int32[M]: 2 * rank + 1 for stored, 2 * rank for removed
-    ev_time: np.ndarray  # float64[M]
-    ev_meta: np.ndarray  # int64[3], by the EV_ slots: first entry, entries, 1 if the ring overflowed
+    # the pass that changed it (``seal_feed_nb``; +inf until then). One ring per rank, in which
+    # the stamps never decrease (a rank's passes follow one another); across ranks they do not
+    # follow the order the events were made in (a pass made early may end late, a steady run
+    # makes its passes ahead of the loop), so the router takes each rank's due events on their
+    # own. Empty arrays when nobody reads the feed.
+    ev_key: np.ndarray  # uint64[R * M]: rank r's ring of event keys is [r * M, (r + 1) * M)
+    ev_code: np.ndarray  # int32[R * M]: 2 * rank + 1 for stored, 2 * rank for removed
+    ev_time: np.ndarray  # float64[R * M]
+    ev_meta: np.ndarray  # int64[R, 3], by the EV_ slots: first entry, entries, 1 if the ring overflowed
 
 
 NFREE, NACTIVE, NINACTIVE, HEAD, TAIL, NEVICT, NSTACK, NEXTNEW = 0, 1, 2, 3, 4, 5, 6, 7
@@ -95,7 +98,7 @@ def make_pool(n_ranks, cap, n_events=0):
     none) in fresh memory, so the operating system maps their pages only when a rank first touches
     them: a large cluster whose workers use little of their KV costs little memory and set-up time
     (64 ranks of 16,384 blocks: 67 MB of tables, set up in 0.1 ms instead of 4 ms of clearing).
-    ``n_events``: room in the KV event feed (0: no feed).
+    ``n_events``: room in each rank's KV event feed (0: no feed).
     """
     tsize = 1
     while tsize < 4 * cap:  # load <= 1/4: short probe sequences (about half the time of 1/2)
@@ -117,10 +120,10 @@ def make_pool(n_ranks, cap, n_events=0):
         slot_cnext=_lazy_zeros(n_ranks * cap, np.int32),
         slot_run=_lazy_zeros(n_ranks * cap, np.int32),
         meta=meta,
-        ev_key=np.zeros(n_events, dtype=np.uint64),
-        ev_code=np.zeros(n_events, dtype=np.int32),
-        ev_time=np.zeros(n_events),
-        ev_meta=np.zeros(3, dtype=np.int64),
+        ev_key=np.zeros(n_ranks * n_events, dtype=np.uint64),
+        ev_code=np.zeros(n_ranks * n_events, dtype=np.int32),
+        ev_time=np.zeros(n_ranks * n_events),
+        ev_meta=np.zeros((n_ranks, 3), dtype=np.int64),
     )
 
 
@@ -425,31 +428,32 @@ def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
 def _feed(pool, rank, key, stored):
     """Put a stored/removed event of ``key`` on rank ``rank`` on the KV event feed, if there is
     one (private keys, top bit set, are left out: no other request can match them)."""
-    m = pool.ev_key.shape[0]
-    if m == 0 or (key >> np.uint64(63)) != 0:
+    if pool.ev_key.shape[0] == 0 or (key >> np.uint64(63)) != 0:
         return
+    m = pool.ev_key.shape[0] // pool.ev_meta.shape[0]
     em = pool.ev_meta
-    if em[EV_COUNT] == m:
-        em[EV_OVERFLOWED] = 1  # the caller re-runs with a larger feed
+    if em[rank, EV_COUNT] == m:
+        em[rank, EV_OVERFLOWED] = 1  # the caller re-runs with a larger feed
         return
-    i = (em[EV_FIRST] + em[EV_COUNT]) % m
+    i = rank * m + (em[rank, EV_FIRST] + em[rank, EV_COUNT]) % m
     pool.ev_key[i] = key
     pool.ev_code[i] = 2 * rank + (1 if stored else 0)
     pool.ev_time[i] = np.inf  # the pass is under way: sealed at its end
-    em[EV_COUNT] += 1
+    em[rank, EV_COUNT] += 1
 
 
 @inner
-def seal_feed_nb(pool, end):
-    """Stamp the feed's events of the pass just run with its end ``end``: Dynamo publishes a
-    pass's KV events when the pass completes (the newest entries, the only ones not stamped)."""
-    m = pool.ev_key.shape[0]
-    if m == 0:
+def seal_feed_nb(pool, rank, end):
+    """Stamp the events of ``rank``'s pass just run with its end ``end``: Dynamo publishes a
+    pass's KV events when the pass completes (the newest entries of the rank's ring, the only
+    ones not stamped)."""
+    if pool.ev_key.shape[0] == 0:
         return
+    m = pool.ev_key.shape[0] // pool.ev_meta.shape[0]
     em = pool.ev_meta
-    j = em[EV_COUNT] - 1
+    j = em[rank, EV_COUNT] - 1
     while j >= 0:
-        i = (em[EV_FIRST] + j) % m
+        i = rank * m + (em[rank, EV_FIRST] + j) % m
         if pool.ev_time[i] != np.inf:
             break
         pool.ev_time[i] = end

@@ -90,6 +90,7 @@ from fastsim.kernels.rank_state import (
     COMMITTED_TOKENS,
     DIAG_LIGHT_ARRIVALS,
     DIAG_LIGHT_TICKS,
+    DIAG_LIGHT_WAITING,
     DIAG_RUN_AHEAD_PASSES,
     DIAG_STEADY_PASSES,
     PROGRESS,
@@ -672,7 +673,7 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now, tier):
         pa.acc[PROGRESS] = 0
         e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, cl.pend_head, cl.pend_tail, g,
                          prev_end, rk.speculation, tier)
-        seal_feed_nb(pool, e)  # (a lagging kv_router's feed of the rank's KV events)
+        seal_feed_nb(pool, k, e)  # (a lagging kv_router's feed of the rank's KV events)
         if e > end:
             end = e
         if pa.acc[PROGRESS] != 0:
@@ -885,14 +886,15 @@ def _next_arrival_at(ss, cl, rt, fl, g):
 
 
 @inline
-def _light_refused(rk, ss, cl, rt, fl, g, now):
+def _light_refused(p, rk, ss, cl, rt, fl, g, now):
     """The quick refusals of ``_light_tick`` for group ``g`` at ``now`` (True: not a light tick):
     the loop tests them before calling ``_light_ticks``, whose call costs more than the test."""
     if cl.cdue[g] != now or cl.pend_head[g] >= 0:
         return True
-    # the usual refusals under load first: admissions, prefills
+    # the usual refusals under load first: prefills, admissions (a waiting queue whose head
+    # cannot be admitted is for ``steady_pass_ok`` to tell)
     for k in range(g * cl.dp, (g + 1) * cl.dp):
-        if rk.n_wait[k] > 0 or rk.xhead[k] >= 0:
+        if rk.xhead[k] >= 0 or (rk.n_wait[k] > 0 and not p.light_waiting):
             return True
     if rt.mode == KV_ROUTER and (rt.fhead[g] >= 0 or rt.state[NQUEUE] > 0):
         return True
@@ -909,7 +911,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     state afterwards is exactly what ``_drain`` would leave. Returns False, changing nothing, if
     the tick is not of that kind."""
     g = cl.ctree[1]
-    if _light_refused(rk, ss, cl, rt, fl, g, now):
+    if _light_refused(p, rk, ss, cl, rt, fl, g, now):
         return False
     dp = cl.dp
     k0 = g * dp
@@ -917,7 +919,7 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] == 0:
             continue
-        if not steady_pass_ok(p, pool, rq, rk, k):
+        if not steady_pass_ok(p, pool, rq, rk, k, pa.kbuf, pa.hslot):
             return False
         e = (now + 0.0) + steady_pass_ms(p, perf, pool, rk, k)
         if e > end:
@@ -931,13 +933,16 @@ def _light_tick(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now):
             return False
     # the group's pass that ended now had nothing to apply; its next pass (as _drive_group)
     rk.diag[DIAG_LIGHT_TICKS] += 1
+    for k in range(k0, k0 + dp):
+        if rk.n_wait[k] > 0:
+            rk.diag[DIAG_LIGHT_WAITING] += 1  # (a waiting queue whose head cannot be admitted)
     fl.passes[g] += 1
     prev_end = cl.last_stamp[g]
     common = 0
     for k in range(k0, k0 + dp):
         if rk.n_run[k] + rk.n_wait[k] > 0:
             common += rk.nsteady[k]
-            seal_feed_nb(pool, steady_pass_nb(p, perf, pool, rk, k, now))
+            seal_feed_nb(pool, k, steady_pass_nb(p, perf, pool, rk, k, now))
     stamp_tokens(rq, rk, gaps, rt, g, pa.emit, np.int64(0), end, np.int64(common), prev_end, k0,
                   k0 + dp)
     cl.last_stamp[g] = end
@@ -1096,7 +1101,7 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
             break  # a zero-length pass: the drain's business
         if nb > 0:
             alloc_anon_nb(pool, k, nb)
-            seal_feed_nb(pool, e)  # (its evictions reach a lagging kv_router at the pass end)
+            seal_feed_nb(pool, k, e)  # (its evictions reach a lagging kv_router at the pass end)
             nact += nb
         slen += ns
         if keeping(gaps.tl):
@@ -1192,8 +1197,11 @@ def _steady_run_dp(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, g, now, ws):
             P = rk.rpass[k]
             nb = rk.bcnt[k * bs + block_mod(p, P)]
             if nb > 0:
+                nact = pool.meta[k, NACTIVE]
                 alloc_anon_nb(pool, k, nb)
-                seal_feed_nb(pool, end)  # (its evictions reach a lagging kv_router at the pass end)
+                if pool.ev_key.shape[0] > 0:  # its evictions reach a lagging kv_router at its pass end
+                    seal_feed_nb(pool, k, (E + 0.0) + step_ms(p, perf, rk, k, nact + nb, rk.slen[k],
+                                                              rk.nsteady[k]))
             rk.slen[k] += rk.nsteady[k]
             rk.rpass[k] = P + 1
             if keeping(gaps.tl):
@@ -1408,7 +1416,7 @@ def _loop(tabs, tier, out):
                     cl.light[g] = v + 1
                 else:
                     outcome = LIGHT_NONE
-                    if not _light_refused(rk, ss, cl, rt, fl, g, now):
+                    if not _light_refused(p, rk, ss, cl, rt, fl, g, now):
                         now, ws, outcome = _light_ticks_call(tabs, now, ws)
                         drain_now = outcome != LIGHT_DONE
                     if outcome != LIGHT_NONE:

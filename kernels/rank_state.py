@@ -31,6 +31,9 @@ class Params(NamedTuple):
     trtllm: bool = False  # TRT-LLM's no-evict admission (kernels/trtllm.py) instead of vLLM's
     nextn: int = 0  # speculative decoding (MTP): draft tokens per decode step, 0 = off (kernels/speculative.py)
     psi: int = 1  # vLLM's prefill_schedule_interval across a DP group's ranks (decision 0341)
+    # steady passes may run while the waiting queue's head cannot be admitted (``waiting_blocked``);
+    # off where an admission does more than the vLLM pool's check (a host tier, TRT-LLM's reservations)
+    light_waiting: bool = True
 
 class Reqs(NamedTuple):
     """Per-request state (one row per request), scheduler and collector columns."""
@@ -103,7 +106,7 @@ class Ranks(NamedTuple):
     smax: np.ndarray  # int64[R]: at least the largest running order (seq) of a steady member
     counters: np.ndarray  # int64[2], by the slots below: the next admission's running order, and the
     #                       prompt tokens of the schedules that compute them (1.6.1 rules only)
-    diag: np.ndarray  # int64[5], by the slots below: counts for tests and profiling, never read by
+    diag: np.ndarray  # int64[6], by the slots below: counts for tests and profiling, never read by
     #                   the simulation (steady-decode fallbacks and passes, light ticks, arrival
     #                   ticks on the light path, group passes run ahead in steady runs: kernels/loop.py)
     # the last step times of each rank, reused while their inputs repeat (they often do)
@@ -128,7 +131,8 @@ class Ranks(NamedTuple):
 
 ADMISSIONS, COMMITTED_TOKENS = range(2)  # ``Ranks.counters`` slots
 
-DIAG_FALLBACKS, DIAG_STEADY_PASSES, DIAG_LIGHT_TICKS, DIAG_LIGHT_ARRIVALS, DIAG_RUN_AHEAD_PASSES = range(5)  # ``Ranks.diag`` slots
+(DIAG_FALLBACKS, DIAG_STEADY_PASSES, DIAG_LIGHT_TICKS, DIAG_LIGHT_ARRIVALS, DIAG_RUN_AHEAD_PASSES,
+ DIAG_LIGHT_WAITING) = range(6)  # ``Ranks.diag`` slots
 
 HOLD0, HOLD_MAX = 8, 4096  # passes a rank stays explicit after a fallback (doubling)
 
@@ -154,7 +158,7 @@ def make_ranks(n_ranks, block_size, cap, budget, mtp_rates=(), mtp_seeds=()):
         bcnt=np.zeros(n_ranks * block_size, dtype=np.int64), sechead=heads(), secdue=heads(),
         shold=np.zeros(n_ranks, dtype=np.int64), sback=np.full(n_ranks, HOLD0, dtype=np.int64),
         smax=np.full(n_ranks, -1, dtype=np.int64),
-        counters=np.zeros(2, dtype=np.int64), diag=np.zeros(5, dtype=np.int64),
+        counters=np.zeros(2, dtype=np.int64), diag=np.zeros(6, dtype=np.int64),
         dkey=np.full(n_ranks, -1, dtype=np.int64), dctx=np.zeros(n_ranks, dtype=np.int64),
         dms=np.zeros(n_ranks), pkey=np.full(n_ranks, -1, dtype=np.int64), pms=np.zeros(n_ranks),
         dtab=np.full(cap + 1 if cap <= _DTAB_MAX else 0, np.nan),

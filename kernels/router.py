@@ -185,22 +185,23 @@ def _union_prefix(rt, rank, keys, n):
 @inner
 def sync_index_nb(rt, pool, now):
     """Apply to the lagging index every event of the pool's feed published at or before
-    ``now - lag`` (in feed order: a rank's events keep their order)."""
-    if rt.lag < 0.0:
+    ``now - lag``: each rank's in its order (the index holds (rank, key) pairs, so the ranks'
+    events do not act on each other)."""
+    if rt.lag < 0.0 or pool.ev_key.shape[0] == 0:
         return
     em = pool.ev_meta
-    m = pool.ev_key.shape[0]
-    while em[EV_COUNT] > 0:
-        i = em[EV_FIRST]
-        if pool.ev_time[i] + rt.lag > now:
-            break
-        code = pool.ev_code[i]
-        if code & 1:
-            _union_add(rt.index, code >> 1, pool.ev_key[i])
-        else:
-            _union_remove(rt.index, code >> 1, pool.ev_key[i])
-        em[EV_FIRST] = (i + 1) % m
-        em[EV_COUNT] -= 1
+    m = pool.ev_key.shape[0] // em.shape[0]
+    for rank in range(em.shape[0]):
+        while em[rank, EV_COUNT] > 0:
+            i = rank * m + em[rank, EV_FIRST]
+            if pool.ev_time[i] + rt.lag > now:
+                break
+            if pool.ev_code[i] & 1:
+                _union_add(rt.index, rank, pool.ev_key[i])
+            else:
+                _union_remove(rt.index, rank, pool.ev_key[i])
+            em[rank, EV_FIRST] = (em[rank, EV_FIRST] + 1) % m
+            em[rank, EV_COUNT] -= 1
 
 
 # ----------------------------------------------------------------------------- decisions

@@ -1,8 +1,9 @@
 """Steady decoding: running requests kept implicit between the passes where something happens to
 them (a block start, their last token), and the light path of a pass made of them alone."""
 
+from fastsim.kernels.admission import cached_tokens
 from fastsim.kernels.blocks import block_mod, blocks_ceil
-from fastsim.kernels.codes import PREFILL
+from fastsim.kernels.codes import HANDED, PREFILL, WAITING
 from fastsim.kernels.jit import inline, inner
 from fastsim.kernels.kvpool import NACTIVE, alloc_anon_nb
 from fastsim.kernels.pass_time import step_ms
@@ -139,12 +140,40 @@ def steady_next_ok(p, pool, rq, rk, k, P, nact):
     return True
 
 @inline
-def steady_pass_ok(p, pool, rq, rk, k):
-    """True if rank ``k``'s next pass is a steady pass (as above). Changes nothing."""
-    ns = rk.nsteady[k]
-    if ns == 0 or rk.n_wait[k] > 0 or rk.xhead[k] >= 0 or ns > p.budget or p.stage == PREFILL:
+def waiting_blocked(p, pool, rq, rk, k, kbuf, hslot):
+    """True if rank ``k``'s next pass admits nobody from its waiting queue, nor does any steady
+    pass after it until the next event that reaches the rank: nothing waits, every seat is taken,
+    or the queue's head (admissions go in queue order and stop at the head) needs more blocks than
+    the pool has free. Steady passes take no seat, take free blocks and evict only cached ones,
+    which can only shorten the head's cached prefix: a head that does not fit now fits in none of
+    them. Writes only the scratch ``kbuf`` and ``hslot``."""
+    if rk.n_wait[k] == 0:
+        return True
+    if not p.light_waiting:
         return False
-    return steady_next_ok(p, pool, rq, rk, k, rk.rpass[k], pool.meta[k, NACTIVE])
+    if rk.n_run[k] >= p.max_seqs:
+        return True
+    u = rk.wait_head[k]
+    if rq.status[u] == HANDED:
+        return False  # (a transferred prompt needs no new blocks)
+    length = rq.isl[u] + rq.generated[u]
+    if (p.max_model_len > 0 and rq.isl[u] >= p.max_model_len) or (
+            rq.status[u] == WAITING and blocks_ceil(p, length) > p.cap):
+        return False  # (rejected in the next pass: that is an event)
+    active_cached = cached_tokens(p, pool, rq, k, u, kbuf, hslot)[1]
+    return blocks_ceil(p, length) - active_cached > p.cap - pool.meta[k, NACTIVE]
+
+@inline
+def steady_pass_ok(p, pool, rq, rk, k, kbuf, hslot):
+    """True if rank ``k``'s next pass is a steady pass (as above): its running requests are all
+    steady members and it admits nobody (``waiting_blocked``). Changes nothing but the scratch
+    ``kbuf`` and ``hslot``."""
+    ns = rk.nsteady[k]
+    if ns == 0 or rk.xhead[k] >= 0 or ns > p.budget or p.stage == PREFILL:
+        return False
+    if not steady_next_ok(p, pool, rq, rk, k, rk.rpass[k], pool.meta[k, NACTIVE]):
+        return False
+    return waiting_blocked(p, pool, rq, rk, k, kbuf, hslot)
 
 @inline
 def steady_pass_ms(p, perf, pool, rk, k):

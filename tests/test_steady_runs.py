@@ -20,7 +20,7 @@ import pytest
 
 import fastsim.sim as sim
 from fastsim.config import EngineArgs
-from fastsim.kernels.rank_state import DIAG_RUN_AHEAD_PASSES
+from fastsim.kernels.rank_state import DIAG_LIGHT_WAITING, DIAG_RUN_AHEAD_PASSES
 from fastsim.workload import load_mooncake
 
 from test_steady_decode import assert_same_results
@@ -36,10 +36,10 @@ def _slice(tmp_path, first, n):
     return p
 
 
-def _three_ways(monkeypatch, path, engine, speedup=1.0, **kw):
+def _three_ways(monkeypatch, path, engine, speedup=1.0, counter=DIAG_RUN_AHEAD_PASSES, **kw):
     """Run ``path`` with steady runs (the default), without light ticks and runs, and pass at a
     time, under both releases' rules; check the three agree; returns the passes run ahead in
-    steady runs (``rk.diag[DIAG_RUN_AHEAD_PASSES]``) under each release."""
+    steady runs (``rk.diag[DIAG_RUN_AHEAD_PASSES]``, or the ``counter`` slot) under each release."""
     states = []
     build = sim.build_state
 
@@ -55,7 +55,7 @@ def _three_ways(monkeypatch, path, engine, speedup=1.0, **kw):
         wl = load_mooncake(path, trace_block_size=512, arrival_speedup_ratio=speedup,
                            dynamo_version=version)
         a = sim.simulate(wl, engine, dynamo_version=version, **kw)
-        ahead[version] = int(states[-1].ranks.diag[DIAG_RUN_AHEAD_PASSES])
+        ahead[version] = int(states[-1].ranks.diag[counter])
         b = sim.simulate(wl, engine, dynamo_version=version, light_ticks=False, **kw)
         assert int(states[-1].ranks.diag[DIAG_RUN_AHEAD_PASSES]) == 0
         c = sim.simulate(wl, engine, dynamo_version=version, steady_decode=False, **kw)
@@ -90,6 +90,26 @@ def test_kv_router_trace_slice(monkeypatch, tmp_path):
                 router_mode="kv_router", seed=3)
     _three_ways(monkeypatch, _slice(tmp_path, 100, 300), ENGINE_DP, num_workers=2,
                 router_mode="kv_router", seed=5)
+
+
+@pytest.mark.parametrize("engine,workers", [
+    ({"block_size": 64, "num_gpu_blocks": 700}, 4),
+    ({"block_size": 64, "num_gpu_blocks": 900, "preemption_mode": "fifo"}, 2),
+    ({"block_size": 64, "num_gpu_blocks": 4096, "max_num_seqs": 3}, 4),
+    ({"block_size": 64, "num_gpu_blocks": 700, "dp_size": 2}, 2),
+    ({"block_size": 64, "num_gpu_blocks": 800, "enable_chunked_prefill": False,
+      "max_num_batched_tokens": 65536}, 3),
+])
+def test_waiting_queue_that_cannot_be_admitted(monkeypatch, tmp_path, engine, workers):
+    """Tight pools and few seats: a group runs ahead while its waiting queue's head cannot be
+    admitted (no free seat, or not enough free blocks: steady passes only take blocks and evict
+    cached ones, so it stays so until the group's next event)."""
+    path = _slice(tmp_path, 0, 400)
+    waiting = _three_ways(monkeypatch, path, EngineArgs.coerce(engine), speedup=2.0, num_workers=workers,
+                          counter=DIAG_LIGHT_WAITING)
+    assert min(waiting.values()) > 100
+    _three_ways(monkeypatch, path, EngineArgs.coerce(engine), speedup=2.0, num_workers=workers,
+                router_mode="kv_router", seed=11)
 
 
 @pytest.mark.parametrize("cap_ms", [30_000.0, 61_234.5])
