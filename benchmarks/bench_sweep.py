@@ -90,9 +90,13 @@ def main():
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data",
                     help="folder of the real traces (mooncake/conversation_trace.jsonl) for --grid trace")
     ap.add_argument("--repeats", type=int, default=1, help="whole sweeps timed (median and range reported)")
+    ap.add_argument("--dynamo-version", choices=("1.4.2", "1.6.1"), default="1.4.2",
+                    help="the release fastsim reproduces in the sweep: the one of $DYNAMO_PYTHON (1.4.2), so that "
+                         "the sampled reports can be compared field by field")
     args = ap.parse_args()
 
-    spec = load_spec(SPEC if args.grid == "synthetic" else trace_spec(args.data))
+    raw = SPEC if args.grid == "synthetic" else trace_spec(args.data)
+    spec = load_spec({**raw, "base": {**raw["base"], "dynamo_version": args.dynamo_version}})
     n = spec.n_configs
     fastsim.run_synthetic_trace_replay(16, 2, 1, arrival_interval_ms=1.0)  # kernels: compile or load once
     totals = []
@@ -103,7 +107,7 @@ def main():
         assert (df["status"] == "ok").all(), df.loc[df["status"] != "ok", "error"].head()
     total = statistics.median(totals)
     out = {
-        "grid": args.grid, "configs": n, "workers": args.workers,
+        "grid": args.grid, "configs": n, "workers": args.workers, "dynamo_version": args.dynamo_version,
         "requests_per_config": SPEC["base"]["request_count"] if args.grid == "synthetic" else 12031,
         "fastsim_sweep_wall_s": round(total, 2), "fastsim_sweep_wall_s_all": [round(t, 2) for t in totals],
         "fastsim_wall_per_config_s": round(total / n, 4),
