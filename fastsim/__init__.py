@@ -1,8 +1,8 @@
 """fastsim: a fast, faithful simulator of LLM inference serving clusters.
 
 A numba re-implementation of the offline replay of NVIDIA Dynamo's mocker
-(``python -m dynamo.replay``, version 1.4.2), built for large parameter sweeps. Installed as the
-distribution ``fastsim-llm``.
+(``python -m dynamo.replay``; releases 1.6.1, the default, and 1.4.2), built for large parameter
+sweeps. Installed as the distribution ``fastsim-llm``.
 
 Entry points (imported on first use, so ``import fastsim`` stays cheap):
 
