@@ -1,6 +1,6 @@
 """Record Dynamo 1.6.1's outputs for the KV event lag tests: ``python record.py PYTHON RUNNER``
 from this folder, PYTHON having ai-dynamo 1.6.1 and RUNNER the script that gives its replay API
-the 1.4.2 replay flags. Writes ``NAME.json.gz``: ``{"reports": [...], "records": [[...], ...]}``,
+the 1.4.2 replay flags (further arguments: only those cases). Writes ``NAME.json.gz``: ``{"reports": [...], "records": [[...], ...]}``,
 the records (per request, the fields the tests read) for cases with ``"records": true``."""
 import gzip
 import json
@@ -12,9 +12,11 @@ import tempfile
 FIELDS = ("arrival_time_ms", "ttft_ms", "e2e_latency_ms", "reused_input_tokens")
 
 
-def main(python, runner):
+def main(python, runner, *names):
     cases = json.load(open("cases.json"))
     for name, case in cases.items():
+        if names and name not in names:
+            continue
         reports, records = [], []
         for _ in range(case["runs"]):
             with tempfile.TemporaryDirectory() as tmp:
@@ -37,4 +39,4 @@ def main(python, runner):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])
