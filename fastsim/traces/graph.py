@@ -134,6 +134,7 @@ class NodeColumns:
     dep_spawn: np.ndarray  # bool: relation "spawn"
     where: Callable[[int], str]  # request -> its source position, for errors
     dep_where: Callable[[int, int], str]  # (request, k) -> its k-th dependency's position
+    ordinal: Optional[List[Optional[int]]] = None  # source_play_ordinal of each request (None: not given)
 
 
 def columns_of_nodes(nodes: List[Node]) -> NodeColumns:
@@ -161,6 +162,7 @@ def columns_of_nodes(nodes: List[Node]) -> NodeColumns:
         dep_spawn=np.array([d.relation == "spawn" for d in deps], dtype=bool),
         where=lambda i: nodes[i].where,
         dep_where=lambda i, k: nodes[i].dependencies[k].where or nodes[i].where,
+        ordinal=[nd.ordinal for nd in nodes] if any(nd.ordinal is not None for nd in nodes) else None,
     )
 
 
