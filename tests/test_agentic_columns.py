@@ -89,6 +89,7 @@ def test_same_columns_as_the_line_reader(rows, sep):
     [row("a", hash_ids=[1, None])],
     [json.dumps(row("a", b="x\u2028y"), ensure_ascii=False)],  # a line break of Python's inside a string
     [row("a", nb=1.0), '{"x": NaN}'],
+    [row("a", nb=-0.0)],  # the line reader reads -0 as 0 and -0.0 as -0.0
 ])
 def test_other_files_are_left_to_the_line_reader(rows):
     data = text(rows).encode()

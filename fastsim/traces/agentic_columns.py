@@ -12,7 +12,8 @@ Arrow's reader is laxer than Dynamo's in four ways, each checked on the bytes fi
 line-by-line reader tells an absent ``not_before_ms``, ``dependencies`` or ``delay_ms``, which
 default, from a null one, which is an error); and it rounds every decimal correctly, where Dynamo's
 reader (serde_json without ``float_roundtrip``, ``workload._serde_float``) may differ by an ulp
-for 16 or more significant digits. Rows holding such a decimal are read again line by line.
+for 16 or more significant digits. Rows holding such a decimal are read again line by line. A
+negative zero goes line by line as well (the line reader reads ``-0`` as 0 but ``-0.0`` as -0.0).
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def read_request_columns(data: bytes, lines: list, first: int, path: str, block_
         if null_given():
             return None
         nb = np.where(given, nb, 0.0)  # absent: 0
-    if not (np.isfinite(nb).all() and (nb >= 0).all()):
+    if not (np.isfinite(nb).all() and (nb >= 0).all()) or np.signbit(nb).any():
         return None
     ordinal = col["source_play_ordinal"]
     if ordinal.null_count != n:
@@ -185,7 +186,7 @@ def read_request_columns(data: bytes, lines: list, first: int, path: str, block_
         if null_given():
             return None
         delay = np.where(given, delay, 0.0)  # absent: 0
-    if not (np.isfinite(delay).all() and (delay >= 0).all()):
+    if not (np.isfinite(delay).all() and (delay >= 0).all()) or np.signbit(delay).any():
         return None
     line = np.array(numbers, dtype=np.int64)
     where = lambda i: f"{path}:{line[i]}"  # noqa: E731
