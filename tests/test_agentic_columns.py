@@ -130,3 +130,17 @@ def test_gzip_and_speedup(tmp_path):
     assert g.not_before_ms.tolist() == [5.25, 0.0, 0.0, 3.5]
     assert sorted(g.out_delay.tolist()) == [0.125, 1.5, 1.5]
     assert g.parent_ids == [None, "a", None, None]
+
+
+def test_cycle_behind_many_plays(tmp_path):
+    """The acyclicity check walks many plays level by level with arrays; a cycle is still found
+    and named, with the requests behind it."""
+    rows = []
+    for p in range(100):
+        rows += [row(f"p{p:03}a", play=f"p{p:03}"), row(f"p{p:03}b", [f"p{p:03}a"], play=f"p{p:03}")]
+    rows += [row("z1", play="z"), row("z2", ["z1", "z4"], play="z"), row("z3", ["z2"], play="z"),
+             row("z4", ["z3"], play="z"), row("z5", ["z4"], play="z")]
+    p = tmp_path / "a.jsonl"
+    p.write_text(text(rows))
+    with pytest.raises(InputError, match=r":203: dependency cycle among 4 agentic requests \('z2', 'z3', 'z4', 'z5'\)"):
+        load_trace(p, trace_format="agentic_mooncake")
