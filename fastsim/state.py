@@ -322,7 +322,15 @@ def session_table(workload, concurrency):
     first = np.asarray(workload.session_arrival_ms, dtype=np.float64)
     graph = _no_graph() if workload.graph is None else graph_table(workload.graph)
     agentic = graph.play.shape[0] > 0
-    if agentic or concurrency or first.shape[0] < 2 or bool(np.all(first[1:] >= first[:-1])):
+    n_static = 0 if concurrency else int(first.shape[0])
+    if agentic:
+        # the roots of an open replay arrive at their own times (``graph.rel``): static arrivals in
+        # time then row order; with lanes the plays start them (kernels/agentic.py)
+        roots = np.flatnonzero(graph.ndeps == 0) if not graph.lanes else np.zeros(0, dtype=np.int64)
+        first = 0.0 + graph.rel  # (the time the heap had: a play start of 0 plus rel)
+        order = roots[np.argsort(first[roots], kind="stable")].astype(np.int64)
+        n_static = int(order.shape[0])
+    elif concurrency or first.shape[0] < 2 or bool(np.all(first[1:] >= first[:-1])):
         order = np.zeros(0, dtype=np.int64)  # (traces and synthetic loads usually come sorted)
     else:
         order = np.argsort(first, kind="stable")
@@ -340,7 +348,7 @@ def session_table(workload, concurrency):
         rows=np.asarray(workload.session_rows, dtype=np.int64),
         first_arrival=first,
         order=order,
-        n_static=0 if concurrency or agentic else int(first.shape[0]),  # (a graph uses the heap)
+        n_static=n_static,
         tie=tie,
         # (written only for rows entering the heap, which a single-turn open loop never uses)
         ready_at=np.zeros(n if tie.shape[0] else 1),

@@ -1,7 +1,10 @@
 """Arrivals released by an agentic request graph (the rules: ``fastsim/traces/graph.py``).
 
 Every node of the graph is a one-turn session whose arrival goes through the loop's arrival heap
-(``Sessions.heap``, ordered by time then row, as Dynamo orders ready requests by time then node).
+(``Sessions.heap``, ordered by time then row, as Dynamo orders ready requests by time then node),
+but for the roots of an open replay, whose times are known from the start: they are the loop's
+static arrivals (``Sessions.order``, in time then row order, merged with the heap by the same
+rule), which keeps the heap to the requests released and not yet arrived.
 A node enters the heap when its play has started and its last dependency has fired; its time is
 the latest of its play-relative earliest time and each dependency's firing time plus delay.
 Dependencies fire when their source is dispatched (taken from the heap) or ends. With lanes, a
@@ -58,7 +61,7 @@ def _start_play(ss, count, slot, p, t, lane):
         e = t + gr.rel[r]
         if e > gr.ready[r]:
             gr.ready[r] = e
-        if gr.ndeps[r] == 0:
+        if gr.ndeps[r] == 0 and gr.lanes > 0:  # (open replay: the roots are static arrivals)
             _push(ss, count, slot, r, gr.ready[r])
 
 

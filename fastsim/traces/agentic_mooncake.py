@@ -7,7 +7,8 @@ needing exactly ceil(input_length / B) ``hash_ids``), ``output_length``, ``not_b
 (finite, >= 0), ``dependencies`` (list of ``{"request_id", "trigger": "completion"|"dispatch",
 "delay_ms", "relation": "sequence"|"spawn"|"join"|"replay_barrier"}``; only ``spawn`` may use the
 ``dispatch`` trigger). The header's ``block_size`` is the trace block size. Timing rules:
-``fastsim.traces.graph``. Errors name the file, the line and the field.
+``fastsim.traces.graph``. Errors name the file, the line and the field. A file the columnar reader
+(``fastsim/traces/agentic_columns.py``) takes is read by it, any other line by line here.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 import math
 
 from fastsim.errors import InputError, NotSupportedError
-from fastsim.traces.graph import COMPLETION, DISPATCH, Dependency, Node, build_graph, graph_workload
+from fastsim.traces.graph import (COMPLETION, DISPATCH, Dependency, Node, build_graph_columns, columns_of_nodes,
+                                  graph_workload)
 
 __all__ = ["load_agentic_mooncake"]
 
@@ -133,36 +135,50 @@ def _node(row, where, bs, line):
     return nd
 
 
-def _play_order(nodes):
+def _play_order(c):
     """Plays in ``source_play_ordinal`` order when the rows give it (all of them, 0..P-1, one per
-    play), else None (``play_id`` order)."""
-    given = [nd for nd in nodes if nd.ordinal is not None]
-    if not given:
+    play), else None (``play_id`` order). ``c``: the requests' columns."""
+    if c.ordinal is None:
         return None
-    if len(given) != len(nodes):
-        nd = next(nd for nd in nodes if nd.ordinal is None)
-        raise InputError(f"{nd.where}: field 'source_play_ordinal' must be set on every row when it is used")
+    missing = next((i for i, o in enumerate(c.ordinal) if o is None), None)
+    if missing is not None:
+        raise InputError(f"{c.where(missing)}: field 'source_play_ordinal' must be set on every row when it is used")
     of_play = {}
-    for nd in nodes:
-        if of_play.setdefault(nd.play_id, nd.ordinal) != nd.ordinal:
-            raise InputError(f"{nd.where}: play {nd.play_id!r} has inconsistent source_play_ordinal values "
-                             f"({of_play[nd.play_id]} and {nd.ordinal})")
+    for i, (play, ordinal) in enumerate(zip(c.play_id, c.ordinal)):
+        if of_play.setdefault(play, ordinal) != ordinal:
+            raise InputError(f"{c.where(i)}: play {play!r} has inconsistent source_play_ordinal values "
+                             f"({of_play[play]} and {ordinal})")
     ordinals = sorted(of_play.values())
     if ordinals != list(range(len(ordinals))):
-        raise InputError(f"{nodes[0].where.rsplit(':', 1)[0]}: source_play_ordinal values must be unique and "
+        raise InputError(f"{c.where(0).rsplit(':', 1)[0]}: source_play_ordinal values must be unique and "
                          f"contiguous from 0, got {ordinals[:10]}")
     return sorted(of_play, key=of_play.get)
 
 
-def load_agentic_mooncake(path, arrival_speedup_ratio=1.0):
-    """Read an agentic Mooncake v2 trace into a Workload with its request graph."""
-    import os
+def _read_columns(data, path):
+    """The header and the requests' columns by the columnar reader, or None when it does not take
+    the file (then the line-by-line reader reads it: ``fastsim/traces/agentic_columns.py``)."""
+    from fastsim.traces.agentic_columns import plain_text, read_request_columns
 
-    from fastsim.workload import _check_ratio, _open_text
+    if not plain_text(data):
+        return None
+    lines = data.split(b"\n")
+    first = next((i for i, x in enumerate(lines) if x.strip()), None)
+    if first is None:
+        return None
+    header = _header(lines[first].removesuffix(b"\r").decode("utf-8"), f"{path}:{first + 1}")
 
-    path = os.fspath(path)
-    ratio = _check_ratio(arrival_speedup_ratio)
-    text = _open_text(path)
+    def row_reader(ln):
+        where = f"{path}:{ln}"
+        return _node(_json(lines[ln - 1].removesuffix(b"\r").decode("utf-8"), where, "an agentic Mooncake v2 request"), where,
+                     header[0], ln)
+
+    cols = read_request_columns(data, lines, first + 1, path, header[0], row_reader)
+    return None if cols is None else (header, cols)
+
+
+def _read_rows(text, path):
+    """The header and the requests' columns, line by line (every error named by file and line)."""
     header = None
     nodes = []
     for ln, line in enumerate(text.splitlines(), 1):
@@ -175,9 +191,23 @@ def load_agentic_mooncake(path, arrival_speedup_ratio=1.0):
         nodes.append(_node(_json(line, where, "an agentic Mooncake v2 request"), where, header[0], ln))
     if header is None:
         raise InputError(f"{path}: agentic trace is empty (it needs the v2 header line and requests)")
-    for nd in nodes:
-        nd.not_before_ms /= ratio
-        for d in nd.dependencies:
-            d.delay_ms /= ratio
-    graph, cols = build_graph(nodes, header[0], header[1], header[2], path, play_order=_play_order(nodes))
-    return graph_workload(graph, cols, path, ratio)
+    if not nodes:
+        raise InputError(f"{path}: agentic trace did not contain any requests")
+    return header, columns_of_nodes(nodes)
+
+
+def load_agentic_mooncake(path, arrival_speedup_ratio=1.0):
+    """Read an agentic Mooncake v2 trace into a Workload with its request graph."""
+    import os
+
+    from fastsim.workload import _check_ratio, _decode_text, _read_bytes
+
+    path = os.fspath(path)
+    ratio = _check_ratio(arrival_speedup_ratio)
+    data = _read_bytes(path)
+    read = _read_columns(data, path)
+    header, cols = read if read is not None else _read_rows(_decode_text(data, path), path)
+    cols.not_before_ms = cols.not_before_ms / ratio
+    cols.dep_delay_ms = cols.dep_delay_ms / ratio
+    graph, table = build_graph_columns(cols, header[0], header[1], header[2], path, play_order=_play_order(cols))
+    return graph_workload(graph, table, path, ratio)

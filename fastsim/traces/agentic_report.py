@@ -16,7 +16,7 @@ numbered from 1 in request order and ``dispatched_at_ms`` equal to the arrival.
 
 from __future__ import annotations
 
-import json
+from json.encoder import encode_basestring_ascii
 
 import numpy as np
 
@@ -29,17 +29,13 @@ def attach(report, graph, execution_model, lanes_of_play=None):
     status = np.asarray(req["status"]).astype(np.int64)
     terminal = np.asarray(req.get("terminal_ms", req.get("terminal_time_ms")), dtype=np.float64)
     done = status >= COMPLETED_STATUS
-    completed = status == COMPLETED_STATUS
+    plays = _per_play(graph, done, status == COMPLETED_STATUS, terminal)
     outcomes = []
-    settled = 0
-    for p, name in enumerate(graph.play_ids):
-        rows = graph.play_rows[graph.play_ptr[p]:graph.play_ptr[p + 1]]
-        if done[rows].all():
-            t = float(terminal[rows].max())
-            ok = bool(completed[rows].all())
+    for name, settled, ok, t in zip(graph.play_ids, plays["done"].tolist(), plays["completed"].tolist(),
+                                    plays["terminal"].tolist()):
+        if settled:
             outcomes.append({"causal_terminal_ms": t, "play_id": name, "settled_at_ms": t,
                              "status": "completed" if ok else "failed"})
-            settled += 1
         else:
             outcomes.append({"causal_terminal_ms": None, "play_id": name, "settled_at_ms": None,
                              "status": "incomplete"})
@@ -51,28 +47,34 @@ def attach(report, graph, execution_model, lanes_of_play=None):
     s["agentic_model_projection"] = {"policy": "project_to_configured_target",
                                      "source_models": list(graph.source_models), "target_model": execution_model}
     s["agentic_play_outcomes"] = outcomes
-    s["agentic_lifecycle_event_count"] = 3 * int(done.sum()) + settled
-    s.update(_trajectories(graph, req, done))
+    s["agentic_lifecycle_event_count"] = 3 * int(done.sum()) + int(plays["done"].sum())
+    s.update(_trajectories(graph, req, plays))
     s.update(graph.extra_report)
     req["uuid_base"] = 1
     req["agentic_texts"] = _record_texts(graph, lanes_of_play)
 
 
-def _trajectories(graph, req, done):
+def _per_play(graph, done, completed, terminal):
+    """Per play (play order): all its requests done, all completed, and its last end (a play has at
+    least one request)."""
+    rows, starts = graph.play_rows, graph.play_ptr[:-1]
+    return {"done": np.logical_and.reduceat(done[rows], starts),
+            "completed": np.logical_and.reduceat(completed[rows], starts),
+            "terminal": np.maximum.reduceat(terminal[rows], starts)}
+
+
+def _trajectories(graph, req, plays):
     """Dynamo's trajectory figures: each settled play's end-to-end latency, from its first
     dispatch to its last request's end (statistics as for the per-request latencies)."""
     from fastsim.report import _exact_dist
 
     arrival = np.asarray(req["arrival_ms"], dtype=np.float64)
-    terminal = np.asarray(req["terminal_ms"], dtype=np.float64)
-    lat = []
-    for p in range(graph.n_plays):
-        rows = graph.play_rows[graph.play_ptr[p]:graph.play_ptr[p + 1]]
-        if done[rows].all():
-            lat.append(float(terminal[rows].max() - arrival[rows].min()))
-    mean, lo, hi, med, p75, p90, p95, p99, std = _exact_dist(np.array(lat, dtype=np.float64))
-    return {"total_trajectories": graph.n_plays, "completed_trajectories": len(lat),
-            "incomplete_trajectories": graph.n_plays - len(lat),
+    first = np.minimum.reduceat(arrival[graph.play_rows], graph.play_ptr[:-1])
+    settled = plays["done"]
+    lat = plays["terminal"][settled] - first[settled]
+    mean, lo, hi, med, p75, p90, p95, p99, std = _exact_dist(np.ascontiguousarray(lat, dtype=np.float64))
+    return {"total_trajectories": graph.n_plays, "completed_trajectories": int(lat.shape[0]),
+            "incomplete_trajectories": graph.n_plays - int(lat.shape[0]),
             "mean_trajectory_e2e_latency_ms": mean, "min_trajectory_e2e_latency_ms": lo,
             "max_trajectory_e2e_latency_ms": hi, "median_trajectory_e2e_latency_ms": med,
             "p50_trajectory_e2e_latency_ms": med, "p75_trajectory_e2e_latency_ms": p75,
@@ -81,20 +83,18 @@ def _trajectories(graph, req, done):
 
 
 def _record_texts(graph, lanes_of_play):
-    q = json.dumps
-    out = {"request_id": [], "play_id": [], "session_id": [], "agentic": []}
-    for r, rid in enumerate(graph.request_ids):
-        p = int(graph.play[r])
-        play = graph.play_ids[p]
-        conv = graph.session_names[r]
-        parts = [f'"request_id":{q(rid)}', f'"play_id":{q(play)}', f'"conversation_id":{q(conv)}']
-        if lanes_of_play is not None and lanes_of_play[p] >= 0:
-            parts.append(f'"lane_id":"lane:{int(lanes_of_play[p])}"')
-        parts.append(f'"root_id":{q(graph.root_ids[r])}')
-        if graph.parent_ids[r] is not None:
-            parts.append(f'"parent_id":{q(graph.parent_ids[r])}')
-        out["request_id"].append(q(rid))
-        out["play_id"].append(q(play))
-        out["session_id"].append(q(conv))
-        out["agentic"].append("{" + ",".join(parts) + "}")
-    return out
+    # json.dumps of a string, without its per-call set-up (15,000 requests: 5 ms instead of 100)
+    q = encode_basestring_ascii
+    play_of = graph.play.tolist()
+    rid = list(map(q, graph.request_ids))
+    play_q = list(map(q, graph.play_ids))
+    play = [play_q[p] for p in play_of]
+    conv = list(map(q, graph.session_names))
+    root = list(map(q, graph.root_ids))
+    lane = [""] * len(play_q)
+    if lanes_of_play is not None:
+        lane = [f',"lane_id":"lane:{int(x)}"' if x >= 0 else "" for x in np.asarray(lanes_of_play).tolist()]
+    parent = [f',"parent_id":{q(x)}' if x is not None else "" for x in graph.parent_ids]
+    agentic = [f'{{"request_id":{r},"play_id":{p},"conversation_id":{c}{lane[k]},"root_id":{o}{a}}}'
+               for r, p, c, k, o, a in zip(rid, play, conv, play_of, root, parent)]
+    return {"request_id": rid, "play_id": play, "session_id": conv, "agentic": agentic}

@@ -61,8 +61,7 @@ def lanes_of_plays(graph, terminal):
     lanes = np.full(n_plays, -1, dtype=np.int64)
     if not graph.lanes:
         return lanes
-    settle = np.array([terminal[graph.play_rows[graph.play_ptr[p]:graph.play_ptr[p + 1]]].max()
-                       for p in range(n_plays)])
+    settle = np.maximum.reduceat(terminal[graph.play_rows], graph.play_ptr[:-1]).tolist()
     active = []
     for p in range(min(graph.lanes, n_plays)):
         lanes[p] = p

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import numpy as np
 
 from fastsim.errors import InputError
 
-__all__ = ["Dependency", "Node", "AgenticGraph", "build_graph", "COMPLETION", "DISPATCH"]
+__all__ = ["Dependency", "Node", "NodeColumns", "AgenticGraph", "build_graph", "build_graph_columns",
+           "COMPLETION", "DISPATCH"]
 
 COMPLETION, DISPATCH = 0, 1
 
@@ -111,115 +112,206 @@ class AgenticGraph:
         return dataclasses.replace(self, lanes=int(lanes))
 
 
+@dataclass
+class NodeColumns:
+    """The requests of an agentic trace as columns, in file order (what :func:`build_graph_columns`
+    takes: the columnar reader fills it directly, :func:`build_graph` from a list of :class:`Node`)."""
+
+    request_id: List[str]
+    play_id: List[str]
+    session_id: List[str]
+    model: List[str]
+    isl: np.ndarray  # int64[n]
+    osl: np.ndarray  # int64[n]
+    hash_ptr: np.ndarray  # int64[n + 1]: CSR of each request's hash ids
+    hash_ids: np.ndarray  # int64: the u64 ids, two's complement
+    not_before_ms: np.ndarray  # float64[n]
+    line: np.ndarray  # int64[n]: source line (0: none)
+    dep_ptr: np.ndarray  # int64[n + 1]: CSR of each request's dependencies
+    dep_request_id: List[str]
+    dep_trigger: np.ndarray  # int8: COMPLETION or DISPATCH
+    dep_delay_ms: np.ndarray  # float64
+    dep_spawn: np.ndarray  # bool: relation "spawn"
+    where: Callable[[int], str]  # request -> its source position, for errors
+    dep_where: Callable[[int, int], str]  # (request, k) -> its k-th dependency's position
+    ordinal: Optional[List[Optional[int]]] = None  # source_play_ordinal of each request (None: not given)
+
+
+def columns_of_nodes(nodes: List[Node]) -> NodeColumns:
+    """The columns of a list of nodes (file order kept)."""
+    deps = [d for nd in nodes for d in nd.dependencies]
+    counts = np.array([len(nd.dependencies) for nd in nodes], dtype=np.int64)
+    dep_ptr = np.zeros(len(nodes) + 1, dtype=np.int64)
+    np.cumsum(counts, out=dep_ptr[1:])
+    hcounts = np.array([len(nd.hash_ids) for nd in nodes], dtype=np.int64)
+    hash_ptr = np.zeros(len(nodes) + 1, dtype=np.int64)
+    np.cumsum(hcounts, out=hash_ptr[1:])
+    ids = [h for nd in nodes for h in nd.hash_ids]
+    return NodeColumns(
+        request_id=[nd.request_id for nd in nodes], play_id=[nd.play_id for nd in nodes],
+        session_id=[nd.session_id for nd in nodes], model=[nd.model for nd in nodes],
+        isl=np.array([nd.input_length for nd in nodes], dtype=np.int64),
+        osl=np.array([nd.output_length for nd in nodes], dtype=np.int64),
+        hash_ptr=hash_ptr,
+        hash_ids=np.array([h - (1 << 64) if h >= 1 << 63 else h for h in ids], dtype=np.int64),
+        not_before_ms=np.array([nd.not_before_ms for nd in nodes], dtype=np.float64),
+        line=np.array([nd.line for nd in nodes], dtype=np.int64),
+        dep_ptr=dep_ptr, dep_request_id=[d.request_id for d in deps],
+        dep_trigger=np.array([d.trigger for d in deps], dtype=np.int8),
+        dep_delay_ms=np.array([d.delay_ms for d in deps], dtype=np.float64),
+        dep_spawn=np.array([d.relation == "spawn" for d in deps], dtype=bool),
+        where=lambda i: nodes[i].where,
+        dep_where=lambda i, k: nodes[i].dependencies[k].where or nodes[i].where,
+        ordinal=[nd.ordinal for nd in nodes] if any(nd.ordinal is not None for nd in nodes) else None,
+    )
+
+
 def _fail(where, msg):
     raise InputError(f"{where}: {msg}" if where else msg)
 
 
 def build_graph(nodes: List[Node], block_size: int, source_format: str, source_digest: str, path: str,
                 play_order: Optional[List[str]] = None):
-    """Check ``nodes`` as Dynamo does and number them; returns (graph, per-row arrays dict with
-    ``isl``, ``osl``, ``hash_ptr``, ``hash_ids``, ``line``). Errors name the node's position.
-    ``play_order``: the plays in their source order (default: ``play_id`` order)."""
+    """:func:`build_graph_columns` of a list of nodes."""
     if not nodes:
         raise InputError(f"{path}: agentic trace did not contain any requests")
-    seen = {}
-    for nd in nodes:
-        if nd.request_id in seen:
-            _fail(nd.where, f"duplicates request_id {nd.request_id!r} (first at {seen[nd.request_id]})")
-        seen[nd.request_id] = nd.where
-    nodes = sorted(nodes, key=lambda nd: nd.request_id.encode("utf-8"))  # Rust's String order: bytes
-    index = {nd.request_id: i for i, nd in enumerate(nodes)}
-    n = len(nodes)
+    return build_graph_columns(columns_of_nodes(nodes), block_size, source_format, source_digest, path,
+                               play_order)
+
+
+def build_graph_columns(c: NodeColumns, block_size: int, source_format: str, source_digest: str, path: str,
+                        play_order: Optional[List[str]] = None):
+    """Check the requests ``c`` as Dynamo does and number them; returns (graph, per-row arrays dict
+    with ``isl``, ``osl``, ``hash_ptr``, ``hash_ids``, ``line``). Errors name the request's
+    position. ``play_order``: the plays in their source order (default: ``play_id`` order)."""
+    n = len(c.request_id)
+    if n == 0:
+        raise InputError(f"{path}: agentic trace did not contain any requests")
+    if len(set(c.request_id)) != n:
+        seen = {}
+        for i, rid in enumerate(c.request_id):
+            if rid in seen:
+                _fail(c.where(i), f"duplicates request_id {rid!r} (first at {seen[rid]})")
+            seen[rid] = c.where(i)
+    # Rust's String order is the UTF-8 bytes' order, which is Python's code point order
+    order = np.array(sorted(range(n), key=c.request_id.__getitem__), dtype=np.int64)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n, dtype=np.int64)
+    request_ids = [c.request_id[i] for i in order]
+    index = {rid: r for r, rid in enumerate(request_ids)}
     if play_order is None:
-        plays = sorted({nd.play_id for nd in nodes}, key=lambda s: s.encode("utf-8"))
+        plays = sorted(set(c.play_id))
     else:
         plays = list(dict.fromkeys(play_order))
     play_index = {p: i for i, p in enumerate(plays)}
-    play = np.array([play_index[nd.play_id] for nd in nodes], dtype=np.int64)
-    src, dst, delay, trig = [], [], [], []
+    play = np.array([play_index[p] for p in c.play_id], dtype=np.int64)[order]
+
+    # edges in (dependent's row, dependency position) order, as the checks and the CSR take them
+    counts = np.diff(c.dep_ptr)
+    dst_file = rank[np.repeat(np.arange(n, dtype=np.int64), counts)]
+    edge = np.argsort(dst_file, kind="stable")
+    dst = dst_file[edge]
+    src = np.array([index.get(c.dep_request_id[k], -1) for k in edge.tolist()], dtype=np.int64)
+    bad = (src < 0) | (src == dst)
+    bad |= np.where(src >= 0, play[np.maximum(src, 0)] != play[dst], False)
+    if bad.any():
+        _edge_error(c, order, play, plays, edge, src, dst, int(np.flatnonzero(bad)[0]))
     parent: List[Optional[str]] = [None] * n
-    for i, nd in enumerate(nodes):
-        for dep in nd.dependencies:
-            j = index.get(dep.request_id)
-            if j is None:
-                _fail(dep.where or nd.where, f"request {nd.request_id!r} depends on request_id "
-                      f"{dep.request_id!r}, which is not in the trace")
-            if j == i:
-                _fail(dep.where or nd.where, f"request {nd.request_id!r} cannot depend on itself")
-            if nodes[j].play_id != nd.play_id:
-                _fail(dep.where or nd.where, f"request {nd.request_id!r} in play {nd.play_id!r} depends on "
-                      f"request {dep.request_id!r} in play {nodes[j].play_id!r}; dependencies stay in their play")
-            src.append(j)
-            dst.append(i)
-            delay.append(dep.delay_ms)
-            trig.append(dep.trigger)
-            if dep.relation == "spawn" and parent[i] is None:
-                parent[i] = dep.request_id
-    ndeps = np.array([len(nd.dependencies) for nd in nodes], dtype=np.int64)
-    src_a = np.array(src, dtype=np.int64)
-    order = np.argsort(src_a, kind="stable")
+    for k in np.flatnonzero(c.dep_spawn[edge]).tolist():  # the first spawn dependency names the parent
+        if parent[dst[k]] is None:
+            parent[dst[k]] = c.dep_request_id[edge[k]]
+    ndeps = counts[order].astype(np.int64)
+    by_src = np.argsort(src, kind="stable")
     out_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src_a, minlength=n), out=out_ptr[1:])
-    out_row = np.array(dst, dtype=np.int64)[order]
-    out_delay = np.array(delay, dtype=np.float64)[order]
-    out_trigger = np.array(trig, dtype=np.int8)[order]
-    _check_acyclic(nodes, ndeps, out_ptr, out_row)
+    np.cumsum(np.bincount(src, minlength=n), out=out_ptr[1:])
+    out_row = dst[by_src]
+    out_delay = c.dep_delay_ms[edge][by_src].astype(np.float64)
+    out_trigger = c.dep_trigger[edge][by_src].astype(np.int8)
+    _check_acyclic(c, order, request_ids, ndeps, out_ptr, out_row)
     play_rows = np.argsort(play, kind="stable").astype(np.int64)
     play_ptr = np.zeros(len(plays) + 1, dtype=np.int64)
     np.cumsum(np.bincount(play, minlength=len(plays)), out=play_ptr[1:])
-    nb = np.array([nd.not_before_ms for nd in nodes], dtype=np.float64)
-    root_min = np.full(len(plays), np.inf)
-    for p in range(len(plays)):
-        rows = play_rows[play_ptr[p]:play_ptr[p + 1]]
-        roots = rows[ndeps[rows] == 0]
-        if roots.shape[0] == 0:
-            first = nodes[int(rows[0])]
-            _fail(first.where, f"play {plays[p]!r} has no root request (every request waits for another), "
-                  "so it can never start")
-        root_min[p] = nb[roots].min()
-    root_of_play = {}
-    for i in range(n):  # the first root (in request_id order) names its play's root
-        if ndeps[i] == 0:
-            root_of_play.setdefault(int(play[i]), nodes[i].request_id)
+    nb = c.not_before_ms[order].astype(np.float64)
+    root = ndeps == 0
+    root_min = np.minimum.reduceat(np.where(root, nb, np.inf)[play_rows], play_ptr[:-1])
+    has_root = np.logical_or.reduceat(root[play_rows], play_ptr[:-1])
+    if not has_root.all():
+        p = int(np.flatnonzero(~has_root)[0])
+        _fail(c.where(int(order[play_rows[play_ptr[p]]])), f"play {plays[p]!r} has no root request (every "
+              "request waits for another), so it can never start")
+    roots = np.flatnonzero(root)  # the first root (in request_id order) names its play's root
+    first_play, first_at = np.unique(play[roots], return_index=True)
+    root_row = np.empty(len(plays), dtype=np.int64)
+    root_row[first_play] = roots[first_at]
+    root_ids = [request_ids[r] for r in root_row[play].tolist()]
     graph = AgenticGraph(
-        request_ids=[nd.request_id for nd in nodes], play_ids=plays, play=play,
-        session_names=[nd.session_id for nd in nodes],
-        root_ids=[root_of_play[int(play[i])] for i in range(n)], parent_ids=parent,
+        request_ids=request_ids, play_ids=plays, play=play,
+        session_names=[c.session_id[i] for i in order], root_ids=root_ids, parent_ids=parent,
         not_before_ms=nb, ndeps=ndeps, out_ptr=out_ptr, out_row=out_row, out_delay=out_delay,
         out_trigger=out_trigger, play_ptr=play_ptr, play_rows=play_rows, play_root_min=root_min,
         block_size=int(block_size), source_format=source_format, source_digest=source_digest,
-        source_models=sorted({nd.model for nd in nodes}),
+        source_models=sorted(set(c.model)),
     )
-    counts = np.array([len(nd.hash_ids) for nd in nodes], dtype=np.int64)
+    hcounts = np.diff(c.hash_ptr)[order]
     hash_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=hash_ptr[1:])
-    ids = [h for nd in nodes for h in nd.hash_ids]
-    hash_ids = np.array([h - (1 << 64) if h >= 1 << 63 else h for h in ids], dtype=np.int64)
-    cols = dict(isl=np.array([nd.input_length for nd in nodes], dtype=np.int64),
-                osl=np.array([nd.output_length for nd in nodes], dtype=np.int64),
-                hash_ptr=hash_ptr, hash_ids=hash_ids,
-                line=np.array([nd.line for nd in nodes], dtype=np.int64))
+    np.cumsum(hcounts, out=hash_ptr[1:])
+    take = np.repeat(c.hash_ptr[:-1][order] - hash_ptr[:-1], hcounts) + np.arange(hash_ptr[-1], dtype=np.int64)
+    cols = dict(isl=c.isl[order].astype(np.int64), osl=c.osl[order].astype(np.int64),
+                hash_ptr=hash_ptr, hash_ids=c.hash_ids[take].astype(np.int64),
+                line=c.line[order].astype(np.int64))
     return graph, cols
 
 
-def _check_acyclic(nodes, ndeps, out_ptr, out_row):
-    """Kahn's algorithm; a cycle is an error naming (up to 8 of) the requests on or behind it."""
+def _edge_error(c, order, play, plays, edge, src, dst, k):
+    """The error of edge ``k`` (in dependent-row order): the first bad dependency of the trace."""
+    i = int(order[dst[k]])
+    ko = int(edge[k]) - int(c.dep_ptr[i])
+    where = c.dep_where(i, ko)
+    rid, dep = c.request_id[i], c.dep_request_id[int(edge[k])]
+    if src[k] < 0:
+        _fail(where, f"request {rid!r} depends on request_id {dep!r}, which is not in the trace")
+    if src[k] == dst[k]:
+        _fail(where, f"request {rid!r} cannot depend on itself")
+    _fail(where, f"request {rid!r} in play {c.play_id[i]!r} depends on request {dep!r} in play "
+          f"{plays[play[src[k]]]!r}; dependencies stay in their play")
+
+
+def _check_acyclic(c, order, request_ids, ndeps, out_ptr, out_row):
+    """Kahn's algorithm; a cycle is an error naming (up to 8 of) the requests on or behind it.
+    Level by level with arrays while many requests free at once (a trace of many plays), then
+    one by one (a long chain)."""
     indeg = ndeps.copy()
-    stack = list(np.flatnonzero(indeg == 0))
+    frontier = np.flatnonzero(indeg == 0)
     seen = 0
-    while stack:
-        i = stack.pop()
-        seen += 1
-        for k in range(out_ptr[i], out_ptr[i + 1]):
-            j = out_row[k]
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                stack.append(j)
-    if seen != len(nodes):
-        blocked = [nodes[i] for i in np.flatnonzero(indeg > 0)]
-        names = ", ".join(repr(nd.request_id) for nd in blocked[:8])
-        _fail(blocked[0].where, f"dependency cycle among {len(blocked)} agentic requests ({names}): "
-              "none of them can ever start")
+    while frontier.shape[0] >= 64:
+        seen += frontier.shape[0]
+        lo = out_ptr[frontier]
+        count = out_ptr[frontier + 1] - lo
+        total = int(count.sum())
+        ends = np.cumsum(count)
+        targets = out_row[np.repeat(lo - (ends - count), count) + np.arange(total, dtype=np.int64)]
+        hit, times = np.unique(targets, return_counts=True)
+        indeg[hit] -= times
+        frontier = hit[indeg[hit] == 0]
+    if frontier.shape[0]:
+        deg = indeg.tolist()
+        ptr = out_ptr.tolist()
+        dst = out_row.tolist()
+        stack = frontier.tolist()
+        while stack:
+            i = stack.pop()
+            seen += 1
+            for k in range(ptr[i], ptr[i + 1]):
+                j = dst[k]
+                deg[j] -= 1
+                if deg[j] == 0:
+                    stack.append(j)
+        indeg = np.array(deg, dtype=np.int64)
+    if seen != indeg.shape[0]:
+        blocked = np.flatnonzero(indeg > 0).tolist()
+        names = ", ".join(repr(request_ids[i]) for i in blocked[:8])
+        _fail(c.where(int(order[blocked[0]])), f"dependency cycle among {len(blocked)} agentic requests "
+              f"({names}): none of them can ever start")
 
 
 def graph_workload(graph: AgenticGraph, cols: dict, path: str, ratio: float = 1.0):
