@@ -27,7 +27,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     from fastsim.report import build_report, make_gap_stats
     from fastsim.sglang_config import sglang_settings
 
-    if version != "1.6.1":
+    if version != "1.6.1" and not reference:
         raise _not_yet(f"--dynamo-version {version}")
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
@@ -40,12 +40,12 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     dp = max(int(engine.dp_size or 1), 1)
     cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks), policy=s.policy,
                          max_prefill=s.max_prefill_tokens,
-                         # attention DP splits the chunk budget among the ranks (SGLang divides
-                         # chunked_prefill_size by dp_size)
-                         chunk=s.chunked_prefill_size // dp,
+                         # 1.6.1's attention DP splits the chunk budget among the ranks (SGLang
+                         # divides chunked_prefill_size by dp_size); 1.4.2's does not
+                         chunk=s.chunked_prefill_size // (dp if version == "1.6.1" else 1),
                          clip=s.clip_max_new_tokens, conservativeness=s.schedule_conservativeness,
                          max_running=int(engine.max_num_seqs) if engine.max_num_seqs is not None else 1 << 62,
-                         interval=s.prefill_decode_interval, dp=dp)
+                         interval=s.prefill_decode_interval, dp=dp, v142=version == "1.4.2")
     perf = engine_perf_model(engine)
     if not reference:
         from fastsim import sglang_state
