@@ -658,7 +658,7 @@ def run_pass_142(rank, now, modeled, emit, admit):
             rank.waiting.insert(0, r)
         else:
             rank.running.append(r)
-    rank.prefilled = False
+    rank.prefilled = n > 0
     start = now + prefill
     end = start
     completed, retracted, total, cnt = _step(rank, rank.running, emit)
@@ -816,7 +816,9 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
                 if end > now:
                     busy_until[g] = end
                     pending[g] = finished
-                elif emitted or finished:
+                elif emitted or finished or (cfg.v142 and prefilled):
+                    # (1.4.2: a pass that only admitted, its prefill all cached, is followed by
+                    # the next pass at once)
                     busy_until[g] = end
                     pending[g] = finished
                     progress = True

@@ -15,7 +15,7 @@ from fastsim.kernels.codes import ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_
 
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(f"{what} with engine_type=sglang is not supported yet by fastsim "
-                             "(the SGLang engine runs aggregated round-robin replays of Dynamo 1.6.1)")
+                             "(the SGLang engine runs aggregated round-robin replays of Dynamo 1.6.1 and 1.4.2)")
 
 
 def simulate_sglang(workload, engine, *, num_workers, router_mode, version, replay_concurrency,
@@ -27,8 +27,6 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     from fastsim.report import build_report, make_gap_stats
     from fastsim.sglang_config import sglang_settings
 
-    if version != "1.6.1" and not reference:
-        raise _not_yet(f"--dynamo-version {version}")
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
     for value, what in ((replay_concurrency, "--replay-concurrency"), (max_sim_time_ms, "--max-sim-time-seconds"),
@@ -37,6 +35,11 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         if value:
             raise _not_yet(what)
     s = sglang_settings(engine)
+    if version == "1.4.2" and s.prefill_decode_interval:
+        raise NotSupportedError(
+            "prefill_decode_interval with --dynamo-version 1.4.2: Dynamo 1.4.2's SGLang engine has no "
+            "prefill_decode_interval (it rejects the flat field and ignores sglang.prefill_decode_interval); "
+            "remove it, or run with --dynamo-version 1.6.1")
     dp = max(int(engine.dp_size or 1), 1)
     cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks), policy=s.policy,
                          max_prefill=s.max_prefill_tokens,
@@ -87,7 +90,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             raise NotSupportedError(sglang_ref._NOT_EXACT_DP)
         if status == DEAD_END:
             raise _dead_end(workload, q, cfg)
-        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl)
+        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl, cfg.v142)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     term = cols["terminal_ms"][cols["status"] == OUTCOME_COMPLETED]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)

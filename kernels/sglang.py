@@ -29,7 +29,7 @@ from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ri
 
 # Params indices (int64 array)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED = range(12)
+    P_HASHED, P_V142 = range(13)
 # FParams indices (float64 array)
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED = range(5)
 
@@ -75,7 +75,8 @@ class SgReqs(NamedTuple):
     second_token: np.ndarray
     last_token: np.ndarray
     terminal: np.ndarray
-    reused: np.ndarray
+    reused: np.ndarray     # reused tokens at the first admission
+    reused_most: np.ndarray  # the most reused over every admission (1.4.2 reports it; each chunk is one)
     done_next: np.ndarray  # chain of the rows a worker's pass completed
 
 
@@ -509,48 +510,9 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
         _first_tokens_nb(q, pr, s, t, k, r, nf)
     else:
         idle = defer and k.rn[r] == 0
-        # decode step over the running requests
-        row = k.rh[r]
-        while row != -1:  # requests with nothing left (zero-output) complete now
-            nxt = q.rnext[row]
-            if q.osl[row] - q.gen[row] <= 0:
-                _r_remove(q, k, r, row)
-                _fin_nb(s, row)
-            row = nxt
-        grow, total = _growth_nb(q, pr, k, r)
-        while (t.free[r] + t.evictable[r]) * ps < grow and k.rn[r] > 1:
-            victim = -1
-            row = k.rh[r]
-            while row != -1:
-                if victim == -1 or q.gen[row] < q.gen[victim]:
-                    victim = row
-                row = q.rnext[row]
-            if pr[P_DP] > 1:
-                return -2.0
-            _r_remove(q, k, r, victim)
-            _release_nb(q, t, r, victim)
-            s.rows2[nret] = victim
-            nret += 1
-            grow, total = _growth_nb(q, pr, k, r)
-        g = grow // ps
-        if g > t.free[r]:
-            evict_nb(t, r, g - t.free[r])
-        if k.rn[r] > 0 and g <= t.free[r]:
-            cnt = k.rn[r]
-            active = min(total, pr[P_PAGES] * ps)
-            end_t = start_t + modeled_ms_nb(
-                decode_time_nb(perf, active, total // cnt, pr[P_PAGES] * ps), fp[F_SPEED] * fp[F_DSPEED])
-            row = k.rh[r]
-            while row != -1:
-                nxt = q.rnext[row]
-                _append_token_nb(q, pr, t, r, row)
-                _emit_nb(s, row)
-                if q.gen[row] >= q.osl[row]:
-                    _r_remove(q, k, r, row)
-                    _fin_nb(s, row)
-                else:
-                    _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
-                row = nxt
+        end_t, nret = _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf, pr[P_DP] > 1)
+        if end_t == -2.0:
+            return -2.0
     for i in range(fin0, s.cnt[CNT_FIN]):
         _finish_nb(q, pr, s, t, r, s.fin[i])
     if n == 0:
@@ -571,6 +533,161 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
         elif not idle:
             k.ratio[r] = max(k.ratio[r] - fp[F_STEP], fp[F_MIN])
     return end_t
+
+
+@llvm_inline
+def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf):
+    """One pass of rank ``r`` at ``now`` under Dynamo 1.4.2's SGLang core: a prefill batch, then
+    a decode step over every running request, those whose prompt the batch finished included
+    (their first token), timed after the prefill. Admission matches no cached prefix first: a
+    request is charged its whole remaining prompt (in pages, plus its clipped output when the
+    prompt goes whole) and goes whole when it fits the configured chunk size. Retracted requests
+    go back to the front of the waiting queue and reset the new-token ratio, which decays after
+    every pass. Returns the pass's end time, or -1.0 when an admission ran out of KV."""
+    ps = pr[P_PS]
+    if pr[P_LPM]:
+        _lpm_nb(q, pr, s, t, k, r)
+    ratio = k.ratio[r]
+    n = 0
+    total_isl = 0
+    total_prefix = 0
+    reserved = 0.0
+    row = k.rh[r]
+    while row != -1:
+        reserved += min(q.osl[row] - q.gen[row], pr[P_CLIP]) * ratio
+        row = q.rnext[row]
+    rem_total = float((t.free[r] + t.evictable[r]) * ps) - reserved
+    rem_input = float(pr[P_MAXPREFILL])
+    rem_chunk = float(pr[P_CHUNK])
+    slots = max(pr[P_MAXRUN] - k.rn[r], 0)
+    while n < slots and k.wn[r] > 0:
+        row = _w_pop_front(q, k, r)
+        extend = q.isl[row] + q.gen[row] - q.mat[row]
+        if extend == 0:
+            _w_push_front(q, k, r, row)
+            break
+        if extend <= pr[P_CHUNK]:
+            chunk = extend
+        else:
+            chunk = int(rem_chunk) // ps * ps
+            if chunk == 0:
+                _w_push_front(q, k, r, row)
+                break
+            chunk = min(chunk, extend)
+        charged = float(_ceil(chunk, ps))
+        out_res = 0 if chunk < extend else min(q.osl[row] - q.gen[row], pr[P_CLIP])
+        if charged + out_res >= rem_total or charged > rem_input or charged > rem_chunk:
+            _w_push_front(q, k, r, row)
+            break
+        end = q.mat[row] + chunk
+        fresh = q.mat[row] == 0
+        if fresh:
+            prefix = _alloc_new_nb(q, pr, s, t, r, row, end)
+        else:
+            prefix = _extend_nb(q, pr, t, r, row, end)
+        if prefix < 0:
+            return -1.0
+        q.mat[row] = end
+        q.alloc[row] = _ceil(end, ps)
+        s.cnt[CNT_COMMITTED] += end - prefix
+        if math.isnan(q.first_admit[row]):
+            q.first_admit[row] = now
+            q.reused[row] = prefix
+        elif fresh and q.gen[row] > 0:  # a retracted request admitted again
+            i = s.cnt[CNT_READMISSIONS]
+            if i < s.rlog_row.shape[0]:
+                s.rlog_row[i] = row
+                s.rlog_ms[i] = now
+                s.rlog_reused[i] = prefix
+            s.cnt[CNT_READMISSIONS] = i + 1
+        q.reused_most[row] = max(q.reused_most[row], prefix)
+        total_isl += end
+        total_prefix += prefix
+        rem_total -= charged + out_res
+        rem_input -= charged
+        rem_chunk -= charged
+        s.rows[n] = row
+        n += 1
+        if rem_chunk <= 0.0:
+            break
+    prefill = 0.0
+    if n > 0:
+        new = total_isl // n - total_prefix // n
+        if new > 0:
+            prefill = modeled_ms_nb(prefill_time_nb(perf, n * new), fp[F_SPEED])
+    for i in range(n):  # a partly prefilled request goes back to the front; the others run
+        row = s.rows[i]
+        if q.mat[row] < q.isl[row] + q.gen[row]:
+            _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+            _w_push_front(q, k, r, row)
+        else:
+            _r_push_back(q, k, r, row)
+    k.prefilled[r] = 1 if n > 0 else 0  # (a pass that only admitted is followed by the next at once)
+    fin0 = s.cnt[CNT_FIN]
+    end_t, nret = _decode_step_nb(q, pr, fp, s, t, k, r, now + prefill, perf, False)
+    for i in range(fin0, s.cnt[CNT_FIN]):
+        _finish_nb(q, pr, s, t, r, s.fin[i])
+    for i in range(nret - 1, -1, -1):  # retracted requests go to the front, in retraction order
+        _w_push_front(q, k, r, s.rows2[i])
+    if nret > 0:
+        k.ratio[r] = fp[F_INIT]
+    k.ratio[r] = max(k.ratio[r] - fp[F_STEP], fp[F_MIN])
+    return end_t
+
+
+@llvm_inline
+def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf, refuse_dp):
+    """A decode step of rank ``r`` starting at ``start_t``: the requests with nothing left to
+    generate complete; while the next tokens do not fit (free + evictable pages), the running
+    request with the fewest output tokens (the first of them) is retracted (``s.rows2``); then one
+    token to every running request. Returns (end time, retracted count); (-2.0, 0) when a
+    retraction happens with ``refuse_dp`` (KV pressure on a DP rank: not reproduced)."""
+    ps = pr[P_PS]
+    end_t = start_t
+    nret = 0
+    # decode step over the running requests
+    row = k.rh[r]
+    while row != -1:  # requests with nothing left (zero-output) complete now
+        nxt = q.rnext[row]
+        if q.osl[row] - q.gen[row] <= 0:
+            _r_remove(q, k, r, row)
+            _fin_nb(s, row)
+        row = nxt
+    grow, total = _growth_nb(q, pr, k, r)
+    while (t.free[r] + t.evictable[r]) * ps < grow and k.rn[r] > 1:
+        victim = -1
+        row = k.rh[r]
+        while row != -1:
+            if victim == -1 or q.gen[row] < q.gen[victim]:
+                victim = row
+            row = q.rnext[row]
+        if refuse_dp:
+            return -2.0, 0
+        _r_remove(q, k, r, victim)
+        _release_nb(q, t, r, victim)
+        s.rows2[nret] = victim
+        nret += 1
+        grow, total = _growth_nb(q, pr, k, r)
+    g = grow // ps
+    if g > t.free[r]:
+        evict_nb(t, r, g - t.free[r])
+    if k.rn[r] > 0 and g <= t.free[r]:
+        cnt = k.rn[r]
+        active = min(total, pr[P_PAGES] * ps)
+        end_t = start_t + modeled_ms_nb(
+            decode_time_nb(perf, active, total // cnt, pr[P_PAGES] * ps), fp[F_SPEED] * fp[F_DSPEED])
+        row = k.rh[r]
+        while row != -1:
+            nxt = q.rnext[row]
+            _append_token_nb(q, pr, t, r, row)
+            _emit_nb(s, row)
+            if q.gen[row] >= q.osl[row]:
+                _r_remove(q, k, r, row)
+                _fin_nb(s, row)
+            else:
+                _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+            row = nxt
+    return end_t, nret
 
 
 @inner
@@ -733,7 +850,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf):
                 prefilled = False
                 for r in range(g * dp, (g + 1) * dp):
                     if k.wn[r] > 0 or k.rn[r] > 0:
-                        e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf)
+                        if pr[P_V142]:
+                            e = rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf)
+                        else:
+                            e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf)
                         if e == -2.0:
                             return DP_PRESSURE
                         if e < 0.0:
@@ -772,7 +892,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf):
                     q.terminal[row] = end
                     q.done_next[row] = s.done_head[g]
                     s.done_head[g] = row
-                if end > now or s.cnt[CNT_EMIT] > 0 or s.cnt[CNT_FIN] > 0:
+                # (1.4.2: a zero-duration pass that admitted, its prompt all cached, is followed by
+                # the next pass at once)
+                if end > now or s.cnt[CNT_EMIT] > 0 or s.cnt[CNT_FIN] > 0 or (prefilled and pr[P_V142]):
                     s.busy[g] = end
                     if end <= now:
                         progress = True
