@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastsim.kernels.radix import new_radix
-from fastsim.kernels.sglang import CNT_COMMITTED, CNT_HEAP, CNT_READMISSIONS, SgRanks, SgReqs, SgScratch
+from fastsim.kernels.sglang import CNT_COMMITTED, CNT_HEAP, CNT_READMISSIONS, Sg142, SgRanks, SgReqs, SgScratch
 from fastsim.kernels.stats import dd_new_hist
 from fastsim.kernels.timelines import ITL, OTPU, new_timelines, ring_width
 
@@ -41,7 +41,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                ready, hash_ptr, hash_ids, full(0), full(0), full(0), full(0), full(0), full(-1), full(-1),
                np.zeros(n, np.int8), full(-1), full(-1), full(-1), full(-1), full(nan, np.float64),
                full(nan, np.float64), full(nan, np.float64), full(nan, np.float64), full(nan, np.float64),
-               full(nan, np.float64), full(0), full(0), full(-1))
+               full(nan, np.float64), full(0), full(-1))
     n_ranks = num_workers * dp
     init = 0.7 * cfg.conservativeness
     mn = init * 0.14
@@ -50,7 +50,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                 np.full(n_ranks, init), np.zeros(n_ranks, np.int64))
     pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
                    min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
-                   hashed, cfg.v142], dtype=np.int64)
+                   hashed], dtype=np.int64)
     fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup], dtype=np.float64)
     max_pages = int(((isl + osl).max(initial=0)) // cfg.ps) + 2
     heap = np.zeros(max(n, 1), np.int64)
@@ -73,7 +73,12 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     return q, pr, fp, s, t, k, tl
 
 
-def columns(q, s, num_workers, dp, tl, v142=False):
+def table_142(workload):
+    """The 1.4.2 core's own table (``kernels.sglang.Sg142``) for ``workload``."""
+    return Sg142(np.zeros(workload.n_requests, np.int64))
+
+
+def columns(q, s, num_workers, dp, tl, v142=None):
     """The per-request columns of ``fastsim.report.build_report`` and the gap statistics (their
     mean and variance as Dynamo keeps them, from the timelines ``tl``)."""
     n = q.isl.shape[0]
@@ -83,7 +88,7 @@ def columns(q, s, num_workers, dp, tl, v142=False):
         "status": q.status.astype(np.int8), "input_length": q.isl, "requested_output_length": q.osl,
         "output_length": q.gen.copy(),
         # 1.4.2 reports the most reused over a request's admissions, 1.6.1 the first admission's
-        "reused_tokens": q.reused_most if v142 else q.reused, "first_reused_tokens": q.reused.copy(),
+        "reused_tokens": q.reused if v142 is None else v142.reused_most, "first_reused_tokens": q.reused.copy(),
         "worker_idx": q.rank.copy(),  # the rank: 1.6.1's records name the worker and its DP rank
         "preemptions": np.zeros(n, np.int64),
     }

@@ -61,7 +61,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         # load (or compile) the loop before the clock starts, as the vLLM path does
         from numba import typeof
 
-        run_sglang_nb.compile(tuple(typeof(a) for a in (*state, perf)))
+        v142 = sglang_state.table_142(workload) if cfg.v142 else None  # (None: 1.6.1's loop, compiled apart)
+        run_sglang_nb.compile(tuple(typeof(a) for a in (*state, perf, v142)))
     t0 = time.perf_counter()
     if reference:  # the plain-Python engine (slow; the tests compare the two)
         cols, gap_list, committed, _ = sglang_ref.simulate(
@@ -72,10 +73,10 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         log_size, ring = None, 0
         while True:
             q, pr, fp, s, t, k, tl = state
-            status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf)
+            status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142)
             while status == RECORDS_FULL:
                 tl = grow_records(tl)
-                status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf)
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142)
             if status == OK and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif tl.st[LOST]:  # a request's token times left its worker's ring: a wider one
@@ -84,13 +85,14 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                 break
             state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
                                        float(engine.decode_speedup_ratio), log_size, ring)
+            v142 = sglang_state.table_142(workload) if cfg.v142 else None
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
         if status == DP_PRESSURE:
             raise NotSupportedError(sglang_ref._NOT_EXACT_DP)
         if status == DEAD_END:
             raise _dead_end(workload, q, cfg)
-        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl, cfg.v142)
+        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl, v142)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     term = cols["terminal_ms"][cols["status"] == OUTCOME_COMPLETED]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)

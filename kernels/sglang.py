@@ -29,7 +29,7 @@ from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ri
 
 # Params indices (int64 array)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED, P_V142 = range(13)
+    P_HASHED = range(12)
 # FParams indices (float64 array)
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED = range(5)
 
@@ -75,9 +75,15 @@ class SgReqs(NamedTuple):
     second_token: np.ndarray
     last_token: np.ndarray
     terminal: np.ndarray
-    reused: np.ndarray     # reused tokens at the first admission
-    reused_most: np.ndarray  # the most reused over every admission (1.4.2 reports it; each chunk is one)
+    reused: np.ndarray
     done_next: np.ndarray  # chain of the rows a worker's pass completed
+
+
+class Sg142(NamedTuple):
+    """What only Dynamo 1.4.2's core keeps; a 1.6.1 run passes ``None`` instead, so that its loop
+    is compiled without the 1.4.2 pass (decision 0285's pattern: numba prunes ``is None``
+    branches before typing)."""
+    reused_most: np.ndarray  # int64[n]: the most reused over a request's admissions (each chunk is one)
 
 
 class SgRanks(NamedTuple):
@@ -510,9 +516,48 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
         _first_tokens_nb(q, pr, s, t, k, r, nf)
     else:
         idle = defer and k.rn[r] == 0
-        end_t, nret = _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf, pr[P_DP] > 1)
-        if end_t == -2.0:
-            return -2.0
+        # decode step over the running requests
+        row = k.rh[r]
+        while row != -1:  # requests with nothing left (zero-output) complete now
+            nxt = q.rnext[row]
+            if q.osl[row] - q.gen[row] <= 0:
+                _r_remove(q, k, r, row)
+                _fin_nb(s, row)
+            row = nxt
+        grow, total = _growth_nb(q, pr, k, r)
+        while (t.free[r] + t.evictable[r]) * ps < grow and k.rn[r] > 1:
+            victim = -1
+            row = k.rh[r]
+            while row != -1:
+                if victim == -1 or q.gen[row] < q.gen[victim]:
+                    victim = row
+                row = q.rnext[row]
+            if pr[P_DP] > 1:
+                return -2.0
+            _r_remove(q, k, r, victim)
+            _release_nb(q, t, r, victim)
+            s.rows2[nret] = victim
+            nret += 1
+            grow, total = _growth_nb(q, pr, k, r)
+        g = grow // ps
+        if g > t.free[r]:
+            evict_nb(t, r, g - t.free[r])
+        if k.rn[r] > 0 and g <= t.free[r]:
+            cnt = k.rn[r]
+            active = min(total, pr[P_PAGES] * ps)
+            end_t = start_t + modeled_ms_nb(
+                decode_time_nb(perf, active, total // cnt, pr[P_PAGES] * ps), fp[F_SPEED] * fp[F_DSPEED])
+            row = k.rh[r]
+            while row != -1:
+                nxt = q.rnext[row]
+                _append_token_nb(q, pr, t, r, row)
+                _emit_nb(s, row)
+                if q.gen[row] >= q.osl[row]:
+                    _r_remove(q, k, r, row)
+                    _fin_nb(s, row)
+                else:
+                    _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+                row = nxt
     for i in range(fin0, s.cnt[CNT_FIN]):
         _finish_nb(q, pr, s, t, r, s.fin[i])
     if n == 0:
@@ -536,7 +581,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
 
 
 @llvm_inline
-def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf):
+def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v):
     """One pass of rank ``r`` at ``now`` under Dynamo 1.4.2's SGLang core: a prefill batch, then
     a decode step over every running request, those whose prompt the batch finished included
     (their first token), timed after the prefill. Admission matches no cached prefix first: a
@@ -600,7 +645,7 @@ def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf):
                 s.rlog_ms[i] = now
                 s.rlog_reused[i] = prefix
             s.cnt[CNT_READMISSIONS] = i + 1
-        q.reused_most[row] = max(q.reused_most[row], prefix)
+        v.reused_most[row] = max(v.reused_most[row], prefix)
         total_isl += end
         total_prefix += prefix
         rem_total -= charged + out_res
@@ -778,7 +823,7 @@ def _arrive_nb(q, pr, s, k, row, now):
 
 
 @kernel
-def run_sglang_nb(q, pr, fp, s, t, k, tl, perf):
+def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
     """Run the simulation; returns 0, DEAD_END or ADMIT_OOM, or RECORDS_FULL: grow ``tl``'s
     records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
     worker's pass are runs of its passes, its pass ends in ``tl.ring``)."""
@@ -850,10 +895,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf):
                 prefilled = False
                 for r in range(g * dp, (g + 1) * dp):
                     if k.wn[r] > 0 or k.rn[r] > 0:
-                        if pr[P_V142]:
-                            e = rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf)
-                        else:
+                        if v142 is None:
                             e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf)
+                        else:
+                            e = rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v142)
                         if e == -2.0:
                             return DP_PRESSURE
                         if e < 0.0:
@@ -892,9 +937,11 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf):
                     q.terminal[row] = end
                     q.done_next[row] = s.done_head[g]
                     s.done_head[g] = row
-                # (1.4.2: a zero-duration pass that admitted, its prompt all cached, is followed by
-                # the next pass at once)
-                if end > now or s.cnt[CNT_EMIT] > 0 or s.cnt[CNT_FIN] > 0 or (prefilled and pr[P_V142]):
+                went = end > now or s.cnt[CNT_EMIT] > 0 or s.cnt[CNT_FIN] > 0
+                if v142 is not None:
+                    if prefilled:  # (1.4.2: a zero-duration pass that only admitted, its prompt
+                        went = True  # all cached, is followed by the next pass at once)
+                if went:
                     s.busy[g] = end
                     if end <= now:
                         progress = True
