@@ -108,8 +108,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
 
 
 def _dead_end(workload, q, cfg):
-    """The error of a run in which no SGLang rank can ever make progress (Dynamo stops there too,
-    with "replay invariant violated: ... effect-free zero-duration pass")."""
+    """The error of a run in which no SGLang rank can ever make progress (Dynamo 1.6.1 stops there
+    too, with "replay invariant violated: ... effect-free zero-duration pass"; 1.4.2 with "offline
+    replay reached a dead end", or it runs on without end)."""
     import numpy as np
 
     from fastsim.errors import InputError
@@ -122,6 +123,15 @@ def _dead_end(workload, q, cfg):
         line = int(workload.line[r])
         where = (f"; the first one waiting is {workload.source}" + (f" line {line}" if line else f" request {r}")
                  + f" ({int(q.isl[r])} prompt tokens)")
+    if cfg.v142:
+        return InputError(
+            f"the SGLang engine is stuck with {stuck.shape[0]} request(s) left{where}: Dynamo 1.4.2 admits a "
+            "request only when its whole remaining prompt, in pages, plus its output (clipped at "
+            "clip_max_new_tokens) is below the KV its rank has free or evictable (at most "
+            f"{cfg.total_pages * cfg.ps} tokens: num_gpu_blocks x block_size), and a partly prefilled or "
+            "retracted request at the head of the queue holds the others back; give the workers more KV "
+            "(num_gpu_blocks). Dynamo 1.4.2 cannot finish such a replay either (it stops with \"offline replay "
+            "reached a dead end\" or runs on without end)")
     return InputError(
         f"the SGLang engine is stuck with {stuck.shape[0]} request(s) left{where}: a prompt must fit the "
         f"KV cache of a rank ({cfg.total_pages * cfg.ps} tokens: num_gpu_blocks x block_size) and "
