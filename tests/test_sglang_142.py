@@ -5,7 +5,8 @@ recorded outputs (decision 0291).
   Dynamo 1.4.2 (its synthetic runs write the report alone; the trace runs per-request records too).
 * ``tests/data/sglang_142_traces``: loads written as traces (``make_traces.py``), so that Dynamo
   1.4.2 writes every request's records: tight KV with retractions, long chunked prompts, page sizes
-  1-64, fifo and lpm, max_prefill_tokens, clip, conservativeness, DP 2 and 4 (with KV pressure),
+  1-64, fifo and lpm, max_prefill_tokens, clip, conservativeness, DP 2 and 4 (with KV pressure and
+  retractions),
   several workers, max_num_seqs, speed-ups, the NPZ timing model, zero-output and fully cached
   prompts, and the bundled 1000-request Mooncake trace.
 
@@ -40,7 +41,7 @@ def test_case_matches_dynamo_142(folder, name, args):
 
 
 @pytest.mark.parametrize("folder,name", [("sglang_142", "F03_pressure"), ("sglang_142_traces", "tight_retract_p16"),
-                                         ("sglang_142_traces", "dp2_tight"), ("sglang_142_traces", "repeats_zero_output"),
+                                         ("sglang_142_traces", "dp2_retract"), ("sglang_142_traces", "repeats_zero_output"),
                                          ("sglang_142_traces", "long_tight_chunked")])
 def test_compiled_engine_equals_reference_142(folder, name, monkeypatch):
     """The compiled 1.4.2 pass (``kernels/sglang.py``, ``rank_pass_142_nb``) against the
