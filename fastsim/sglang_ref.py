@@ -486,7 +486,7 @@ def _step(rank, batch, emit):
     batch[:] = [r for r in batch if r.remaining > 0]
     retracted = []
     while (tr.free + tr.evictable) * ps < _growth(batch, ps) and len(batch) > 1:
-        if c.dp > 1:
+        if c.dp > 1 and not c.v142:  # (1.6.1's retractions on DP ranks are not reproduced yet)
             raise NotSupportedError(_NOT_EXACT_DP)
         idx = min(range(len(batch)), key=lambda i: batch[i].gen)
         r = batch.pop(idx)
