@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from fastsim.errors import NotSupportedError
 from fastsim.kernels.codes import ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
 
@@ -97,6 +99,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     term = cols["terminal_ms"][cols["status"] == OUTCOME_COMPLETED]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
     single = num_workers == 1 and dp == 1
+    if single and cfg.v142:  # Dynamo 1.4.2's records name no worker when there is one
+        cols["worker_idx"] = np.full_like(cols["worker_idx"], -1)
     from fastsim.history import identity_columns
 
     cols.update(identity_columns(workload, False))  # 1.6.1's session names and uuids

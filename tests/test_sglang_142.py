@@ -28,7 +28,7 @@ from fastsim.errors import NotSupportedError
 DATA = Path(__file__).parent / "data"
 FOLDERS = ("sglang_142", "sglang_142_traces")
 CASES = [(folder, name, args) for folder in FOLDERS for name, args in recorded.cases(DATA / folder)]
-TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens")
+TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens", "decode_worker_idx")
 
 
 @pytest.mark.parametrize("folder,name,args", CASES, ids=[f"{c[0]}/{c[1]}" for c in CASES])
