@@ -2,7 +2,9 @@
 
 One object per DP rank (:class:`Rank`) holds the radix cache and the queues; :func:`simulate`
 runs ranks grouped into workers under round-robin routing, in Dynamo's event order, and returns
-the per-request timestamps. Written for clarity, not speed: lists, dicts and a heap.
+the per-request timestamps. Written for clarity, not speed: lists, dicts and a heap. A pass is
+1.6.1's (:func:`run_pass`) or, with ``Cfg.v142``, Dynamo 1.4.2's (:func:`run_pass_142`, decision
+0291).
 """
 
 from __future__ import annotations

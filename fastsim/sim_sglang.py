@@ -2,7 +2,8 @@
 
 Runs the SGLang engine of :mod:`fastsim.sglang_ref` (radix prefix cache, fifo/lpm, chunked
 prefill, the new-token ratio, ``prefill_decode_interval``, attention DP) under round-robin routing,
-and builds the same :class:`fastsim.report.Report` as the vLLM path.
+and builds the same :class:`fastsim.report.Report` as the vLLM path. ``version`` "1.4.2" runs
+Dynamo 1.4.2's older core instead (decision 0291).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The SGLang engine (Dynamo 1.6.1's SGLang scheduler core) and its event loop, compiled.
+"""The SGLang engine (the SGLang cores of Dynamo 1.6.1 and 1.4.2) and its event loop, compiled.
 
 The same rules as the plain-Python reference ``fastsim/sglang_ref.py`` (which the tests compare it
 with), on arrays: the waiting and running queues of each DP rank are doubly linked lists over
@@ -10,6 +10,10 @@ request, retracting the ones with the fewest output tokens while the next tokens
 loop (``run_sglang_nb``) routes arrivals round robin (worker, then its DP rank), runs each idle
 worker's ranks together and stamps their tokens at the slowest rank's end, and pools the
 inter-token gaps.
+
+Dynamo 1.4.2's older core (``rank_pass_142_nb``, decision 0291): every pass prefills its batch and
+then decodes every running request, the ones just prefilled included. The loop runs it when it is
+given the 1.4.2 table (``Sg142``) instead of ``None``, a variant compiled apart.
 """
 
 from typing import NamedTuple
