@@ -673,7 +673,7 @@ def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v):
             _r_push_back(q, k, r, row)
     k.prefilled[r] = 1 if n > 0 else 0  # (a pass that only admitted is followed by the next at once)
     fin0 = s.cnt[CNT_FIN]
-    end_t, nret = _decode_step_nb(q, pr, fp, s, t, k, r, now + prefill, perf, False)
+    end_t, nret = _decode_step_nb(q, pr, fp, s, t, k, r, now + prefill, perf)
     for i in range(fin0, s.cnt[CNT_FIN]):
         _finish_nb(q, pr, s, t, r, s.fin[i])
     for i in range(nret - 1, -1, -1):  # retracted requests go to the front, in retraction order
@@ -685,16 +685,16 @@ def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v):
 
 
 @llvm_inline
-def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf, refuse_dp):
-    """A decode step of rank ``r`` starting at ``start_t``: the requests with nothing left to
-    generate complete; while the next tokens do not fit (free + evictable pages), the running
-    request with the fewest output tokens (the first of them) is retracted (``s.rows2``); then one
-    token to every running request. Returns (end time, retracted count); (-2.0, 0) when a
-    retraction happens with ``refuse_dp`` (KV pressure on a DP rank: not reproduced)."""
+def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf):
+    """The decode step that ends 1.4.2's pass, on rank ``r`` from ``start_t``: the requests with
+    nothing left to generate complete; while the next tokens do not fit (free + evictable pages),
+    the running request with the fewest output tokens (the first of them) is retracted (into
+    ``s.rows2``); then one token to every running request. Returns (end time, retracted count).
+    The same rules as the decode branch of 1.6.1's ``rank_pass_nb``, which keeps its own copy
+    inline: calling this function from there made 1.6.1's loop 30% slower (decision 0291)."""
     ps = pr[P_PS]
     end_t = start_t
     nret = 0
-    # decode step over the running requests
     row = k.rh[r]
     while row != -1:  # requests with nothing left (zero-output) complete now
         nxt = q.rnext[row]
@@ -710,8 +710,6 @@ def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf, refuse_dp):
             if victim == -1 or q.gen[row] < q.gen[victim]:
                 victim = row
             row = q.rnext[row]
-        if refuse_dp:
-            return -2.0, 0
         _r_remove(q, k, r, victim)
         _release_nb(q, t, r, victim)
         s.rows2[nret] = victim
