@@ -42,3 +42,8 @@ write("burst", 200, (200, 1200), (10, 120), 0, seed=6, tbs=32, groups=2, shared=
 write("repeats", 150, (100, 1100), (0, 40), 20, seed=7, tbs=16, repeat=0.5)
 write("longout", 60, (500, 2000), (1500, 5000), 40, seed=8)
 write("dpload", 400, (800, 1600), (100, 200), 16, seed=9, tbs=64)
+# four configurations of a random sweep against Dynamo 1.4.2 with many retractions (DP ranks among them)
+write("sweep201", 300, (100, 1600), (20, 820), 15, seed=201, tbs=128, groups=2, shared=6)
+write("sweep223", 300, (100, 1600), (0, 800), 0, seed=223, tbs=128, groups=2, shared=2)
+write("sweep303", 1500, (100, 300), (20, 820), 40, seed=303, tbs=64, groups=5, shared=2)
+write("sweep328", 800, (100, 4100), (100, 900), 15, seed=328, tbs=512, groups=5, shared=2, repeat=0.3)
