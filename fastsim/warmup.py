@@ -4,8 +4,9 @@ sweep workers, and the first simulation of a process.
 The kernels are compiled by numba on first use and cached on disk (``kernels/jit.py``: the cache
 directory). :func:`warm_up` runs one tiny simulation of each kind (a single worker, a cluster split
 into shards, a trace with prefix caching, KV-aware routing, disaggregated serving, the SGLang
-engine under 1.6.1's and 1.4.2's rules, the TRT-LLM engine, speculative decoding), so that every kernel a replay or a sweep needs is compiled
-(on an empty cache) or loaded before the first real run. Processes that share one cache directory
+engine under 1.6.1's and 1.4.2's rules, the TRT-LLM engine, speculative decoding), so that every
+kernel a replay or a sweep needs is compiled (on an empty cache) or loaded before the first real
+run. Processes that share one cache directory
 (``NUMBA_CACHE_DIR``, e.g. on a shared file system for Dask workers) compile it once between them.
 
 Speculative decoding compiles a variant of the loop of its own (decision 0285): the first run that
