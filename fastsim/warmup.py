@@ -6,8 +6,8 @@ directory). :func:`warm_up` runs one tiny simulation of each kind (a single work
 into shards, a trace with prefix caching, KV-aware routing, disaggregated serving, the SGLang
 engine under 1.6.1's and 1.4.2's rules, the TRT-LLM engine, speculative decoding), so that every
 kernel a replay or a sweep needs is compiled (on an empty cache) or loaded before the first real
-run. Processes that share one cache directory
-(``NUMBA_CACHE_DIR``, e.g. on a shared file system for Dask workers) compile it once between them.
+run. Processes that share one cache directory (``NUMBA_CACHE_DIR``, e.g. on a shared file system
+for Dask workers) compile it once between them.
 
 Speculative decoding compiles a variant of the loop of its own (decision 0285): the first run that
 uses it compiles (or loads) that variant, outside its timed region, and :func:`variant` tells
