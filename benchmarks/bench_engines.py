@@ -1,12 +1,15 @@
-"""fastsim's SGLang or TRT-LLM engine vs Dynamo 1.6.1's, side by side: ``wall_time_ms`` (the
-simulation alone, which both report) on a few workloads, with the ratio per round.
+"""fastsim's SGLang or TRT-LLM engine vs Dynamo 1.6.1's (or 1.4.2's), side by side:
+``wall_time_ms`` (the simulation alone, which both report) on a few workloads, with the ratio per
+round.
 
     DYNAMO161_PYTHON=... DYNAMO161_RUNNER=.../run_dynamo_161.py python benchmarks/bench_engines.py --engine sglang --repeats 2
+    DYNAMO142_PYTHON=... python benchmarks/bench_engines.py --engine sglang --dynamo-version 1.4.2
 
-fastsim runs in this process after a warm-up run (numba cache warm); Dynamo runs as a child
-process through the runner that gives Dynamo 1.6.1 Dynamo 1.4.2's command line. Each round runs
-both back to back; the table gives each round's figures, the median ratio and whether the two
-reports give the same ``duration_ms``.
+fastsim runs in this process after a warm-up run (numba cache warm), under the rules of the
+release it is compared with; Dynamo runs as a child process (1.6.1 through the runner that gives it
+Dynamo 1.4.2's command line; 1.4.2 as ``python -m dynamo.replay``). Each round runs both back to
+back; the table gives each round's figures, the median ratio and whether the two reports give the
+same ``duration_ms``.
 """
 
 from __future__ import annotations
@@ -47,17 +50,17 @@ def engine_args(engine, dp):
     return {"engine_type": "trtllm"} if dp == 1 else {"engine_type": "trtllm", "dp_size": dp, "num_gpu_blocks": 1500}
 
 
-def run_fastsim(kw, engine):
+def run_fastsim(kw, engine, version="1.6.1"):
     kw = dict(kw)
     n_in, n_out, n = kw.pop("input_tokens"), kw.pop("output_tokens"), kw.pop("request_count")
-    rep = fastsim.run_synthetic_trace_replay(n_in, n_out, n, extra_engine_args=engine, **kw)
+    rep = fastsim.run_synthetic_trace_replay(n_in, n_out, n, extra_engine_args=engine, dynamo_version=version, **kw)
     return rep.summary["wall_time_ms"], rep.summary["duration_ms"]
 
 
 def run_dynamo(python, runner, flags, engine):
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"
-        cmd = [python, runner, *flags.split(), "--extra-engine-args", json.dumps(engine),
+        cmd = [python, *runner.split(), *flags.split(), "--extra-engine-args", json.dumps(engine),
                "--report-json", str(out)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env=dict(os.environ, DYN_LOG="error"))
@@ -71,19 +74,29 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--dynamo161-python", default=os.environ.get("DYNAMO161_PYTHON"))
     ap.add_argument("--dynamo161-runner", default=os.environ.get("DYNAMO161_RUNNER"))
+    ap.add_argument("--dynamo-version", choices=("1.6.1", "1.4.2"), default="1.6.1",
+                    help="the release compared with (and whose rules fastsim runs)")
+    ap.add_argument("--dynamo142-python", default=os.environ.get("DYNAMO142_PYTHON"))
     a = ap.parse_args(argv)
-    if not (a.dynamo161_python and a.dynamo161_runner):
-        sys.exit("give --dynamo161-python and --dynamo161-runner (or DYNAMO161_PYTHON, DYNAMO161_RUNNER)")
+    if a.dynamo_version == "1.4.2":
+        if not a.dynamo142_python:
+            sys.exit("give --dynamo142-python (or DYNAMO142_PYTHON)")
+        python, runner = a.dynamo142_python, "-m dynamo.replay"
+    else:
+        if not (a.dynamo161_python and a.dynamo161_runner):
+            sys.exit("give --dynamo161-python and --dynamo161-runner (or DYNAMO161_PYTHON, DYNAMO161_RUNNER)")
+        python, runner = a.dynamo161_python, a.dynamo161_runner
     run_fastsim(dict(input_tokens=256, output_tokens=8, request_count=50, arrival_interval_ms=10.0),
-                engine_args(a.engine, 1))  # warm
-    print("| workload | fastsim wall_time_ms | Dynamo 1.6.1 wall_time_ms | ratio (median) | same duration_ms |")
+                engine_args(a.engine, 1), a.dynamo_version)  # warm
+    print(f"| workload | fastsim wall_time_ms | Dynamo {a.dynamo_version} wall_time_ms | ratio (median) | "
+          "same duration_ms |")
     print("|---|---|---|---|---|")
     for name, (kw, flags, dp) in WORKLOADS.items():
         engine = engine_args(a.engine, dp)
         fs, dy, ratios, same = [], [], [], True
         for _ in range(a.repeats):
-            f_wall, f_dur = run_fastsim(kw, engine)
-            d_wall, d_dur = run_dynamo(a.dynamo161_python, a.dynamo161_runner, flags, engine)
+            f_wall, f_dur = run_fastsim(kw, engine, a.dynamo_version)
+            d_wall, d_dur = run_dynamo(python, runner, flags, engine)
             fs.append(f_wall)
             dy.append(d_wall)
             ratios.append(d_wall / f_wall)

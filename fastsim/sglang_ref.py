@@ -2,7 +2,9 @@
 
 One object per DP rank (:class:`Rank`) holds the radix cache and the queues; :func:`simulate`
 runs ranks grouped into workers under round-robin routing, in Dynamo's event order, and returns
-the per-request timestamps. Written for clarity, not speed: lists, dicts and a heap.
+the per-request timestamps. Written for clarity, not speed: lists, dicts and a heap. A pass is
+1.6.1's (:func:`run_pass`) or, with ``Cfg.v142``, Dynamo 1.4.2's (:func:`run_pass_142`, decision
+0291).
 """
 
 from __future__ import annotations
@@ -255,6 +257,7 @@ class Cfg:
     max_running: int = 256
     interval: int = 0
     dp: int = 1
+    v142: bool = False  # Dynamo 1.4.2's older core (see run_pass_142)
 
 
 class Rank:
@@ -485,7 +488,7 @@ def _step(rank, batch, emit):
     batch[:] = [r for r in batch if r.remaining > 0]
     retracted = []
     while (tr.free + tr.evictable) * ps < _growth(batch, ps) and len(batch) > 1:
-        if c.dp > 1:
+        if c.dp > 1 and not c.v142:  # (1.6.1's retractions on DP ranks are not reproduced yet)
             raise NotSupportedError(_NOT_EXACT_DP)
         idx = min(range(len(batch)), key=lambda i: batch[i].gen)
         r = batch.pop(idx)
@@ -575,6 +578,103 @@ def run_pass(rank, now, modeled, emit, admit, defer=False):
     return end, completed
 
 
+def _prefill_batch_142(rank):
+    """Dynamo 1.4.2's admission: no prefix match before the budgets (a request is charged its whole
+    remaining prompt, rounded up to pages); it goes whole into the batch when it fits the
+    configured chunk size, else a page-aligned chunk of the chunk budget left; a whole prompt also
+    reserves its (clipped) output in the KV budget."""
+    c, tr, ps = rank.c, rank.tree, rank.c.ps
+    reserved = 0.0
+    for r in rank.running:
+        reserved += min(r.remaining, c.clip) * rank.ratio
+    rem_total = float((tr.free + tr.evictable) * ps) - reserved
+    rem_input, rem_chunk = float(c.max_prefill), float(c.chunk)
+    can_run, adm, rejected = [], [], []
+    oom = False
+    total_isl = total_prefix = 0
+    slots = max(c.max_running - len(rank.running), 0)
+    while len(can_run) < slots and rank.waiting:
+        r = rank.waiting.pop(0)
+        extend = r.seq - r.mat
+        if extend == 0:
+            rejected.append(r)
+            break
+        if extend <= c.chunk:
+            chunk = extend
+        else:
+            chunk = int(rem_chunk) // ps * ps
+            if chunk == 0:
+                rejected.append(r)
+                break
+            chunk = min(chunk, extend)
+        charged = float(_ceil(chunk, ps))
+        out_res = 0 if chunk < extend else min(r.remaining, c.clip)
+        if charged + out_res >= rem_total or charged > rem_input or charged > rem_chunk:
+            rejected.append(r)
+            break
+        end = r.mat + chunk
+        if r.mat > 0:
+            prefix = rank._extend(r, end)
+        else:
+            prefix = rank._alloc_new(r, end)
+        if prefix is None:
+            rejected.append(r)
+            oom = True
+            break
+        r.mat, r.alloc = end, _ceil(end, ps)
+        adm.append((r, prefix, end - prefix))
+        total_isl += end
+        total_prefix += prefix
+        rem_total -= charged + out_res
+        rem_input -= charged
+        rem_chunk -= charged
+        can_run.append(r)
+        if rem_chunk <= 0.0:
+            break
+    rank.waiting[0:0] = rejected
+    return can_run, adm, total_isl, total_prefix, oom
+
+
+def run_pass_142(rank, now, modeled, emit, admit):
+    """One pass of Dynamo 1.4.2's SGLang core: the prefill batch, then a decode step over every
+    running request, the ones just prefilled included (their first token), timed after the
+    prefill; retracted requests go back to the front of the waiting queue and reset the new-token
+    ratio, which decays after every pass."""
+    c = rank.c
+    if c.policy == "lpm":
+        _lpm(rank)
+    can_run, adm, total_isl, total_prefix, oom = _prefill_batch_142(rank)
+    if oom:
+        raise NotSupportedError(_NOT_EXACT)
+    for r, prefix, computed in adm:
+        admit(r, prefix, computed)
+    n = len(can_run)
+    prefill = 0.0
+    if n:
+        new = total_isl // n - total_prefix // n
+        if new > 0:
+            prefill = modeled(rank.prefill_ms(n * new), c_speed=True)
+    for r in can_run:
+        if r.mat < r.seq:
+            rank._cache_prefix(r, r.mat)
+            rank.waiting.insert(0, r)
+        else:
+            rank.running.append(r)
+    rank.prefilled = n > 0
+    start = now + prefill
+    end = start
+    completed, retracted, total, cnt = _step(rank, rank.running, emit)
+    if cnt and total is not None:
+        end = start + modeled(rank.decode_ms(min(total, c.total_pages * c.ps), total // cnt), c_speed=False)
+    for r in completed:
+        rank._finish(r)
+    rank.waiting[0:0] = retracted
+    if retracted:
+        rank.ratio = rank.init_ratio
+    rank.ratio = max(rank.ratio - rank.step, rank.min_ratio)
+    return end, completed
+
+
 def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, decode_speedup=1.0):
     """Run ``workload`` on ``num_workers`` SGLang workers of ``dp`` ranks each, round robin.
 
@@ -588,6 +688,7 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
                                              "second_token_ms", "last_token_ms", "terminal_ms")}
     gen = np.zeros(n, np.int64)
     reused = np.zeros(n, np.int64)
+    first_reused = np.zeros(n, np.int64)
     admitted = np.zeros(n, bool)
     status = np.zeros(n, np.int8)
     rank_of = np.full(n, -1, np.int64)
@@ -680,6 +781,9 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
                         admitted[r.row] = True
                         cols["first_admit_ms"][r.row] = now
                         reused[r.row] = prefix
+                        first_reused[r.row] = prefix
+                    elif cfg.v142:  # 1.4.2 reports the most reused over a request's admissions (every chunk)
+                        reused[r.row] = max(reused[r.row], prefix)
 
                 end = now
                 # prefill_decode_interval is kept per group: after any rank's prefill, every rank
@@ -688,7 +792,10 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
                 prefilled = False
                 for rk in grp:
                     if rk.busy():
-                        e, comp = run_pass(rk, now, modeled, emit, admit, defer)
+                        if cfg.v142:
+                            e, comp = run_pass_142(rk, now, modeled, emit, admit)
+                        else:
+                            e, comp = run_pass(rk, now, modeled, emit, admit, defer)
                         end = max(end, e)
                         finished += [r.row for r in comp]
                         prefilled |= rk.prefilled
@@ -711,7 +818,9 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
                 if end > now:
                     busy_until[g] = end
                     pending[g] = finished
-                elif emitted or finished:
+                elif emitted or finished or (cfg.v142 and prefilled):
+                    # (1.4.2: a pass that only admitted, its prefill all cached, is followed by
+                    # the next pass at once)
                     busy_until[g] = end
                     pending[g] = finished
                     progress = True
@@ -719,7 +828,7 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
     cols.update({
         "status": status, "input_length": np.asarray(isl, np.int64),
         "requested_output_length": np.asarray(osl, np.int64), "output_length": gen,
-        "reused_tokens": reused, "first_reused_tokens": reused.copy(),
+        "reused_tokens": reused, "first_reused_tokens": first_reused,
         "worker_idx": rank_of,
         "preemptions": np.zeros(n, np.int64),
     })

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastsim.kernels.radix import new_radix
-from fastsim.kernels.sglang import CNT_COMMITTED, CNT_HEAP, CNT_READMISSIONS, SgRanks, SgReqs, SgScratch
+from fastsim.kernels.sglang import CNT_COMMITTED, CNT_HEAP, CNT_READMISSIONS, Sg142, SgRanks, SgReqs, SgScratch
 from fastsim.kernels.stats import dd_new_hist
 from fastsim.kernels.timelines import ITL, OTPU, new_timelines, ring_width
 
@@ -73,7 +73,12 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     return q, pr, fp, s, t, k, tl
 
 
-def columns(q, s, num_workers, dp, tl):
+def table_142(workload):
+    """The 1.4.2 core's own table (``kernels.sglang.Sg142``) for ``workload``."""
+    return Sg142(np.zeros(workload.n_requests, np.int64))
+
+
+def columns(q, s, num_workers, dp, tl, v142=None):
     """The per-request columns of ``fastsim.report.build_report`` and the gap statistics (their
     mean and variance as Dynamo keeps them, from the timelines ``tl``)."""
     n = q.isl.shape[0]
@@ -81,7 +86,9 @@ def columns(q, s, num_workers, dp, tl):
         "arrival_ms": q.arrival, "first_admit_ms": q.first_admit, "first_token_ms": q.first_token,
         "second_token_ms": q.second_token, "last_token_ms": q.last_token, "terminal_ms": q.terminal,
         "status": q.status.astype(np.int8), "input_length": q.isl, "requested_output_length": q.osl,
-        "output_length": q.gen.copy(), "reused_tokens": q.reused, "first_reused_tokens": q.reused.copy(),
+        "output_length": q.gen.copy(),
+        # 1.4.2 reports the most reused over a request's admissions, 1.6.1 the first admission's
+        "reused_tokens": q.reused if v142 is None else v142.reused_most, "first_reused_tokens": q.reused.copy(),
         "worker_idx": q.rank.copy(),  # the rank: 1.6.1's records name the worker and its DP rank
         "preemptions": np.zeros(n, np.int64),
     }

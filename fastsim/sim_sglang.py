@@ -2,12 +2,15 @@
 
 Runs the SGLang engine of :mod:`fastsim.sglang_ref` (radix prefix cache, fifo/lpm, chunked
 prefill, the new-token ratio, ``prefill_decode_interval``, attention DP) under round-robin routing,
-and builds the same :class:`fastsim.report.Report` as the vLLM path.
+and builds the same :class:`fastsim.report.Report` as the vLLM path. ``version`` "1.4.2" runs
+Dynamo 1.4.2's older core instead (decision 0291).
 """
 
 from __future__ import annotations
 
 import time
+
+import numpy as np
 
 from fastsim.errors import NotSupportedError
 from fastsim.kernels.codes import ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
@@ -15,7 +18,7 @@ from fastsim.kernels.codes import ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_
 
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(f"{what} with engine_type=sglang is not supported yet by fastsim "
-                             "(the SGLang engine runs aggregated round-robin replays of Dynamo 1.6.1)")
+                             "(the SGLang engine runs aggregated round-robin replays of Dynamo 1.6.1 and 1.4.2)")
 
 
 def simulate_sglang(workload, engine, *, num_workers, router_mode, version, replay_concurrency,
@@ -27,8 +30,6 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     from fastsim.report import build_report, make_gap_stats
     from fastsim.sglang_config import sglang_settings
 
-    if version != "1.6.1":
-        raise _not_yet(f"--dynamo-version {version}")
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
     for value, what in ((replay_concurrency, "--replay-concurrency"), (max_sim_time_ms, "--max-sim-time-seconds"),
@@ -37,15 +38,20 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         if value:
             raise _not_yet(what)
     s = sglang_settings(engine)
+    if version == "1.4.2" and s.prefill_decode_interval:
+        raise NotSupportedError(
+            "prefill_decode_interval with --dynamo-version 1.4.2: Dynamo 1.4.2's SGLang engine has no "
+            "prefill_decode_interval (it rejects the flat field and ignores sglang.prefill_decode_interval); "
+            "remove it, or run with --dynamo-version 1.6.1")
     dp = max(int(engine.dp_size or 1), 1)
     cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks), policy=s.policy,
                          max_prefill=s.max_prefill_tokens,
-                         # attention DP splits the chunk budget among the ranks (SGLang divides
-                         # chunked_prefill_size by dp_size)
-                         chunk=s.chunked_prefill_size // dp,
+                         # 1.6.1's attention DP splits the chunk budget among the ranks (SGLang
+                         # divides chunked_prefill_size by dp_size); 1.4.2's does not
+                         chunk=s.chunked_prefill_size // (dp if version == "1.6.1" else 1),
                          clip=s.clip_max_new_tokens, conservativeness=s.schedule_conservativeness,
                          max_running=int(engine.max_num_seqs) if engine.max_num_seqs is not None else 1 << 62,
-                         interval=s.prefill_decode_interval, dp=dp)
+                         interval=s.prefill_decode_interval, dp=dp, v142=version == "1.4.2")
     perf = engine_perf_model(engine)
     if not reference:
         from fastsim import sglang_state
@@ -58,7 +64,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         # load (or compile) the loop before the clock starts, as the vLLM path does
         from numba import typeof
 
-        run_sglang_nb.compile(tuple(typeof(a) for a in (*state, perf)))
+        v142 = sglang_state.table_142(workload) if cfg.v142 else None  # (None: 1.6.1's loop, compiled apart)
+        run_sglang_nb.compile(tuple(typeof(a) for a in (*state, perf, v142)))
     t0 = time.perf_counter()
     if reference:  # the plain-Python engine (slow; the tests compare the two)
         cols, gap_list, committed, _ = sglang_ref.simulate(
@@ -69,10 +76,10 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         log_size, ring = None, 0
         while True:
             q, pr, fp, s, t, k, tl = state
-            status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf)
+            status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142)
             while status == RECORDS_FULL:
                 tl = grow_records(tl)
-                status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf)
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142)
             if status == OK and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif tl.st[LOST]:  # a request's token times left its worker's ring: a wider one
@@ -81,17 +88,20 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                 break
             state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
                                        float(engine.decode_speedup_ratio), log_size, ring)
+            v142 = sglang_state.table_142(workload) if cfg.v142 else None
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
         if status == DP_PRESSURE:
             raise NotSupportedError(sglang_ref._NOT_EXACT_DP)
         if status == DEAD_END:
             raise _dead_end(workload, q, cfg)
-        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl)
+        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl, v142)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     term = cols["terminal_ms"][cols["status"] == OUTCOME_COMPLETED]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
     single = num_workers == 1 and dp == 1
+    if single and cfg.v142:  # Dynamo 1.4.2's records name no worker when there is one
+        cols["worker_idx"] = np.full_like(cols["worker_idx"], -1)
     from fastsim.history import identity_columns
 
     cols.update(identity_columns(workload, False))  # 1.6.1's session names and uuids
@@ -103,8 +113,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
 
 
 def _dead_end(workload, q, cfg):
-    """The error of a run in which no SGLang rank can ever make progress (Dynamo stops there too,
-    with "replay invariant violated: ... effect-free zero-duration pass")."""
+    """The error of a run in which no SGLang rank can ever make progress (Dynamo 1.6.1 stops there
+    too, with "replay invariant violated: ... effect-free zero-duration pass"; 1.4.2 with "offline
+    replay reached a dead end", or it runs on without end)."""
     import numpy as np
 
     from fastsim.errors import InputError
@@ -117,6 +128,15 @@ def _dead_end(workload, q, cfg):
         line = int(workload.line[r])
         where = (f"; the first one waiting is {workload.source}" + (f" line {line}" if line else f" request {r}")
                  + f" ({int(q.isl[r])} prompt tokens)")
+    if cfg.v142:
+        return InputError(
+            f"the SGLang engine is stuck with {stuck.shape[0]} request(s) left{where}: Dynamo 1.4.2 admits a "
+            "request only when its whole remaining prompt, in pages, plus its output (clipped at "
+            "clip_max_new_tokens) is below the KV its rank has free or evictable (at most "
+            f"{cfg.total_pages * cfg.ps} tokens: num_gpu_blocks x block_size), and a partly prefilled or "
+            "retracted request at the head of the queue holds the others back; give the workers more KV "
+            "(num_gpu_blocks). Dynamo 1.4.2 cannot finish such a replay either (it stops with \"offline replay "
+            "reached a dead end\" or runs on without end)")
     return InputError(
         f"the SGLang engine is stuck with {stuck.shape[0]} request(s) left{where}: a prompt must fit the "
         f"KV cache of a rank ({cfg.total_pages * cfg.ps} tokens: num_gpu_blocks x block_size) and "

@@ -3,10 +3,11 @@ sweep workers, and the first simulation of a process.
 
 The kernels are compiled by numba on first use and cached on disk (``kernels/jit.py``: the cache
 directory). :func:`warm_up` runs one tiny simulation of each kind (a single worker, a cluster split
-into shards, a trace with prefix caching, KV-aware routing, disaggregated serving, the SGLang and
-TRT-LLM engines, speculative decoding), so that every kernel a replay or a sweep needs is compiled
-(on an empty cache) or loaded before the first real run. Processes that share one cache directory
-(``NUMBA_CACHE_DIR``, e.g. on a shared file system for Dask workers) compile it once between them.
+into shards, a trace with prefix caching, KV-aware routing, disaggregated serving, the SGLang
+engine under 1.6.1's and 1.4.2's rules, the TRT-LLM engine, speculative decoding), so that every
+kernel a replay or a sweep needs is compiled (on an empty cache) or loaded before the first real
+run. Processes that share one cache directory (``NUMBA_CACHE_DIR``, e.g. on a shared file system
+for Dask workers) compile it once between them.
 
 Speculative decoding compiles a variant of the loop of its own (decision 0285): the first run that
 uses it compiles (or loads) that variant, outside its timed region, and :func:`variant` tells
@@ -94,6 +95,14 @@ def _sglang():
                                extra_engine_args={"engine_type": "sglang", "block_size": 16})
 
 
+def _sglang_142():
+    # Dynamo 1.4.2's SGLang pass: a variant of the SGLang loop of its own (decision 0291)
+    from fastsim.api import run_synthetic_trace_replay
+
+    run_synthetic_trace_replay(40, 4, 2, arrival_interval_ms=1.0, dynamo_version="1.4.2",
+                               extra_engine_args={"engine_type": "sglang", "block_size": 16})
+
+
 def _trtllm():
     # the vLLM pass with TRT-LLM's admission (kernels/trtllm.py): the same compiled loop, on two DP ranks
     from fastsim.api import run_synthetic_trace_replay
@@ -114,6 +123,7 @@ STEPS = (("aggregated loop (one worker, a split cluster)", _aggregated),
          ("trace replay, prefix caching, KV-aware routing", _trace_and_kv_router),
          ("disaggregated loop", _disaggregated),
          ("SGLang engine", _sglang),
+         ("SGLang engine, Dynamo 1.4.2's core", _sglang_142),
          ("TRT-LLM engine", _trtllm),
          (SPECULATIVE_STEP, _speculative))
 

@@ -1,4 +1,4 @@
-"""The SGLang engine (Dynamo 1.6.1's SGLang scheduler core) and its event loop, compiled.
+"""The SGLang engine (the SGLang cores of Dynamo 1.6.1 and 1.4.2) and its event loop, compiled.
 
 The same rules as the plain-Python reference ``fastsim/sglang_ref.py`` (which the tests compare it
 with), on arrays: the waiting and running queues of each DP rank are doubly linked lists over
@@ -10,6 +10,10 @@ request, retracting the ones with the fewest output tokens while the next tokens
 loop (``run_sglang_nb``) routes arrivals round robin (worker, then its DP rank), runs each idle
 worker's ranks together and stamps their tokens at the slowest rank's end, and pools the
 inter-token gaps.
+
+Dynamo 1.4.2's older core (``rank_pass_142_nb``, decision 0291): every pass prefills its batch and
+then decodes every running request, the ones just prefilled included. The loop runs it when it is
+given the 1.4.2 table (``Sg142``) instead of ``None``, a variant compiled apart.
 """
 
 from typing import NamedTuple
@@ -77,6 +81,13 @@ class SgReqs(NamedTuple):
     terminal: np.ndarray
     reused: np.ndarray
     done_next: np.ndarray  # chain of the rows a worker's pass completed
+
+
+class Sg142(NamedTuple):
+    """What only Dynamo 1.4.2's core keeps; a 1.6.1 run passes ``None`` instead, so that its loop
+    is compiled without the 1.4.2 pass (decision 0285's pattern: numba prunes ``is None``
+    branches before typing)."""
+    reused_most: np.ndarray  # int64[n]: the most reused over a request's admissions (each chunk is one)
 
 
 class SgRanks(NamedTuple):
@@ -573,6 +584,159 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
     return end_t
 
 
+@llvm_inline
+def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v):
+    """One pass of rank ``r`` at ``now`` under Dynamo 1.4.2's SGLang core: a prefill batch, then
+    a decode step over every running request, those whose prompt the batch finished included
+    (their first token), timed after the prefill. Admission matches no cached prefix first: a
+    request is charged its whole remaining prompt (in pages, plus its clipped output when the
+    prompt goes whole) and goes whole when it fits the configured chunk size. Retracted requests
+    go back to the front of the waiting queue and reset the new-token ratio, which decays after
+    every pass. Returns the pass's end time, or -1.0 when an admission ran out of KV."""
+    ps = pr[P_PS]
+    if pr[P_LPM]:
+        _lpm_nb(q, pr, s, t, k, r)
+    ratio = k.ratio[r]
+    n = 0
+    total_isl = 0
+    total_prefix = 0
+    reserved = 0.0
+    row = k.rh[r]
+    while row != -1:
+        reserved += min(q.osl[row] - q.gen[row], pr[P_CLIP]) * ratio
+        row = q.rnext[row]
+    rem_total = float((t.free[r] + t.evictable[r]) * ps) - reserved
+    rem_input = float(pr[P_MAXPREFILL])
+    rem_chunk = float(pr[P_CHUNK])
+    slots = max(pr[P_MAXRUN] - k.rn[r], 0)
+    while n < slots and k.wn[r] > 0:
+        row = _w_pop_front(q, k, r)
+        extend = q.isl[row] + q.gen[row] - q.mat[row]
+        if extend == 0:
+            _w_push_front(q, k, r, row)
+            break
+        if extend <= pr[P_CHUNK]:
+            chunk = extend
+        else:
+            chunk = int(rem_chunk) // ps * ps
+            if chunk == 0:
+                _w_push_front(q, k, r, row)
+                break
+            chunk = min(chunk, extend)
+        charged = float(_ceil(chunk, ps))
+        out_res = 0 if chunk < extend else min(q.osl[row] - q.gen[row], pr[P_CLIP])
+        if charged + out_res >= rem_total or charged > rem_input or charged > rem_chunk:
+            _w_push_front(q, k, r, row)
+            break
+        end = q.mat[row] + chunk
+        fresh = q.mat[row] == 0
+        if fresh:
+            prefix = _alloc_new_nb(q, pr, s, t, r, row, end)
+        else:
+            prefix = _extend_nb(q, pr, t, r, row, end)
+        if prefix < 0:
+            return -1.0
+        q.mat[row] = end
+        q.alloc[row] = _ceil(end, ps)
+        s.cnt[CNT_COMMITTED] += end - prefix
+        if math.isnan(q.first_admit[row]):
+            q.first_admit[row] = now
+            q.reused[row] = prefix
+        elif fresh and q.gen[row] > 0:  # a retracted request admitted again
+            i = s.cnt[CNT_READMISSIONS]
+            if i < s.rlog_row.shape[0]:
+                s.rlog_row[i] = row
+                s.rlog_ms[i] = now
+                s.rlog_reused[i] = prefix
+            s.cnt[CNT_READMISSIONS] = i + 1
+        v.reused_most[row] = max(v.reused_most[row], prefix)
+        total_isl += end
+        total_prefix += prefix
+        rem_total -= charged + out_res
+        rem_input -= charged
+        rem_chunk -= charged
+        s.rows[n] = row
+        n += 1
+        if rem_chunk <= 0.0:
+            break
+    prefill = 0.0
+    if n > 0:
+        new = total_isl // n - total_prefix // n
+        if new > 0:
+            prefill = modeled_ms_nb(prefill_time_nb(perf, n * new), fp[F_SPEED])
+    for i in range(n):  # a partly prefilled request goes back to the front; the others run
+        row = s.rows[i]
+        if q.mat[row] < q.isl[row] + q.gen[row]:
+            _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+            _w_push_front(q, k, r, row)
+        else:
+            _r_push_back(q, k, r, row)
+    k.prefilled[r] = 1 if n > 0 else 0  # (a pass that only admitted is followed by the next at once)
+    fin0 = s.cnt[CNT_FIN]
+    end_t, nret = _decode_step_nb(q, pr, fp, s, t, k, r, now + prefill, perf)
+    for i in range(fin0, s.cnt[CNT_FIN]):
+        _finish_nb(q, pr, s, t, r, s.fin[i])
+    for i in range(nret - 1, -1, -1):  # retracted requests go to the front, in retraction order
+        _w_push_front(q, k, r, s.rows2[i])
+    if nret > 0:
+        k.ratio[r] = fp[F_INIT]
+    k.ratio[r] = max(k.ratio[r] - fp[F_STEP], fp[F_MIN])
+    return end_t
+
+
+@llvm_inline
+def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf):
+    """The decode step that ends 1.4.2's pass, on rank ``r`` from ``start_t``: the requests with
+    nothing left to generate complete; while the next tokens do not fit (free + evictable pages),
+    the running request with the fewest output tokens (the first of them) is retracted (into
+    ``s.rows2``); then one token to every running request. Returns (end time, retracted count).
+    The same rules as the decode branch of 1.6.1's ``rank_pass_nb``, which keeps its own copy
+    inline: calling this function from there made 1.6.1's loop 30% slower (decision 0291)."""
+    ps = pr[P_PS]
+    end_t = start_t
+    nret = 0
+    row = k.rh[r]
+    while row != -1:  # requests with nothing left (zero-output) complete now
+        nxt = q.rnext[row]
+        if q.osl[row] - q.gen[row] <= 0:
+            _r_remove(q, k, r, row)
+            _fin_nb(s, row)
+        row = nxt
+    grow, total = _growth_nb(q, pr, k, r)
+    while (t.free[r] + t.evictable[r]) * ps < grow and k.rn[r] > 1:
+        victim = -1
+        row = k.rh[r]
+        while row != -1:
+            if victim == -1 or q.gen[row] < q.gen[victim]:
+                victim = row
+            row = q.rnext[row]
+        _r_remove(q, k, r, victim)
+        _release_nb(q, t, r, victim)
+        s.rows2[nret] = victim
+        nret += 1
+        grow, total = _growth_nb(q, pr, k, r)
+    g = grow // ps
+    if g > t.free[r]:
+        evict_nb(t, r, g - t.free[r])
+    if k.rn[r] > 0 and g <= t.free[r]:
+        cnt = k.rn[r]
+        active = min(total, pr[P_PAGES] * ps)
+        end_t = start_t + modeled_ms_nb(
+            decode_time_nb(perf, active, total // cnt, pr[P_PAGES] * ps), fp[F_SPEED] * fp[F_DSPEED])
+        row = k.rh[r]
+        while row != -1:
+            nxt = q.rnext[row]
+            _append_token_nb(q, pr, t, r, row)
+            _emit_nb(s, row)
+            if q.gen[row] >= q.osl[row]:
+                _r_remove(q, k, r, row)
+                _fin_nb(s, row)
+            else:
+                _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+            row = nxt
+    return end_t, nret
+
+
 @inner
 def _first_tokens_nb(q, pr, s, t, k, r, nf):
     """The first tokens of the ``nf`` fresh rows in ``s.rows``: no time, no retraction."""
@@ -661,7 +825,7 @@ def _arrive_nb(q, pr, s, k, row, now):
 
 
 @kernel
-def run_sglang_nb(q, pr, fp, s, t, k, tl, perf):
+def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
     """Run the simulation; returns 0, DEAD_END or ADMIT_OOM, or RECORDS_FULL: grow ``tl``'s
     records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
     worker's pass are runs of its passes, its pass ends in ``tl.ring``)."""
@@ -733,7 +897,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf):
                 prefilled = False
                 for r in range(g * dp, (g + 1) * dp):
                     if k.wn[r] > 0 or k.rn[r] > 0:
-                        e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf)
+                        if v142 is None:
+                            e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf)
+                        else:
+                            e = rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v142)
                         if e == -2.0:
                             return DP_PRESSURE
                         if e < 0.0:
@@ -772,7 +939,11 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf):
                     q.terminal[row] = end
                     q.done_next[row] = s.done_head[g]
                     s.done_head[g] = row
-                if end > now or s.cnt[CNT_EMIT] > 0 or s.cnt[CNT_FIN] > 0:
+                went = end > now or s.cnt[CNT_EMIT] > 0 or s.cnt[CNT_FIN] > 0
+                if v142 is not None:
+                    if prefilled:  # (1.4.2: a zero-duration pass that only admitted, its prompt
+                        went = True  # all cached, is followed by the next pass at once)
+                if went:
                     s.busy[g] = end
                     if end <= now:
                         progress = True
