@@ -249,7 +249,7 @@ def refuse_tiers(host: Optional[HostOffload], g3: Optional[G3Offload], source: s
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(
         f"a host KV tier (engine.native_host_offload / num_g2_blocks) with {what} is not supported yet by "
-        "fastsim (it simulates the host tier on aggregated vLLM workers with round robin routing); "
+        "fastsim (it simulates the host tier on aggregated vLLM workers with round robin or kv_router routing); "
         "remove the tier or that setting")
 
 
@@ -263,7 +263,7 @@ def check_host_tier_run(engine, *, router_mode: str, disaggregated: bool = False
         raise _not_yet("disaggregated prefill/decode pools")
     if host.scope != "dp_rank_local":
         raise _not_yet(f"scope {host.scope!r} (one host pool shared by the cluster)")
-    if router_mode != "round_robin":
+    if router_mode not in ("round_robin", "kv_router"):
         raise _not_yet(f"router_mode {router_mode!r}")
     if scaling:
         raise _not_yet("a scaling schedule or a planner")
