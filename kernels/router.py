@@ -22,11 +22,12 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
   (``kvpool._feed``), each applied once ``L`` has passed since the end of the pass that made it
   (Dynamo publishes a pass's events when it completes); prefill and completion releases, and the
   active blocks, stay immediate (docs/decisions/0230);
-* with a host KV tier (Dynamo 1.6.1's ``native_host_offload``), a target's overlap is
-  ``round(d + host_cache_hit_weight * h)`` blocks: ``d`` its device overlap as above, ``h`` the
-  prompt blocks right after those ``d`` that its host tier holds, each counted from the end of
-  its store (plus the lag), when Dynamo publishes its host-tier stored event; that overlap
-  stands for the device one everywhere (cost, prefill load, records; docs/decisions/0353);
+* with a host KV tier (Dynamo 1.6.1's ``native_host_offload``), ``h`` the prompt blocks right
+  after a target's device overlap ``d`` that its host tier holds (each from the end of its
+  store, plus the lag: when Dynamo publishes its host-tier stored event) and ``w``
+  ``host_cache_hit_weight``: the cost's credit is ``credit * decay * d + w * h``, the prefill
+  load ``isl - round((d + w * h) * bs)`` and the recorded overlap ``round(d + w * h)`` blocks
+  (docs/decisions/0353);
 * with ``router_queue_threshold`` set, a target is busy iff ``PF > thr * max_num_batched_tokens``
   and a request waits in the router queue while every target is busy (released at first-token and
   completion events, in fcfs, lcfs or wspt order).
@@ -69,7 +70,11 @@ class HostView(NamedTuple):
     tres: np.ndarray  # float64[R * tsize]: when each entry became resident
     tmask: int
     now: np.ndarray  # float64[1]: the routing time (set by sync_index_nb)
-    eff: np.ndarray  # float64[R]: each target's weighted overlap d + weight * h (scratch)
+    dev: np.ndarray  # int64[R]: each target's device overlap d (scratch)
+    hcredit: np.ndarray  # float64[R]: ... and its host blocks' credit, weight * h (scratch)
+    # each request's recorded overlap on its target, round(d + w * h) (int32[n], empty when
+    # routing figures are not kept): its prefill load no longer tells it
+    chosen: np.ndarray
 
 
 class Router(NamedTuple):
@@ -238,9 +243,8 @@ def _with_host_blocks(rt, k, keys, d, nshare):
         if resident_since_nb(hv.tkey, hv.tstate, hv.tres, hv.tmask, k, keys[j]) > seen:
             break
         h += 1
-    e = float(d) + float(h) * hv.weight
-    hv.eff[k] = e
-    return np.int64(np.floor(e + 0.5))
+    hv.hcredit[k] = float(h) * hv.weight
+    return np.int64(np.floor(float(d) + hv.hcredit[k] + 0.5))
 
 
 # ----------------------------------------------------------------------------- decisions
@@ -275,7 +279,8 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
             overlap = match_prefix_nb(pool, k, keys, nshare)[0]
         tiered = rt.host.tres.shape[0] > 0
         if tiered:
-            rt.host.eff[k] = float(overlap)
+            rt.host.dev[k] = overlap
+            rt.host.hcredit[k] = 0.0
             if overlap < nshare:
                 overlap = _with_host_blocks(rt, k, keys, overlap, nshare)
         rt.overlap[k] = overlap
@@ -284,7 +289,10 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
         if decaying:
             excess = max(rt.pf[k] - min_pf, 0) / float(bs)
             credit = credit * (1.0 / (1.0 + rt.decay * (excess / req_blocks)))
-        load = (pf + isl) / bs - credit * (rt.host.eff[k] if tiered else overlap)
+        if tiered:  # the credit (and its decay) is the device overlap's; host blocks have their weight
+            load = (pf + isl) / bs - (credit * rt.host.dev[k] + rt.host.hcredit[k])
+        else:
+            load = (pf + isl) / bs - credit * overlap
         if load < 0.0:
             load = 0.0
         c = rt.pls * load
@@ -347,10 +355,12 @@ def commit_route_nb(rt, keys, nfull, nshare, isl, bs, r, k):
     prompt blocks ``keys[:nfull]`` only the first ``nshare`` can be shared: the others are new to
     any union and leave it with the request, so they are counted without the table."""
     if rt.host.tres.shape[0] > 0:  # the weighted overlap's cached tokens, rounded
-        contrib = isl - np.int64(np.floor(rt.host.eff[k] * bs + 0.5))
+        contrib = isl - np.int64(np.floor((float(rt.host.dev[k]) + rt.host.hcredit[k]) * bs + 0.5))
     else:
         contrib = isl - rt.overlap[k] * bs
     rt.route_pf[r] = contrib
+    if rt.host.chosen.shape[0] > 0:
+        rt.host.chosen[r] = rt.overlap[k]
     rt.pf_open[r] = True
     rt.pf[k] += contrib
     rt.nreq[k] += 1
