@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from fastsim import cli
+from fastsim.errors import InputError
+from fastsim.router_config import RouterConfig
 import recorded
 
 DATA = Path(__file__).parent / "data" / "host_router_161"
@@ -95,3 +97,11 @@ def test_random_case_within_dynamo_band(name, tmp_path, capsys):
     got, _ = _run(CASES[name]["args"], tmp_path, capsys)
     misses = recorded.band_misses(got, _reports(name))
     assert not misses, "\n".join(misses)
+
+
+@pytest.mark.parametrize("field, value", [("host_cache_hit_weight", 1.5), ("host_cache_hit_weight", -0.5),
+                                          ("disk_cache_hit_weight", 2), ("host_cache_hit_weight", True)])
+def test_cache_hit_weights_outside_0_to_1_are_refused(field, value):
+    """Both releases refuse them ("must be between 0 and 1"), tier or not."""
+    with pytest.raises(InputError, match=f"'{field}' is .*between 0 and 1"):
+        RouterConfig.coerce({field: value})
