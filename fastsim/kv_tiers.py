@@ -2,11 +2,11 @@
 
 fastsim reads and checks these settings with Dynamo 1.6.1's rules. The host tier is simulated
 (``kernels/host_offload.py``, decisions 0350-0353) on aggregated vLLM workers (attention DP too)
-with round robin or kv_router routing, as long as no host tier has to evict a block (Dynamo's eviction order
-depends on its block hash values): :func:`check_host_tier_run` refuses the rest by name, and a run
-whose tier would evict stops with a refusal that says how many host blocks to give. The G3 tier is
-refused. Dynamo 1.4.2 reads its flat offload names but its offline replay runs without any tier, so
-in 1.4.2 mode those names change nothing, as there.
+with round robin or kv_router routing, as long as no host tier has to evict a block (Dynamo's
+eviction order depends on its block hash values): :func:`check_host_tier_run` refuses the rest by
+name, and a run whose tier would evict stops with a refusal that says how many host blocks to
+give. The G3 tier is refused. Dynamo 1.4.2 reads its flat offload names but its offline replay runs
+without any tier, so in 1.4.2 mode those names change nothing, as there.
 
 Nested form (Dynamo 1.6.1), under ``engine``::
 

@@ -188,8 +188,8 @@ def estimate(workload, engine, *, worker_rows: int, telemetry: bool = False,
     host = getattr(engine, "host_offload", None) if len(pools) == 1 else None
     if host is not None:
         # kernels/host_tier.py and host_offload.py: a key table of 32 bytes an entry (a power of two
-        # at least twice the host blocks; key, state, load, residency time), the transfer rings, 9 bytes a GPU block (pins), and
-        # 17 columns a request
+        # at least twice the host blocks; key, state, load, residency time), the transfer rings,
+        # 9 bytes a GPU block (pins), and 17 columns a request
         size = 1
         while size < 2 * host.num_host_blocks:
             size *= 2

@@ -2,7 +2,7 @@
 host tier holds right after its device prefix, weighted by ``host_cache_hit_weight``.
 
 Cases recorded on Dynamo 1.6.1 (``tests/data/host_router_161``): probes whose routing figures
-show the rule (the weight, the rounding, a KV event lag), the conversation trace of decision
+show the rule (the weight, the credit, the prefill load, a KV event lag), the conversation trace of decision
 0352's trial and the bundled Mooncake trace on 2-4 workers with tight GPU pools, with and without
 a lag, a decaying credit, a router queue. Where Dynamo's runs of a case gave one report (all but
 the router queue's), every report field within 1e-9 and each request's routing figures (the
@@ -49,15 +49,15 @@ def _rows(recs):
 
     def figures(r):
         h = r["routing_history"][0]
-        return tuple(h[k] for k in ROUTE) + tuple(round(r.get(k), 6) if isinstance(r.get(k), float) else r.get(k)
-                                                  for k in TIMELINE)
+        times = tuple(round(r.get(k), 6) if isinstance(r.get(k), float) else r.get(k) for k in TIMELINE)
+        return tuple(h[k] for k in ROUTE) + times
 
     return sorted((key(r), figures(r)) for r in recs)
 
 
 def _reports(name):
-    runs = [json.loads((DATA / f"{name}.json").read_text())]
-    return runs + [json.loads((DATA / f"{name}.run{i}.json").read_text()) for i in range(2, CASES[name].get("runs", 1) + 1)]
+    names = [f"{name}.json"] + [f"{name}.run{i}.json" for i in range(2, CASES[name].get("runs", 1) + 1)]
+    return [json.loads((DATA / n).read_text()) for n in names]
 
 
 def _numbers(report, skip):
