@@ -1,12 +1,12 @@
 """KV tiers below the GPU pool: Dynamo 1.6.1's host-memory tier (G2) and shared tier (G3).
 
 fastsim reads and checks these settings with Dynamo 1.6.1's rules. The host tier is simulated
-(``kernels/host_offload.py``, decisions 0350-0352) on aggregated vLLM workers (attention DP too)
-with round robin routing, as long as no host tier has to evict a block (Dynamo's eviction order
-depends on its block hash values): :func:`check_host_tier_run` refuses the rest by name, and a run
-whose tier would evict stops with a refusal that says how many host blocks to give. The G3 tier is
-refused. Dynamo 1.4.2 reads its flat offload names but its offline replay runs without any tier, so
-in 1.4.2 mode those names change nothing, as there.
+(``kernels/host_offload.py``, decisions 0350-0353) on aggregated vLLM workers (attention DP too)
+with round robin or kv_router routing, as long as no host tier has to evict a block (Dynamo's
+eviction order depends on its block hash values): :func:`check_host_tier_run` refuses the rest by
+name, and a run whose tier would evict stops with a refusal that says how many host blocks to
+give. The G3 tier is refused. Dynamo 1.4.2 reads its flat offload names but its offline replay runs
+without any tier, so in 1.4.2 mode those names change nothing, as there.
 
 Nested form (Dynamo 1.6.1), under ``engine``::
 
@@ -249,7 +249,7 @@ def refuse_tiers(host: Optional[HostOffload], g3: Optional[G3Offload], source: s
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(
         f"a host KV tier (engine.native_host_offload / num_g2_blocks) with {what} is not supported yet by "
-        "fastsim (it simulates the host tier on aggregated vLLM workers with round robin routing); "
+        "fastsim (it simulates the host tier on aggregated vLLM workers with round robin or kv_router routing); "
         "remove the tier or that setting")
 
 
@@ -263,7 +263,7 @@ def check_host_tier_run(engine, *, router_mode: str, disaggregated: bool = False
         raise _not_yet("disaggregated prefill/decode pools")
     if host.scope != "dp_rank_local":
         raise _not_yet(f"scope {host.scope!r} (one host pool shared by the cluster)")
-    if router_mode != "round_robin":
+    if router_mode not in ("round_robin", "kv_router"):
         raise _not_yet(f"router_mode {router_mode!r}")
     if scaling:
         raise _not_yet("a scaling schedule or a planner")

@@ -187,13 +187,13 @@ def estimate(workload, engine, *, worker_rows: int, telemetry: bool = False,
         parts["telemetry"] = _TELEMETRY_START * TELEMETRY_ROW_BYTES
     host = getattr(engine, "host_offload", None) if len(pools) == 1 else None
     if host is not None:
-        # kernels/host_tier.py and host_offload.py: a key table of 24 bytes an entry (a power of two
-        # at least twice the host blocks), the transfer rings, 9 bytes a GPU block (pins), and
-        # 17 columns a request
+        # kernels/host_tier.py and host_offload.py: a key table of 32 bytes an entry (a power of two
+        # at least twice the host blocks; key, state, load, residency time), the transfer rings,
+        # 9 bytes a GPU block (pins), and 17 columns a request
         size = 1
         while size < 2 * host.num_host_blocks:
             size *= 2
-        parts["host KV tiers"] = ranks * (24 * size + 1024 * 57 + 8 * (1 << 16)
+        parts["host KV tiers"] = ranks * (32 * size + 1024 * 57 + 8 * (1 << 16)
                                           + 9 * int(engine.num_gpu_blocks)) + 136 * n
     return Estimate(parts, space)
 

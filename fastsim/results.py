@@ -113,8 +113,10 @@ def history_columns(st, rt):
     """Per-request inputs of 1.6.1's routing and admission histories (aggregated run)."""
     cols = readmission_columns(st.scratch)
     if rt.best.shape[0]:
-        # the overlap of the chosen target, from the prefill load the route added (isl - overlap * bs)
-        sel = np.where(rt.best >= 0, (st.requests.isl - rt.route_pf) // st.params.block_size, -1)
+        if rt.host.chosen.shape[0]:  # (with a host tier the prefill load is not a whole number of blocks)
+            sel = np.where(rt.best >= 0, rt.host.chosen, -1)
+        else:  # the overlap of the chosen target, from the prefill load the route added (isl - overlap * bs)
+            sel = np.where(rt.best >= 0, (st.requests.isl - rt.route_pf) // st.params.block_size, -1)
         cols["route_selected_blocks"] = sel.astype(np.int64)
         cols["route_reported_tokens"] = np.maximum(sel, 0).astype(np.int64) * st.params.block_size
         cols["route_best_blocks"] = rt.best.astype(np.int64)

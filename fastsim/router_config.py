@@ -11,6 +11,8 @@ Q11, cluster doc C3-C4):
   an offline replay and are accepted as Dynamo accepts them;
 * ``overlap_score_credit_decay`` and ``decode_active_request_weight`` enter the cost as in
   Dynamo (``kernels/router.py``, docs/decisions/0260);
+* ``host_cache_hit_weight`` (0 to 1, as both releases require) weighs a host KV tier's blocks in
+  the overlap (docs/decisions/0353); ``disk_cache_hit_weight`` (0 to 1) has no tier to weigh;
 * options that change routing in ways fastsim does not model (AIC prefill-load model, shared
   caches, conditional disaggregation, policy files) raise :class:`NotSupportedError` unless left
   at their defaults.
@@ -81,6 +83,10 @@ class RouterConfig:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
                 raise InputError(f"--router-config: '{name}' is {v!r}; it must be null or a finite number >= 0")
+        for name in ("host_cache_hit_weight", "disk_cache_hit_weight"):  # (Dynamo: "must be between 0 and 1")
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise InputError(f"--router-config: '{name}' is {v!r}; it must be a number between 0 and 1")
         if self.router_queue_policy not in ("fcfs", "lcfs", "wspt"):
             raise InputError(
                 f"--router-config: 'router_queue_policy' is {self.router_queue_policy!r}; "

@@ -198,7 +198,23 @@ def router_state(router_mode, router_config, params, n, n_ranks, n_groups, table
                      else (0, 1), dtype=np.int32),
         lag=-1.0 if kv_event_lag_ms is None else float(kv_event_lag_ms),
         index=_lagged_index(n_ranks * min(params.cap, index_keys) if kv_event_lag_ms is not None else 0),
+        host=host_view(None, cfg.host_cache_hit_weight),
     )
+
+
+def host_view(ht, weight, n_ranks=0, n_recorded=0):
+    """The kv_router's view of the host tiers ``ht`` (``kernels/host_tier.py``; None: no tier) of
+    ``n_ranks`` ranks, with ``host_cache_hit_weight`` ``weight``: it shares the tier's arrays;
+    ``n_recorded``: the requests whose routing figures are kept (0: none)."""
+    from fastsim.kernels.router import HostView
+
+    if ht is None:
+        return HostView(weight=float(weight), tkey=np.zeros(0, dtype=np.uint64), tstate=np.zeros(0, dtype=np.int64),
+                        tres=np.zeros(0), tmask=0, now=np.zeros(1), dev=np.zeros(0, dtype=np.int64),
+                        hcredit=np.zeros(0), chosen=np.zeros(0, dtype=np.int32))
+    return HostView(weight=float(weight), tkey=ht.tkey, tstate=ht.tstate, tres=ht.tres, tmask=int(ht.tmask),
+                    now=np.zeros(1), dev=np.zeros(n_ranks, dtype=np.int64), hcredit=np.zeros(n_ranks),
+                    chosen=np.full(n_recorded, -1, dtype=np.int32))
 
 
 def _lagged_index(blocks):

@@ -42,7 +42,7 @@ from fastsim.kernels.host_tier import (HIT, LOAD, LOG_FULL, MISS, NEEDS_EVICTION
                                        lookup_nb, next_deadline_nb, pop_due_nb, prepare_store_nb, schedule_load_nb,
                                        store_fence_nb, submit_prepared_nb)
 from fastsim.kernels.jit import inline, inner
-from fastsim.kernels.kvpool import NACTIVE, alloc_nb, can_use_nb, match_slots_nb, register_nb
+from fastsim.kernels.kvpool import NACTIVE, alloc_nb, can_use_nb, match_slots_nb, register_nb, seal_feed_nb
 from fastsim.kernels.queues import start_running, unlink_waiting
 from fastsim.kernels.rank_state import BUDGET, NLOG, PREEMPTED_ANY, PROGRESS
 
@@ -443,6 +443,9 @@ def _advance(tr, pool, rq, k, now):
         if kind == LOAD:
             # the loaded blocks (the reservation past the GPU prefix) become visible
             register_nb(pool, k, rq.bslot, key_span(rq, r)[0], tr.lg1b[r], tr.lpb[r])
+            # Dynamo publishes the loaded blocks' stored KV events as the load completes, not at
+            # the end of the next pass (a lagging kv_router sees them from then; 0353)
+            seal_feed_nb(pool, k, now)
             tr.lstate[r] = ACTIVATED
 
 

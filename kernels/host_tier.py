@@ -60,6 +60,9 @@ class HostTier(NamedTuple):
     tkey: np.ndarray  # uint64[R * tsize]: entry keys
     tstate: np.ndarray  # int64[R * tsize]: 0 empty, -1 resident, id + 1 pending store
     tload: np.ndarray  # int64[R * tsize]: id + 1 of the load copying the block back (0: none)
+    # when the entry's store completed (inf: not resident): Dynamo publishes a host block's
+    # stored KV event then, and its kv_router counts the block from that event on (0353)
+    tres: np.ndarray  # float64[R * tsize]
     # transfers, slot = id % n_live per rank: kind, request row, first key (in the key ring),
     # blocks, deadline (inf until submitted)
     xkind: np.ndarray  # int8[R * n_live]
@@ -94,6 +97,7 @@ def make_host_tier(n_ranks, cap, block_size, kv_cache_bytes_per_token, d2h_gbps,
         tkey=np.zeros(n_ranks * tsize, dtype=np.uint64),
         tstate=np.zeros(n_ranks * tsize, dtype=np.int64),
         tload=np.zeros(n_ranks * tsize, dtype=np.int64),
+        tres=np.full(n_ranks * tsize, np.inf),
         xkind=np.zeros(n_ranks * n_live, dtype=np.int8),
         xrow=np.zeros(n_ranks * n_live, dtype=np.int64),
         xfirst=np.zeros(n_ranks * n_live, dtype=np.int64),
@@ -108,8 +112,13 @@ def make_host_tier(n_ranks, cap, block_size, kv_cache_bytes_per_token, d2h_gbps,
 
 
 @inner
+def _home_of(tmask, key):
+    return np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & tmask
+
+
+@inner
 def _home(ht, key):
-    return np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & ht.tmask
+    return _home_of(ht.tmask, key)
 
 
 @inner
@@ -130,6 +139,21 @@ def lookup_nb(ht, k, key):
     if s == 0:
         return MISS
     return HIT if s == _RESIDENT else PENDING
+
+
+@inner
+def resident_since_nb(tkey, tstate, tres, tmask, k, key):
+    """When ``key`` became resident on rank ``k`` (inf: it is not), from the tier's own arrays
+    (the kv_router holds them without the rest of the tier)."""
+    base = k * (tmask + 1)
+    i = _home_of(tmask, key)
+    while True:
+        s = tstate[base + i]
+        if s == 0:
+            return np.inf
+        if tkey[base + i] == key:
+            return tres[base + i] if s == _RESIDENT else np.inf
+        i = (i + 1) & tmask
 
 
 @kernel_noalloc
@@ -318,6 +342,7 @@ def pop_due_nb(ht, k, now):
         p = _pos(ht, k, ht.keys[_key_at(ht, k, tid, i)])
         if kind == STORE:
             ht.tstate[p] = _RESIDENT
+            ht.tres[p] = now
         elif ht.tload[p] == tid + 1:
             ht.tload[p] = 0
     if kind == STORE:

@@ -863,6 +863,20 @@ def _tier_next_event(cl, tier):
     return t
 
 
+@inner
+def _tier_tail(rk, cl, pool, rq, fl, tier, ws, now):
+    """After the last request: Dynamo's clock runs on to each host-tier transfer still in
+    flight (a store of the last prompts' blocks), and every worker counts its seconds until the
+    last one completes (decision 0353). Returns the worker-seconds and the time."""
+    while True:
+        t = _tier_next_event(cl, tier)
+        if t == np.inf or (cl.max_sim_time >= 0.0 and t > cl.max_sim_time):
+            return ws, now
+        ws = _step_ws(cl, fl, ws, now, t)
+        now = t
+        _tier_idle_events(rk, cl, pool, rq, tier, now)
+
+
 @inline
 def _next_arrival_at(ss, cl, rt, fl, g):
     """The time of the next arrival that can reach group ``g``. Round robin over a fleet that
@@ -1333,6 +1347,8 @@ def _loop(tabs, tier, out):
                 status = PLANNER_TICK
                 break
         if cl.state[NDONE] >= n_rows:
+            if tier is not None:
+                ws, now = _tier_tail(rk, cl, pool, rq, fl, tier, ws, now)
             break
         if _tick_room(cl) < 0 or not log_room(gaps.tl):
             status = TICKS_FULL  # the caller empties the logs and calls again

@@ -22,6 +22,12 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
   (``kvpool._feed``), each applied once ``L`` has passed since the end of the pass that made it
   (Dynamo publishes a pass's events when it completes); prefill and completion releases, and the
   active blocks, stay immediate (docs/decisions/0230);
+* with a host KV tier (Dynamo 1.6.1's ``native_host_offload``), ``h`` the prompt blocks right
+  after a target's device overlap ``d`` that its host tier holds (each from the end of its
+  store, plus the lag: when Dynamo publishes its host-tier stored event) and ``w``
+  ``host_cache_hit_weight``: the cost's credit is ``credit * decay * d + w * h``, the prefill
+  load ``isl - round((d + w * h) * bs)`` and the recorded overlap ``round(d + w * h)`` blocks
+  (docs/decisions/0353);
 * with ``router_queue_threshold`` set, a target is busy iff ``PF > thr * max_num_batched_tokens``
   and a request waits in the router queue while every target is busy (released at first-token and
   completion events, in fcfs, lcfs or wspt order).
@@ -35,6 +41,7 @@ import numpy as np
 
 from fastsim.kernels.blocks import mix64_nb
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
+from fastsim.kernels.host_tier import resident_since_nb
 from fastsim.kernels.jit import inner, kernel_noalloc
 from fastsim.kernels.kvpool import EV_COUNT, EV_FIRST, match_prefix_nb
 
@@ -51,6 +58,23 @@ class LaggedIndex(NamedTuple):
     tab_rank: np.ndarray  # int32[T] (-1 = empty)
     tab_cnt: np.ndarray  # int32[T]
     state: np.ndarray  # int64[4] (NENTRIES, OVERFLOW as in Router.state)
+
+
+class HostView(NamedTuple):
+    """The host tiers' residency as the router reads it: the tier's own entry arrays (shared,
+    not copied), and the weight of a host block in the overlap. Empty arrays: no host tier."""
+
+    weight: float  # host_cache_hit_weight
+    tkey: np.ndarray  # uint64[R * tsize] (kernels/host_tier.py)
+    tstate: np.ndarray  # int64[R * tsize]
+    tres: np.ndarray  # float64[R * tsize]: when each entry became resident
+    tmask: int
+    now: np.ndarray  # float64[1]: the routing time (set by sync_index_nb)
+    dev: np.ndarray  # int64[R]: each target's device overlap d (scratch)
+    hcredit: np.ndarray  # float64[R]: ... and its host blocks' credit, weight * h (scratch)
+    # each request's recorded overlap on its target, round(d + w * h) (int32[n], empty when
+    # routing figures are not kept): its prefill load no longer tells it
+    chosen: np.ndarray
 
 
 class Router(NamedTuple):
@@ -96,6 +120,7 @@ class Router(NamedTuple):
     qov: np.ndarray
     lag: float  # KV event lag in ms (< 0: no index, the overlaps are read from the pool itself)
     index: LaggedIndex  # the lagging indexer's blocks (an empty table without a lag)
+    host: HostView  # the host tiers the overlaps count (empty arrays without a tier)
 
 
 # ----------------------------------------------------------------------------- rng
@@ -187,6 +212,7 @@ def sync_index_nb(rt, pool, now):
     """Apply to the lagging index every event of the pool's feed published at or before
     ``now - lag``: each rank's in its order (the index holds (rank, key) pairs, so the ranks'
     events do not act on each other)."""
+    rt.host.now[0] = now
     if rt.lag < 0.0 or pool.ev_key.shape[0] == 0:
         return
     em = pool.ev_meta
@@ -202,6 +228,23 @@ def sync_index_nb(rt, pool, now):
                 _union_remove(rt.index, rank, pool.ev_key[i])
             em[rank, EV_FIRST] = (em[rank, EV_FIRST] + 1) % m
             em[rank, EV_COUNT] -= 1
+
+
+# ----------------------------------------------------------------------------- host tier
+@inner
+def _with_host_blocks(rt, k, keys, d, nshare):
+    """Target ``k``'s overlap counting its host tier: the blocks ``keys[d:nshare]`` its host
+    tier held (as published, lag included) up to the first it did not, weighted, added to the
+    device overlap ``d`` and rounded half away from zero (Dynamo's ``f64::round``)."""
+    hv = rt.host
+    seen = hv.now[0] - max(rt.lag, 0.0)
+    h = 0
+    for j in range(d, nshare):
+        if resident_since_nb(hv.tkey, hv.tstate, hv.tres, hv.tmask, k, keys[j]) > seen:
+            break
+        h += 1
+    hv.hcredit[k] = float(h) * hv.weight
+    return np.int64(np.floor(float(d) + hv.hcredit[k] + 0.5))
 
 
 # ----------------------------------------------------------------------------- decisions
@@ -234,13 +277,22 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
             overlap = _union_prefix(rt.index, k, keys, nshare)
         else:
             overlap = match_prefix_nb(pool, k, keys, nshare)[0]
+        tiered = rt.host.tres.shape[0] > 0
+        if tiered:
+            rt.host.dev[k] = overlap
+            rt.host.hcredit[k] = 0.0
+            if overlap < nshare:
+                overlap = _with_host_blocks(rt, k, keys, overlap, nshare)
         rt.overlap[k] = overlap
         pf = rt.pf[k] if rt.track_prefill else 0
         credit = rt.credit
         if decaying:
             excess = max(rt.pf[k] - min_pf, 0) / float(bs)
             credit = credit * (1.0 / (1.0 + rt.decay * (excess / req_blocks)))
-        load = (pf + isl) / bs - credit * overlap
+        if tiered:  # the credit (and its decay) is the device overlap's; host blocks have their weight
+            load = (pf + isl) / bs - (credit * rt.host.dev[k] + rt.host.hcredit[k])
+        else:
+            load = (pf + isl) / bs - credit * overlap
         if load < 0.0:
             load = 0.0
         c = rt.pls * load
@@ -302,8 +354,13 @@ def commit_route_nb(rt, keys, nfull, nshare, isl, bs, r, k):
     """Account request ``r`` (routed to target ``k``) in the router's load state. Of its full
     prompt blocks ``keys[:nfull]`` only the first ``nshare`` can be shared: the others are new to
     any union and leave it with the request, so they are counted without the table."""
-    contrib = isl - rt.overlap[k] * bs
+    if rt.host.tres.shape[0] > 0:  # the weighted overlap's cached tokens, rounded
+        contrib = isl - np.int64(np.floor((float(rt.host.dev[k]) + rt.host.hcredit[k]) * bs + 0.5))
+    else:
+        contrib = isl - rt.overlap[k] * bs
     rt.route_pf[r] = contrib
+    if rt.host.chosen.shape[0] > 0:
+        rt.host.chosen[r] = rt.overlap[k]
     rt.pf_open[r] = True
     rt.pf[k] += contrib
     rt.nreq[k] += 1

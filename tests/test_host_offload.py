@@ -101,8 +101,6 @@ def test_a_tier_that_is_never_needed_changes_nothing():
 
 
 @pytest.mark.parametrize("engine, kw, words", [
-    (dict(KV, native_host_offload={"num_host_blocks": 100}), dict(router_mode="kv_router", num_workers=2),
-     "router_mode 'kv_router'"),
     (dict(KV, native_host_offload={"num_host_blocks": 100, "scope": "cluster_shared", "kv_layout_id": "L"}), {},
      "scope 'cluster_shared'"),
     (dict(KV, native_host_offload={"num_host_blocks": 100}), dict(scaling_schedule=[(1000.0, 2)]),
