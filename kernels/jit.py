@@ -218,11 +218,15 @@ _call_with_room = (types.FunctionType(_call.__code__.replace(co_stacksize=FRAME_
 _compiling = threading.local()
 
 
-def _own_compiles(dispatcher):
+def _own_compiles(dispatcher, cached):
     """Have every compile of ``dispatcher`` (called, typed from another kernel, or asked for)
     run at :data:`OPT_LEVEL`, and numba's setting restored after it; the outermost compile of a
-    thread runs in a fresh frame-stack chunk (:data:`FRAME_ROOM`)."""
+    thread runs in a fresh frame-stack chunk (:data:`FRAME_ROOM`). A ``cached`` kernel gets its
+    cache, in :func:`cache_dir`, on its first compile: numba's cache checks that its directory is
+    writable when it is made, which for every kernel defined would cost more than all the loading
+    of the few a run calls (decision 0287)."""
     usual = dispatcher.compile
+    uncached = [cached]
 
     def compile_here(sig):
         from numba.core.registry import cpu_target
@@ -231,6 +235,12 @@ def _own_compiles(dispatcher):
         # under the process's own setting, before ours
         cpu_target.target_context  # noqa: B018
         with _numba_settings(OPT=_opt_level()):
+            if uncached[0]:
+                uncached[0] = False
+                # (what njit's cache=True does when it makes the dispatcher; numba picks the
+                # directory then)
+                with _numba_settings(CACHE_DIR=cache_dir()):
+                    dispatcher.enable_caching()
             return usual(sig)
 
     def compile(sig):
@@ -246,17 +256,14 @@ def _own_compiles(dispatcher):
     return dispatcher
 
 
-def compiled(**options):
-    """A decorator for a kernel with numba ``options`` of its own (over ``cache=True``, the numpy
-    error model and no C entry point), in fastsim's cache and at its optimisation level."""
-    options = dict(dict(cache=True, error_model="numpy", no_cfunc_wrapper=True,
+def compiled(cache=True, **options):
+    """A decorator for a kernel with numba ``options`` of its own (over the numpy error model and
+    no C entry point), at fastsim's optimisation level and, if ``cache``, in fastsim's cache."""
+    options = dict(dict(error_model="numpy", no_cfunc_wrapper=True,
                         pipeline_class=FastsimCompiler), **options)
 
     def decorate(fn):
-        # numba picks a function's cache directory when it makes the dispatcher
-        with _numba_settings(CACHE_DIR=cache_dir()):
-            dispatcher = njit(**options)(fn)
-        return _own_compiles(dispatcher)
+        return _own_compiles(njit(**options)(fn), cache)
 
     return decorate
 
@@ -265,7 +272,8 @@ kernel = compiled()
 kernel_noalloc = compiled(_nrt=False)
 loop_kernel = compiled(_nrt=False, nogil=True)
 inner = compiled(_nrt=False, no_cpython_wrapper=True)
-inline = compiled(_nrt=False, inline="always")
+# (inlined into their callers' code before typing, never compiled on their own: nothing to cache)
+inline = compiled(cache=False, _nrt=False, inline="always")
 
 
 def llvm_inline(fn):
