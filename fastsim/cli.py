@@ -859,26 +859,32 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
-class _NoScipy:
-    """Import hook that makes ``scipy`` unavailable while it is installed."""
+class _Without:
+    """Import hook that makes the packages ``names`` unavailable while it is installed."""
+
+    def __init__(self, *names):
+        self.names = names
 
     def find_spec(self, name, path=None, target=None):
-        if name == "scipy" or name.startswith("scipy."):
-            raise ImportError("scipy is skipped by fastsim's command line")
+        if name.split(".", 1)[0] in self.names:
+            raise ImportError(f"{name} is skipped by fastsim's command line")
         return None
 
 
 def _skip_numba_blas_probe():
-    """Importing numba's array kernels probes scipy's BLAS, importing all of ``scipy.linalg``
-    (about 0.2 s of a 0.8 s replay), and importing numba imports ``scipy`` to check its version
-    (about 15 ms). fastsim's kernels do no linear algebra, so the command line lets both fail
-    fast; ``scipy`` itself stays importable afterwards."""
-    if "numba.np.arraymath" in sys.modules or "scipy" in sys.modules:
+    """Numba probes optional packages that fastsim's kernels never use: importing numba imports
+    ``scipy`` to check its version (about 15 ms), its array kernels import all of
+    ``scipy.linalg`` to look for a BLAS (about 0.2 s of a 0.8 s replay), and its first load of a
+    kernel imports ``cffi`` and ``pycparser`` to type cffi functions (about 15 ms). The command
+    line lets these probes fail fast (numba then offers no linear algebra and no cffi calls,
+    which no kernel makes); ``scipy`` and ``cffi`` stay importable afterwards."""
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
         return
-    hook = _NoScipy()
+    hook = _Without("scipy", "cffi")
     sys.meta_path.insert(0, hook)
     try:
         import numba.np.arraymath  # noqa: F401
+        import numba.core.typing.cffi_utils  # noqa: F401
     except ImportError:
         pass
     finally:
