@@ -899,7 +899,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    _skip_numba_blas_probe()  # (after the parse: --help, --version and usage errors import no numba)
     global _command_run
     _command_run = args.command
     prog = f"fastsim {args.command}"
@@ -907,11 +906,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     warnings.showwarning = _show_warning
     # One replay frees its garbage by reference counting; the cycle collector would only walk the
     # million-odd objects that importing numba and pandas leaves, again and again (60-70 ms of a
-    # 0.8 s run). Sweeps, which run for long in one process, keep it.
+    # 0.8 s run, and about 40 ms of importing numba and its first kernel load: decision 0287).
+    # Sweeps, which run for long in one process, keep it.
     collecting = gc.isenabled()
     if args.command in ("replay", "predict"):
         gc.disable()
     try:
+        _skip_numba_blas_probe()  # (after the parse: --help, --version and usage errors import no numba)
         with small_pages():  # the whole command: loading the workload and writing results too
             return args.func(args)
     except UsageError as exc:
