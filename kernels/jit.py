@@ -6,7 +6,8 @@
 * ``loop_kernel``: ``kernel_noalloc`` that releases the GIL while it runs (the event loops: the
   shards of a split run go on side by side in threads, ``fastsim/shards.py``).
 * ``inner``: only ever called from other kernels (no Python entry point is generated).
-* ``inline``: inlined into its callers at numba's IR level.
+* ``inline``: inlined into its callers at numba's IR level (never compiled on its own, so not
+  cached).
 * ``llvm_inline``: ``inner``, compiled on its own and marked for LLVM to inline into its callers
   (a rank's pass: left to LLVM's own judgement, it stays a call, which passes every table field).
 
@@ -21,10 +22,11 @@ runs after inlining (faster code and a shorter compile), marks the ``llvm_inline
 call). Numba's own functions, and any other code, keep numba's library. Two settings are made for
 fastsim's kernels only, and only while numba works on them:
 
-* the cache: every kernel caches its machine code under :func:`cache_dir`, a directory named after
-  a hash of the numba version, the options below and every kernel source file, so that a change to
-  any kernel starts a fresh cache (numba keys a cached kernel on its own file only). A
-  ``NUMBA_CACHE_DIR`` in the environment is used as it is.
+* the cache: every kernel but the inlined ones caches its machine code under :func:`cache_dir`, a
+  directory named after a hash of the numba version, the options below and every kernel source
+  file, so that a change to any kernel starts a fresh cache (numba keys a cached kernel on its own
+  file only). A ``NUMBA_CACHE_DIR`` in the environment is used as it is. The cache is made on the
+  kernel's first compile, not when it is defined (decision 0287).
 * the optimisation level: LLVM ``-O2`` (:data:`OPT_LEVEL`) instead of numba's ``-O3``, which
   compiles this code longer and runs it no faster.
 
