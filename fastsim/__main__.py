@@ -1,6 +1,6 @@
 """``python -m fastsim``: the same command line as the ``fastsim`` console script."""
 
-from fastsim.cli import main
+from fastsim.cli import run
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run())

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
 import sys
 import textwrap
 import warnings
@@ -858,25 +859,32 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
-class _NoScipyLinalg:
-    """Import hook that makes ``scipy.linalg`` unavailable while it is installed."""
+class _Without:
+    """Import hook that makes the packages ``names`` unavailable while it is installed."""
+
+    def __init__(self, *names):
+        self.names = names
 
     def find_spec(self, name, path=None, target=None):
-        if name == "scipy.linalg" or name.startswith("scipy.linalg."):
-            raise ImportError("scipy.linalg is skipped by fastsim's command line")
+        if name.split(".", 1)[0] in self.names:
+            raise ImportError(f"{name} is skipped by fastsim's command line")
         return None
 
 
 def _skip_numba_blas_probe():
-    """Importing numba's array kernels probes scipy's BLAS, importing all of ``scipy.linalg``
-    (about 0.2 s of a 0.8 s replay). fastsim's kernels do no linear algebra, so the command line
-    lets that probe fail fast; ``scipy.linalg`` itself stays importable afterwards."""
+    """Numba probes optional packages that fastsim's kernels never use: importing numba imports
+    ``scipy`` to check its version (about 15 ms), its array kernels import all of
+    ``scipy.linalg`` to look for a BLAS (about 0.2 s of a 0.8 s replay), and its first load of a
+    kernel imports ``cffi`` and ``pycparser`` to type cffi functions (about 15 ms). The command
+    line lets these probes fail fast (numba then offers no linear algebra and no cffi calls,
+    which no kernel makes); ``scipy`` and ``cffi`` stay importable afterwards."""
     if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
         return
-    hook = _NoScipyLinalg()
+    hook = _Without("scipy", "cffi")
     sys.meta_path.insert(0, hook)
     try:
         import numba.np.arraymath  # noqa: F401
+        import numba.core.typing.cffi_utils  # noqa: F401
     except ImportError:
         pass
     finally:
@@ -884,23 +892,27 @@ def _skip_numba_blas_probe():
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the ``fastsim`` console script and ``python -m fastsim``; returns the exit code."""
-    _skip_numba_blas_probe()
+    """The ``fastsim`` command line (what :func:`run`, the console script and ``python -m
+    fastsim``, runs); returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
+    global _command_run
+    _command_run = args.command
     prog = f"fastsim {args.command}"
     saved = warnings.showwarning
     warnings.showwarning = _show_warning
     # One replay frees its garbage by reference counting; the cycle collector would only walk the
     # million-odd objects that importing numba and pandas leaves, again and again (60-70 ms of a
-    # 0.8 s run). Sweeps, which run for long in one process, keep it.
+    # 0.8 s run, and about 40 ms of importing numba and its first kernel load: decision 0287).
+    # Sweeps, which run for long in one process, keep it.
     collecting = gc.isenabled()
     if args.command in ("replay", "predict"):
         gc.disable()
     try:
+        _skip_numba_blas_probe()  # (after the parse: --help, --version and usage errors import no numba)
         with small_pages():  # the whole command: loading the workload and writing results too
             return args.func(args)
     except UsageError as exc:
@@ -918,5 +930,41 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             gc.enable()
 
 
+# the commands after which the process ends without tearing down its objects (:func:`run`)
+_QUICK_EXIT_COMMANDS = ("replay", "predict")
+_exit_code = None  # (set by run once such a command has returned)
+_command_run = None  # (the command main parsed)
+
+
+def _quick_exit():
+    """The last exit handler: end the process without Python's teardown, which frees every
+    module and object one by one (about 0.1 s after a replay, with numba's and numpy's
+    thousands of objects loaded; decision 0287). The other exit handlers have run and
+    non-daemon threads have ended by then; the output files are closed; standard output and
+    error are flushed here."""
+    if _exit_code is None:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 (a closed pipe: nothing more can be written anyway)
+            pass
+    os._exit(_exit_code)
+
+
+def run() -> int:
+    """Entry point of the ``fastsim`` console script and ``python -m fastsim``: :func:`main`,
+    and, after a replay or predict, a process end without Python's teardown (:func:`_quick_exit`,
+    which runs after every other exit handler as it is registered first)."""
+    global _exit_code
+    import atexit
+
+    atexit.register(_quick_exit)
+    code = main()
+    if _command_run in _QUICK_EXIT_COMMANDS:
+        _exit_code = code
+    return code
+
+
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    raise SystemExit(run())

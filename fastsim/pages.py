@@ -21,13 +21,17 @@ import functools
 import os
 import threading
 
-try:  # numpy >= 2
-    from numpy._core.multiarray import _set_madvise_hugepage
-except ImportError:  # pragma: no cover - numpy 1.x
-    try:
-        from numpy.core.multiarray import _set_madvise_hugepage
-    except ImportError:
-        _set_madvise_hugepage = None
+def _advice_switch():
+    """numpy's switch of its huge-page advice, or None (looked up on first use, so that importing
+    this module, which the command line does, does not import numpy: ``fastsim --help``)."""
+    try:  # numpy >= 2
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:  # pragma: no cover - numpy 1.x
+        try:
+            from numpy.core.multiarray import _set_madvise_hugepage
+        except ImportError:
+            _set_madvise_hugepage = None
+    return _set_madvise_hugepage
 
 
 _lock = threading.Lock()
@@ -39,6 +43,7 @@ _before = True
 def small_pages():
     """Arrays made inside get no huge-page advice from numpy (unless the environment says)."""
     global _depth, _before
+    _set_madvise_hugepage = _advice_switch()
     if _set_madvise_hugepage is None or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         yield
         return
@@ -62,3 +67,9 @@ def with_small_pages(fn):
         with small_pages():
             return fn(*args, **kwargs)
     return wrapper
+
+
+def __getattr__(name):
+    if name == "_set_madvise_hugepage":  # (numpy's switch, as a module attribute)
+        return _advice_switch()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

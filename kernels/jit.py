@@ -6,7 +6,8 @@
 * ``loop_kernel``: ``kernel_noalloc`` that releases the GIL while it runs (the event loops: the
   shards of a split run go on side by side in threads, ``fastsim/shards.py``).
 * ``inner``: only ever called from other kernels (no Python entry point is generated).
-* ``inline``: inlined into its callers at numba's IR level.
+* ``inline``: inlined into its callers at numba's IR level (never compiled on its own, so not
+  cached).
 * ``llvm_inline``: ``inner``, compiled on its own and marked for LLVM to inline into its callers
   (a rank's pass: left to LLVM's own judgement, it stays a call, which passes every table field).
 
@@ -21,10 +22,11 @@ runs after inlining (faster code and a shorter compile), marks the ``llvm_inline
 call). Numba's own functions, and any other code, keep numba's library. Two settings are made for
 fastsim's kernels only, and only while numba works on them:
 
-* the cache: every kernel caches its machine code under :func:`cache_dir`, a directory named after
-  a hash of the numba version, the options below and every kernel source file, so that a change to
-  any kernel starts a fresh cache (numba keys a cached kernel on its own file only). A
-  ``NUMBA_CACHE_DIR`` in the environment is used as it is.
+* the cache: every kernel but the inlined ones caches its machine code under :func:`cache_dir`, a
+  directory named after a hash of the numba version, the options below and every kernel source
+  file, so that a change to any kernel starts a fresh cache (numba keys a cached kernel on its own
+  file only). A ``NUMBA_CACHE_DIR`` in the environment is used as it is. The cache is made on the
+  kernel's first compile, not when it is defined (decision 0287).
 * the optimisation level: LLVM ``-O2`` (:data:`OPT_LEVEL`) instead of numba's ``-O3``, which
   compiles this code longer and runs it no faster.
 
@@ -218,11 +220,15 @@ _call_with_room = (types.FunctionType(_call.__code__.replace(co_stacksize=FRAME_
 _compiling = threading.local()
 
 
-def _own_compiles(dispatcher):
+def _own_compiles(dispatcher, cached):
     """Have every compile of ``dispatcher`` (called, typed from another kernel, or asked for)
     run at :data:`OPT_LEVEL`, and numba's setting restored after it; the outermost compile of a
-    thread runs in a fresh frame-stack chunk (:data:`FRAME_ROOM`)."""
+    thread runs in a fresh frame-stack chunk (:data:`FRAME_ROOM`). A ``cached`` kernel gets its
+    cache, in :func:`cache_dir`, on its first compile: numba's cache checks that its directory is
+    writable when it is made, which for every kernel defined would cost more than all the loading
+    of the few a run calls (decision 0287)."""
     usual = dispatcher.compile
+    uncached = [cached]
 
     def compile_here(sig):
         from numba.core.registry import cpu_target
@@ -231,6 +237,12 @@ def _own_compiles(dispatcher):
         # under the process's own setting, before ours
         cpu_target.target_context  # noqa: B018
         with _numba_settings(OPT=_opt_level()):
+            if uncached[0]:
+                uncached[0] = False
+                # (what njit's cache=True does when it makes the dispatcher; numba picks the
+                # directory then)
+                with _numba_settings(CACHE_DIR=cache_dir()):
+                    dispatcher.enable_caching()
             return usual(sig)
 
     def compile(sig):
@@ -246,17 +258,14 @@ def _own_compiles(dispatcher):
     return dispatcher
 
 
-def compiled(**options):
-    """A decorator for a kernel with numba ``options`` of its own (over ``cache=True``, the numpy
-    error model and no C entry point), in fastsim's cache and at its optimisation level."""
-    options = dict(dict(cache=True, error_model="numpy", no_cfunc_wrapper=True,
+def compiled(cache=True, **options):
+    """A decorator for a kernel with numba ``options`` of its own (over the numpy error model and
+    no C entry point), at fastsim's optimisation level and, if ``cache``, in fastsim's cache."""
+    options = dict(dict(error_model="numpy", no_cfunc_wrapper=True,
                         pipeline_class=FastsimCompiler), **options)
 
     def decorate(fn):
-        # numba picks a function's cache directory when it makes the dispatcher
-        with _numba_settings(CACHE_DIR=cache_dir()):
-            dispatcher = njit(**options)(fn)
-        return _own_compiles(dispatcher)
+        return _own_compiles(njit(**options)(fn), cache)
 
     return decorate
 
@@ -265,7 +274,8 @@ kernel = compiled()
 kernel_noalloc = compiled(_nrt=False)
 loop_kernel = compiled(_nrt=False, nogil=True)
 inner = compiled(_nrt=False, no_cpython_wrapper=True)
-inline = compiled(_nrt=False, inline="always")
+# (inlined into their callers' code before typing, never compiled on their own: nothing to cache)
+inline = compiled(cache=False, _nrt=False, inline="always")
 
 
 def llvm_inline(fn):
