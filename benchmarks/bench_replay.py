@@ -465,11 +465,15 @@ def main(argv=None) -> int:
 
     import fastsim  # only to say which one is measured
     started = datetime.now()
+    # (the tables are committed: they name what was measured, not where it sits on this machine)
+    source = "this tree" if REPO in Path(fastsim.__file__).resolve().parents else "an installed copy"
     header = (f"Measured {started:%Y-%m-%d %H:%M} on {machine_summary()}; fastsim "
-              f"{fastsim.__version__} from {Path(fastsim.__file__).parent}; "
-              + "; ".join(f"{LABEL[d]}: {pythons[d] if d == 'dynamo' else ' '.join(pythons[d])}"
-                          for d in dynamos)
-              + f"{'' if dynamos else 'Dynamo not run'}; grid {args.grid}, {repeats} repeat(s), medians.")
+              f"{fastsim.__version__} from {source}; "
+              + "; ".join(f"{LABEL[d]} (its own environment"
+                          f"{'' if d == 'dynamo' else ', through the 1.6.1 runner'})" for d in dynamos)
+              + f"{'' if dynamos else 'Dynamo not run'}; grid {args.grid}, {repeats} repeat(s), medians"
+              + ("; PYTHONDONTWRITEBYTECODE set (every process compiles its Python modules)"
+                 if os.environ.get("PYTHONDONTWRITEBYTECODE") else "") + ".")
     print(header, file=sys.stderr)
 
     # Untimed warm-up: fills fastsim's numba cache (the trace path and the disaggregated loop have
