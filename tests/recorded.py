@@ -59,6 +59,25 @@ def replay(flags, folder, **extra):
     return run_synthetic_trace_replay(kw.pop("input_tokens"), kw.pop("output_tokens"), kw.pop("request_count"), **kw)
 
 
+def cli_replay(args, folder, tmp_path, capsys, version="1.6.1"):
+    """Run ``fastsim replay args`` from ``folder`` (the flags' paths are relative to it) under
+    ``version``'s rules; returns its report and its per-request records."""
+    import os
+
+    from fastsim import cli
+
+    rep, jsonl = tmp_path / "r.json", tmp_path / "r.jsonl"
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        assert cli.main(["replay", *args, "--dynamo-version", version, "--report-json", str(rep),
+                         "--report-jsonl", str(jsonl)]) == 0
+    finally:
+        os.chdir(cwd)
+    capsys.readouterr()
+    return json.loads(rep.read_text()), [json.loads(line) for line in jsonl.read_text().splitlines()]
+
+
 def assert_summary_matches(summary, ref):
     """Every numeric field of Dynamo's report ``ref`` within 1e-9 (wall-clock fields aside)."""
     for k, v in ref.items():

@@ -15,14 +15,14 @@
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 import fastsim
-from fastsim import cli
 from fastsim.errors import NotSupportedError
+
+import recorded
 
 DATA = Path(__file__).parent / "data" / "host_offload_small_161"
 CASES = json.loads((DATA / "cases.json").read_text())
@@ -32,19 +32,6 @@ TIMELINE = ("arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_m
             "input_length", "output_length", "reused_input_tokens", "first_admission_g1_reused_input_tokens",
             "first_admission_host_reused_input_tokens", "terminal_status", "admission_history")
 KV = {"block_size": 64, "kv_cache_bytes_per_token": 131072}
-
-
-def _cli(args, tmp_path, capsys):
-    rep, jsonl = tmp_path / "r.json", tmp_path / "r.jsonl"
-    cwd = os.getcwd()
-    os.chdir(DATA)
-    try:
-        assert cli.main(["replay", *args, "--dynamo-version", "1.6.1", "--report-json", str(rep),
-                         "--report-jsonl", str(jsonl)]) == 0
-    finally:
-        os.chdir(cwd)
-    capsys.readouterr()
-    return json.loads(rep.read_text()), [json.loads(line) for line in jsonl.read_text().splitlines()]
 
 
 def _rel(a, b):
@@ -64,7 +51,7 @@ def _timeline(recs):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_recorded_case_matches_dynamo(name, tmp_path, capsys):
-    got, mine = _cli(CASES[name]["args"], tmp_path, capsys)
+    got, mine = recorded.cli_replay(CASES[name]["args"], DATA, tmp_path, capsys)
     want = json.loads((DATA / f"{name}.json").read_text())
     misses = [f"{k}: fastsim {got.get(k)!r}, Dynamo {v!r}" for k, v in want.items()
               if k not in WALL_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -12,12 +12,10 @@ band of Dynamo's runs (``tests/recorded.py``).
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from fastsim import cli
 from fastsim.errors import InputError
 from fastsim.router_config import RouterConfig
 import recorded
@@ -28,19 +26,6 @@ WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_token
 ROUTE = ("reported_overlap_tokens", "selected_overlap_blocks", "best_available_overlap_blocks")
 TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens",
             "first_admission_g1_reused_input_tokens", "first_admission_host_reused_input_tokens")
-
-
-def _run(args, tmp_path, capsys):
-    rep, jsonl = tmp_path / "r.json", tmp_path / "r.jsonl"
-    cwd = os.getcwd()
-    os.chdir(DATA)
-    try:
-        assert cli.main(["replay", *args, "--dynamo-version", "1.6.1", "--report-json", str(rep),
-                         "--report-jsonl", str(jsonl)]) == 0
-    finally:
-        os.chdir(cwd)
-    capsys.readouterr()
-    return json.loads(rep.read_text()), [json.loads(line) for line in jsonl.read_text().splitlines()]
 
 
 def _rows(recs):
@@ -78,7 +63,7 @@ RANDOM = [n for n in CASES if n not in EXACT]
 @pytest.mark.parametrize("name", EXACT)
 def test_case_matches_dynamo(name, tmp_path, capsys):
     """Every report field within 1e-9 and each request's routing figures and timeline."""
-    got, mine = _run(CASES[name]["args"], tmp_path, capsys)
+    got, mine = recorded.cli_replay(CASES[name]["args"], DATA, tmp_path, capsys)
     misses = [f"{k}: fastsim {got.get(k)!r}, Dynamo {v!r}" for k, v in _numbers(_reports(name)[0], WALL_FIELDS).items()
               if not (isinstance(got.get(k), (int, float)) and abs(got[k] - v) <= 1e-9 * max(1.0, abs(v)))]
     assert not misses, "\n".join(misses)
@@ -90,7 +75,7 @@ def test_case_matches_dynamo(name, tmp_path, capsys):
 @pytest.mark.parametrize("name", RANDOM)
 def test_random_case_within_dynamo_band(name, tmp_path, capsys):
     """Dynamo's runs differ (a router-queue release order among equal keys): the band of its runs."""
-    got, _ = _run(CASES[name]["args"], tmp_path, capsys)
+    got, _ = recorded.cli_replay(CASES[name]["args"], DATA, tmp_path, capsys)
     misses = recorded.band_misses(got, _reports(name))
     assert not misses, "\n".join(misses)
 
