@@ -11,10 +11,12 @@ from fastsim.kernels.stats import dd_new_hist
 from fastsim.kernels.timelines import ITL, OTPU, new_timelines, ring_width
 
 
-def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None, ring=0):
+def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None, ring=0, cap_ms=None,
+          gap_skip=None):
     """(q, pr, fp, s, t, k, tl) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
     readmissions after retractions (default: one per request); ``ring``: the width of the pass-end
-    rings (default: from the longest output)."""
+    rings (default: from the longest output); ``cap_ms``: the time cap (None: none); ``gap_skip``:
+    the rows whose inter-token gaps the pooled statistics leave out (None: none)."""
     n = workload.n_requests
     log_size = n + 16 if log_size is None else log_size
     isl = np.ascontiguousarray(workload.isl, dtype=np.int64)
@@ -41,7 +43,8 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                ready, hash_ptr, hash_ids, full(0), full(0), full(0), full(0), full(0), full(-1), full(-1),
                np.zeros(n, np.int8), full(-1), full(-1), full(-1), full(-1), full(nan, np.float64),
                full(nan, np.float64), full(nan, np.float64), full(nan, np.float64), full(nan, np.float64),
-               full(nan, np.float64), full(0), full(-1))
+               full(nan, np.float64), full(0), full(-1),
+               np.zeros(n, np.bool_) if gap_skip is None else np.ascontiguousarray(gap_skip, dtype=np.bool_))
     n_ranks = num_workers * dp
     init = 0.7 * cfg.conservativeness
     mn = init * 0.14
@@ -51,7 +54,8 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
                    min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
                    hashed], dtype=np.int64)
-    fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup], dtype=np.float64)
+    fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup,
+                   -1.0 if cap_ms is None else float(cap_ms), 0.0], dtype=np.float64)
     max_pages = int(((isl + osl).max(initial=0)) // cfg.ps) + 2
     heap = np.zeros(max(n, 1), np.int64)
     s = SgScratch(np.zeros(max_pages, np.uint64), np.zeros(n + 300, np.int64), np.zeros(2 * n + 300, np.int64),
@@ -59,7 +63,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                   np.zeros(8, np.int64), np.full(num_workers, np.inf), np.zeros(num_workers, np.int64),
                   np.full(num_workers, -1, np.int64), np.zeros(16), dd_new_hist(), dd_new_hist(),
                   np.zeros(num_workers, np.int64), np.zeros(log_size, np.int64), np.zeros(log_size),
-                  np.zeros(log_size, np.int64))
+                  np.zeros(log_size, np.int64), np.zeros(num_workers, np.int64))
     first = rows[ptr[:-1]]
     ready[first] = np.asarray(workload.session_arrival_ms, dtype=np.float64)
     # the arrival heap starts as every session's first turn, in (time, session, turn) order

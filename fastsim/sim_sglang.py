@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 from fastsim.errors import NotSupportedError
-from fastsim.kernels.codes import ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
+from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
+                                   SIM_CAP)
 
 
 def _not_yet(what: str) -> NotSupportedError:
@@ -32,8 +33,14 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
 
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
-    for value, what in ((replay_concurrency, "--replay-concurrency"), (max_sim_time_ms, "--max-sim-time-seconds"),
-                        (scaling_schedule, "a scaling schedule"), (planner, "a planner"),
+    if replay_concurrency:
+        raise NotSupportedError(
+            f"--replay-concurrency (closed-loop concurrency) with engine_type=sglang is not supported yet by fastsim "
+            f"(Dynamo {version} runs it; fastsim's SGLang engine replays open-loop arrivals only, with or without "
+            "--max-sim-time-seconds)")
+    if max_sim_time_ms is not None and reference:
+        raise NotSupportedError("a time cap with the plain-Python SGLang reference engine is not supported yet")
+    for value, what in ((scaling_schedule, "a scaling schedule"), (planner, "a planner"),
                         (telemetry_interval_ms, "telemetry")):
         if value:
             raise _not_yet(what)
@@ -59,8 +66,11 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         from fastsim.kernels.sglang import CNT_READMISSIONS, run_sglang_nb
         from fastsim.kernels.timelines import LOST, grow_records
 
-        state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
-                                   float(engine.decode_speedup_ratio))
+        def build(log_size=None, ring=0, gap_skip=None):
+            return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
+                                      float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip)
+
+        state = build()
         # load (or compile) the loop before the clock starts, as the vLLM path does
         from numba import typeof
 
@@ -73,21 +83,25 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             decode_speedup=float(engine.decode_speedup_ratio))
         gaps = make_gap_stats(gap_list)
     else:
-        log_size, ring = None, 0
+        log_size, ring, gap_skip = None, 0, None
         while True:
             q, pr, fp, s, t, k, tl = state
             status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142)
             while status == RECORDS_FULL:
                 tl = grow_records(tl)
                 status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142)
-            if status == OK and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
+            if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif tl.st[LOST]:  # a request's token times left its worker's ring: a wider one
                 ring = 4 * tl.ring.shape[1]
+            elif status == SIM_CAP and gap_skip is None and (left := _in_flight_with_gaps(q)).any():
+                # Dynamo folds a request's gaps into its statistics when it completes, so the
+                # requests in flight at the cap add none; they are known only now: the run is made
+                # again (it is deterministic) with their gaps left out of the pooled statistics
+                gap_skip = left
             else:
                 break
-            state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
-                                       float(engine.decode_speedup_ratio), log_size, ring)
+            state = build(log_size, ring, gap_skip)
             v142 = sglang_state.table_142(workload) if cfg.v142 else None
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
@@ -100,6 +114,15 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     term = cols["terminal_ms"][cols["status"] == OUTCOME_COMPLETED]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
     single = num_workers == 1 and dp == 1
+    if not reference and status == SIM_CAP:
+        from fastsim.kernels.sglang import F_NOW
+
+        # the workers' time so far is the last event at or before the cap (decision 0025), and
+        # the passes still in flight there have not committed their prompt tokens
+        worker_seconds = num_workers * float(state[2][F_NOW]) / 1000.0
+        committed -= int(state[3].pass_commit[state[3].busy < np.inf].sum())
+        if not cfg.v142:  # 1.6.1's single worker stops at the cap like a cluster, with those seconds
+            single = False
     if single and cfg.v142:  # Dynamo 1.4.2's records name no worker when there is one
         cols["worker_idx"] = np.full_like(cols["worker_idx"], -1)
     from fastsim.history import identity_columns
@@ -110,6 +133,11 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
+
+
+def _in_flight_with_gaps(q):
+    """The rows a capped run left in flight with two tokens or more (inter-token gaps to leave out)."""
+    return (q.status == OUTCOME_IN_FLIGHT) & (q.gen >= 2)
 
 
 def _dead_end(workload, q, cfg):

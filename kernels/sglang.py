@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   RECORDS_FULL)
+                                   RECORDS_FULL, SIM_CAP)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
@@ -34,8 +34,9 @@ from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ri
 # Params indices (int64 array)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
     P_HASHED = range(12)
-# FParams indices (float64 array)
-F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED = range(5)
+# FParams indices (float64 array): the new-token ratio's schedule, the speed-ups, the time cap (< 0:
+# none) and, written by the loop, the time of the last event it processed
+F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
 
 # ``SgState.cnt`` slots: heap entries, this pass's emissions and completions, committed prefill
 # tokens, requests done, the round-robin counter, (unused), readmissions logged
@@ -81,6 +82,8 @@ class SgReqs(NamedTuple):
     terminal: np.ndarray
     reused: np.ndarray
     done_next: np.ndarray  # chain of the rows a worker's pass completed
+    gap_skip: np.ndarray   # bool: the row's inter-token gaps stay out of the pooled statistics (a capped
+                           # run's requests left in flight, known on a second run)
 
 
 class Sg142(NamedTuple):
@@ -120,6 +123,7 @@ class SgScratch(NamedTuple):
     rlog_row: np.ndarray   # readmissions after a retraction: row, time, reused tokens
     rlog_ms: np.ndarray
     rlog_reused: np.ndarray
+    pass_commit: np.ndarray  # int64[W]: prompt tokens the worker's pass in flight commits when it ends
 
 
 # ---------------------------------------------------------------- page keys
@@ -834,6 +838,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
     dp = pr[P_DP]
     inf = np.inf
     room = 2 * min(n, W * dp * min(pr[P_MAXRUN], n)) + 64  # (two records a token, in one tick)
+    cap = fp[F_CAP]
+    last = False
     while s.cnt[CNT_DONE] < n:
         if tl.st[FREE_RECORDS] < room:
             return RECORDS_FULL
@@ -845,6 +851,13 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
         now = min(t_arr, t_end)
         if now == inf:
             return DEAD_END
+        if cap >= 0.0 and now > cap:
+            # Dynamo 1.4.2's single-worker runtime (one worker, no DP) still processes the first
+            # event beyond the cap; 1.6.1, and 1.4.2's cluster runtime, stop at the cap
+            if v142 is None or W > 1 or dp > 1:
+                return SIM_CAP
+            last = True
+        fp[F_NOW] = now
         # 1. pass completions
         for g in range(W):
             if s.busy[g] <= now:
@@ -893,6 +906,7 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                 defer = s.rounds[g] > 0 and any_running
                 s.cnt[CNT_EMIT] = 0
                 s.cnt[CNT_FIN] = 0
+                committed = s.cnt[CNT_COMMITTED]
                 end = now
                 prefilled = False
                 for r in range(g * dp, (g + 1) * dp):
@@ -922,11 +936,12 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                         q.first_token[row] = end
                     else:
                         gap = end - q.last_token[row]
-                        if run_n > 0 and gap != run_gap:  # runs of equal gaps are pooled at once
-                            _pool_gap_nb(s, run_gap, run_n)
-                            run_n = 0
-                        run_gap = gap
-                        run_n += 1
+                        if not q.gap_skip[row]:
+                            if run_n > 0 and gap != run_gap:  # runs of equal gaps are pooled at once
+                                _pool_gap_nb(s, run_gap, run_n)
+                                run_n = 0
+                            run_gap = gap
+                            run_n += 1
                         if q.gen[row] == 2:
                             q.second_token[row] = end
                     q.last_token[row] = end
@@ -945,6 +960,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                         went = True  # all cached, is followed by the next pass at once)
                 if went:
                     s.busy[g] = end
+                    s.pass_commit[g] = s.cnt[CNT_COMMITTED] - committed
                     if end <= now:
                         progress = True
+        if last:
+            return SIM_CAP
     return OK
