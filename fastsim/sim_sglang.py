@@ -33,13 +33,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
 
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
-    if replay_concurrency:
-        raise NotSupportedError(
-            f"--replay-concurrency (closed-loop concurrency) with engine_type=sglang is not supported yet by fastsim "
-            f"(Dynamo {version} runs it; fastsim's SGLang engine replays open-loop arrivals only, with or without "
-            "--max-sim-time-seconds)")
-    if max_sim_time_ms is not None and reference:
-        raise NotSupportedError("a time cap with the plain-Python SGLang reference engine is not supported yet")
+    if (max_sim_time_ms is not None or replay_concurrency) and reference:
+        raise NotSupportedError("a time cap or a closed loop with the plain-Python SGLang reference engine is not "
+                                "supported yet")
     for value, what in ((scaling_schedule, "a scaling schedule"), (planner, "a planner"),
                         (telemetry_interval_ms, "telemetry")):
         if value:
@@ -68,7 +64,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
 
         def build(log_size=None, ring=0, gap_skip=None):
             return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
-                                      float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip)
+                                      float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip,
+                                      int(replay_concurrency or 0))
 
         state = build()
         # load (or compile) the loop before the clock starts, as the vLLM path does
@@ -127,7 +124,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         cols["worker_idx"] = np.full_like(cols["worker_idx"], -1)
     from fastsim.history import identity_columns
 
-    cols.update(identity_columns(workload, False))  # 1.6.1's session names and uuids
+    cols.update(identity_columns(workload, bool(replay_concurrency)))  # 1.6.1's session names and uuids
     return build_report(cols, gaps, {
         "num_workers": num_workers, "single_path": single, "decode_worker_seconds": worker_seconds,
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,

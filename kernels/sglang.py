@@ -32,15 +32,16 @@ from fastsim.kernels.stats import dd_index_nb
 from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ring_put
 
 # Params indices (int64 array)
+# (P_CONC: the closed loop's concurrency, 0 for an open loop)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED = range(12)
+    P_HASHED, P_CONC = range(13)
 # FParams indices (float64 array): the new-token ratio's schedule, the speed-ups, the time cap (< 0:
 # none) and, written by the loop, the time of the last event it processed
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
 
 # ``SgState.cnt`` slots: heap entries, this pass's emissions and completions, committed prefill
-# tokens, requests done, the round-robin counter, (unused), readmissions logged
-CNT_HEAP, CNT_EMIT, CNT_FIN, CNT_COMMITTED, CNT_DONE, CNT_RR, CNT_SPARE, CNT_READMISSIONS = range(8)
+# tokens, requests done, the round-robin counter, the closed loop's next session, readmissions logged
+CNT_HEAP, CNT_EMIT, CNT_FIN, CNT_COMMITTED, CNT_DONE, CNT_RR, CNT_NEXTSESS, CNT_READMISSIONS = range(8)
 
 LPM_FALLBACK = 128
 IN_BATCH_CHECK = 32
@@ -124,6 +125,7 @@ class SgScratch(NamedTuple):
     rlog_ms: np.ndarray
     rlog_reused: np.ndarray
     pass_commit: np.ndarray  # int64[W]: prompt tokens the worker's pass in flight commits when it ends
+    sess_first: np.ndarray   # int64[sessions]: each session's first turn (a closed loop starts them in order)
 
 
 # ---------------------------------------------------------------- page keys
@@ -882,11 +884,23 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                     if nt != -1:
                         q.ready[nt] = now + q.delay[nt]
                         heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
+                    elif pr[P_CONC] > 0 and s.cnt[CNT_NEXTSESS] < s.sess_first.shape[0]:
+                        # a closed loop: the session's last turn ended, the next session starts now
+                        nt = s.sess_first[s.cnt[CNT_NEXTSESS]]
+                        s.cnt[CNT_NEXTSESS] += 1
+                        q.ready[nt] = now
+                        heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
                     row = nxt
         # 2. arrivals
         while s.cnt[CNT_HEAP] > 0 and q.ready[s.heap[0]] <= now:
             row = heap_pop_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie)
-            _arrive_nb(q, pr, s, k, row, now)
+            t_arr = now
+            if v142 is not None:
+                if pr[P_CONC] > 0 and W == 1 and dp == 1 and s.busy[0] != inf:
+                    # Dynamo 1.4.2's single-worker runtime releases a closed loop's requests only
+                    # between passes: one ready mid-pass arrives at the pass's end (decision 0240)
+                    t_arr = s.busy[0]
+            _arrive_nb(q, pr, s, k, row, t_arr)
         # 3. idle workers with work run a pass on each rank with work
         progress = True
         while progress:
