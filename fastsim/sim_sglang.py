@@ -124,7 +124,14 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         cols["worker_idx"] = np.full_like(cols["worker_idx"], -1)
     from fastsim.history import identity_columns
 
-    cols.update(identity_columns(workload, bool(replay_concurrency)))  # 1.6.1's session names and uuids
+    if cfg.v142:  # 1.4.2's session labels (null on its single-worker runtime), as on the vLLM path
+        from fastsim.workload import session_labels
+
+        labels = session_labels(workload, bool(replay_concurrency), single)
+        if labels is not None:
+            cols["session_id"], cols["turn_index"] = labels
+    else:
+        cols.update(identity_columns(workload, bool(replay_concurrency)))  # 1.6.1's session names and uuids
     return build_report(cols, gaps, {
         "num_workers": num_workers, "single_path": single, "decode_worker_seconds": worker_seconds,
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,

@@ -57,7 +57,16 @@ def test_case_matches_dynamo(folder, name, args):
     rep = _replay(args, d, FOLDERS[folder])
     recorded.assert_summary_matches(rep.summary, json.loads((d / f"{name}.json").read_text()))
     finished = rep.requests[rep.requests["terminal_status"].notna()].reset_index(drop=True)
-    recorded.assert_timelines_match(finished, recorded.per_request(d, name), TIMELINE)
+    rows = recorded.per_request(d, name)
+    recorded.assert_timelines_match(finished, rows, TIMELINE)
+    mine = [json.loads(line) for line in rep.jsonl_lines()]  # (the records as written, with 1.6.1's names)
+    assert _labels(mine) == _labels(rows)  # session names and turns (or null)
+
+
+def _labels(rows):
+    """Each record's (arrival, lengths, session_id, turn_index), sorted."""
+    return sorted(((r["arrival_time_ms"], r["input_length"], r["requested_output_length"]), r["session_id"],
+                   r["turn_index"]) for r in rows)
 
 
 def test_reference_engine_refuses_caps_and_closed_loops(monkeypatch):
