@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 
 from fastsim.kernels.radix import new_radix
-from fastsim.kernels.sglang import CNT_COMMITTED, CNT_HEAP, CNT_NEXTSESS, CNT_READMISSIONS, Sg142, SgRanks, SgReqs, SgScratch
+from fastsim.kernels.sglang import (CNT_COMMITTED, CNT_HEAP, CNT_NEXTSESS, CNT_READMISSIONS, Sg142, SgLoop, SgRanks,
+                                    SgReqs, SgScratch)
 from fastsim.kernels.stats import dd_new_hist
 from fastsim.kernels.timelines import ITL, OTPU, new_timelines, ring_width
 
 
 def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None, ring=0, cap_ms=None,
           gap_skip=None, concurrency=0):
-    """(q, pr, fp, s, t, k, tl) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
+    """(q, pr, fp, s, t, k, tl, lp) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
     readmissions after retractions (default: one per request); ``ring``: the width of the pass-end
     rings (default: from the longest output); ``cap_ms``: the time cap (None: none); ``gap_skip``:
     the rows whose inter-token gaps the pooled statistics leave out (None: none); ``concurrency``:
@@ -44,8 +45,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                ready, hash_ptr, hash_ids, full(0), full(0), full(0), full(0), full(0), full(-1), full(-1),
                np.zeros(n, np.int8), full(-1), full(-1), full(-1), full(-1), full(nan, np.float64),
                full(nan, np.float64), full(nan, np.float64), full(nan, np.float64), full(nan, np.float64),
-               full(nan, np.float64), full(0), full(-1),
-               np.zeros(n, np.bool_) if gap_skip is None else np.ascontiguousarray(gap_skip, dtype=np.bool_))
+               full(nan, np.float64), full(0), full(-1))
     n_ranks = num_workers * dp
     init = 0.7 * cfg.conservativeness
     mn = init * 0.14
@@ -54,7 +54,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                 np.full(n_ranks, init), np.zeros(n_ranks, np.int64))
     pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
                    min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
-                   hashed, concurrency], dtype=np.int64)
+                   hashed, concurrency, gap_skip is not None], dtype=np.int64)
     fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup,
                    -1.0 if cap_ms is None else float(cap_ms), 0.0], dtype=np.float64)
     max_pages = int(((isl + osl).max(initial=0)) // cfg.ps) + 2
@@ -64,8 +64,9 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                   np.zeros(8, np.int64), np.full(num_workers, np.inf), np.zeros(num_workers, np.int64),
                   np.full(num_workers, -1, np.int64), np.zeros(16), dd_new_hist(), dd_new_hist(),
                   np.zeros(num_workers, np.int64), np.zeros(log_size, np.int64), np.zeros(log_size),
-                  np.zeros(log_size, np.int64), np.zeros(num_workers, np.int64),
-                  np.ascontiguousarray(rows[ptr[:-1]], dtype=np.int64))
+                  np.zeros(log_size, np.int64))
+    lp = SgLoop(np.zeros(n, np.bool_) if gap_skip is None else np.ascontiguousarray(gap_skip, dtype=np.bool_),
+                np.zeros(num_workers, np.int64), np.ascontiguousarray(rows[ptr[:-1]], dtype=np.int64))
     first = rows[ptr[:-1]]
     if concurrency > 0:
         # a closed loop: the first sessions start at 0, in session order (a sorted array is a heap)
@@ -83,7 +84,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     # the requests' token times: each worker's pass ends in a ring, a few records per request in flight
     tl = new_timelines(n, num_workers, ring or ring_width(int(osl.max(initial=1))),
                        4 * min(n, n_ranks * min(cfg.max_running, n)) + 1024)
-    return q, pr, fp, s, t, k, tl
+    return q, pr, fp, s, t, k, tl, lp
 
 
 def table_142(workload):

@@ -72,7 +72,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         from numba import typeof
 
         v142 = sglang_state.table_142(workload) if cfg.v142 else None  # (None: 1.6.1's loop, compiled apart)
-        run_sglang_nb.compile(tuple(typeof(a) for a in (*state, perf, v142)))
+        # a run without a cap or a closed loop passes no SgLoop: its loop is compiled without them
+        looped = max_sim_time_ms is not None or bool(replay_concurrency)
+        run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142)))
     t0 = time.perf_counter()
     if reference:  # the plain-Python engine (slow; the tests compare the two)
         cols, gap_list, committed, _ = sglang_ref.simulate(
@@ -82,11 +84,13 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     else:
         log_size, ring, gap_skip = None, 0, None
         while True:
-            q, pr, fp, s, t, k, tl = state
-            status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142)
+            q, pr, fp, s, t, k, tl, lp = state
+            if not looped:
+                lp = None
+            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142)
             while status == RECORDS_FULL:
                 tl = grow_records(tl)
-                status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142)
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142)
             if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif tl.st[LOST]:  # a request's token times left its worker's ring: a wider one
@@ -116,8 +120,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
 
         # the workers' time so far is the last event at or before the cap (decision 0025), and
         # the passes still in flight there have not committed their prompt tokens
-        worker_seconds = num_workers * float(state[2][F_NOW]) / 1000.0
-        committed -= int(state[3].pass_commit[state[3].busy < np.inf].sum())
+        worker_seconds = num_workers * float(fp[F_NOW]) / 1000.0
+        committed -= int(lp.pass_commit[s.busy < np.inf].sum())
         if not cfg.v142:  # 1.6.1's single worker stops at the cap like a cluster, with those seconds
             single = False
     if single and cfg.v142:  # Dynamo 1.4.2's records name no worker when there is one

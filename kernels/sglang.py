@@ -32,9 +32,9 @@ from fastsim.kernels.stats import dd_index_nb
 from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ring_put
 
 # Params indices (int64 array)
-# (P_CONC: the closed loop's concurrency, 0 for an open loop)
+# (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED, P_CONC = range(13)
+    P_HASHED, P_CONC, P_SKIP = range(14)
 # FParams indices (float64 array): the new-token ratio's schedule, the speed-ups, the time cap (< 0:
 # none) and, written by the loop, the time of the last event it processed
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
@@ -83,8 +83,6 @@ class SgReqs(NamedTuple):
     terminal: np.ndarray
     reused: np.ndarray
     done_next: np.ndarray  # chain of the rows a worker's pass completed
-    gap_skip: np.ndarray   # bool: the row's inter-token gaps stay out of the pooled statistics (a capped
-                           # run's requests left in flight, known on a second run)
 
 
 class Sg142(NamedTuple):
@@ -124,6 +122,14 @@ class SgScratch(NamedTuple):
     rlog_row: np.ndarray   # readmissions after a retraction: row, time, reused tokens
     rlog_ms: np.ndarray
     rlog_reused: np.ndarray
+
+
+class SgLoop(NamedTuple):
+    """What a run under a time cap or in a closed loop needs; other runs pass ``None`` instead, so
+    that their loop is compiled without that code (decision 0285's pattern: adding it to the one
+    loop made 1.6.1's open loop 10-20% slower, decision 0292)."""
+    gap_skip: np.ndarray     # bool[n]: the row's inter-token gaps stay out of the pooled statistics (a
+                             # capped run's requests left in flight, known on a second run)
     pass_commit: np.ndarray  # int64[W]: prompt tokens the worker's pass in flight commits when it ends
     sess_first: np.ndarray   # int64[sessions]: each session's first turn (a closed loop starts them in order)
 
@@ -831,8 +837,10 @@ def _arrive_nb(q, pr, s, k, row, now):
 
 
 @kernel
-def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
-    """Run the simulation; returns 0, DEAD_END or ADMIT_OOM, or RECORDS_FULL: grow ``tl``'s
+def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
+    """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, DP_PRESSURE, SIM_CAP (the time cap
+    ``fp[F_CAP]`` stopped it; ``fp[F_NOW]``: the last event processed; ``lp``: an ``SgLoop`` with a cap or
+    a closed loop, else None), or RECORDS_FULL: grow ``tl``'s
     records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
     worker's pass are runs of its passes, its pass ends in ``tl.ring``)."""
     n = q.isl.shape[0]
@@ -842,6 +850,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
     room = 2 * min(n, W * dp * min(pr[P_MAXRUN], n)) + 64  # (two records a token, in one tick)
     cap = fp[F_CAP]
     last = False
+    t_last = 0.0  # the last event processed (fp[F_NOW] when the cap stops the loop)
+    skipping = pr[P_SKIP] != 0  # (read once: the per-token check costs nothing on other runs)
     while s.cnt[CNT_DONE] < n:
         if tl.st[FREE_RECORDS] < room:
             return RECORDS_FULL
@@ -853,13 +863,15 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
         now = min(t_arr, t_end)
         if now == inf:
             return DEAD_END
-        if cap >= 0.0 and now > cap:
-            # Dynamo 1.4.2's single-worker runtime (one worker, no DP) still processes the first
-            # event beyond the cap; 1.6.1, and 1.4.2's cluster runtime, stop at the cap
-            if v142 is None or W > 1 or dp > 1:
-                return SIM_CAP
-            last = True
-        fp[F_NOW] = now
+        if lp is not None:
+            if cap >= 0.0 and now > cap:
+                # Dynamo 1.4.2's single-worker runtime (one worker, no DP) still processes the first
+                # event beyond the cap; 1.6.1, and 1.4.2's cluster runtime, stop at the cap
+                if v142 is None or W > 1 or dp > 1:
+                    fp[F_NOW] = t_last
+                    return SIM_CAP
+                last = True
+            t_last = now
         # 1. pass completions
         for g in range(W):
             if s.busy[g] <= now:
@@ -884,12 +896,13 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                     if nt != -1:
                         q.ready[nt] = now + q.delay[nt]
                         heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
-                    elif pr[P_CONC] > 0 and s.cnt[CNT_NEXTSESS] < s.sess_first.shape[0]:
-                        # a closed loop: the session's last turn ended, the next session starts now
-                        nt = s.sess_first[s.cnt[CNT_NEXTSESS]]
-                        s.cnt[CNT_NEXTSESS] += 1
-                        q.ready[nt] = now
-                        heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
+                    elif lp is not None:
+                        if pr[P_CONC] > 0 and s.cnt[CNT_NEXTSESS] < lp.sess_first.shape[0]:
+                            # a closed loop: the session's last turn ended, the next session starts now
+                            nt = lp.sess_first[s.cnt[CNT_NEXTSESS]]
+                            s.cnt[CNT_NEXTSESS] += 1
+                            q.ready[nt] = now
+                            heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
                     row = nxt
         # 2. arrivals
         while s.cnt[CNT_HEAP] > 0 and q.ready[s.heap[0]] <= now:
@@ -950,7 +963,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                         q.first_token[row] = end
                     else:
                         gap = end - q.last_token[row]
-                        if not q.gap_skip[row]:
+                        pool = True
+                        if lp is not None:
+                            pool = not (skipping and lp.gap_skip[row])
+                        if pool:
                             if run_n > 0 and gap != run_gap:  # runs of equal gaps are pooled at once
                                 _pool_gap_nb(s, run_gap, run_n)
                                 run_n = 0
@@ -974,9 +990,12 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                         went = True  # all cached, is followed by the next pass at once)
                 if went:
                     s.busy[g] = end
-                    s.pass_commit[g] = s.cnt[CNT_COMMITTED] - committed
+                    if lp is not None:
+                        lp.pass_commit[g] = s.cnt[CNT_COMMITTED] - committed
                     if end <= now:
                         progress = True
-        if last:
-            return SIM_CAP
+        if lp is not None:
+            if last:
+                fp[F_NOW] = t_last
+                return SIM_CAP
     return OK
