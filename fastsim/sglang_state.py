@@ -6,15 +6,19 @@ from __future__ import annotations
 import numpy as np
 
 from fastsim.kernels.radix import new_radix
-from fastsim.kernels.sglang import CNT_COMMITTED, CNT_HEAP, CNT_READMISSIONS, Sg142, SgRanks, SgReqs, SgScratch
+from fastsim.kernels.sglang import (CNT_COMMITTED, CNT_HEAP, CNT_NEXTSESS, CNT_READMISSIONS, Sg142, SgLoop, SgRanks,
+                                    SgReqs, SgScratch)
 from fastsim.kernels.stats import dd_new_hist
 from fastsim.kernels.timelines import ITL, OTPU, new_timelines, ring_width
 
 
-def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None, ring=0):
-    """(q, pr, fp, s, t, k, tl) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
+def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None, ring=0, cap_ms=None,
+          gap_skip=None, concurrency=0):
+    """(q, pr, fp, s, t, k, tl, lp) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
     readmissions after retractions (default: one per request); ``ring``: the width of the pass-end
-    rings (default: from the longest output)."""
+    rings (default: from the longest output); ``cap_ms``: the time cap (None: none); ``gap_skip``:
+    the rows whose inter-token gaps the pooled statistics leave out (None: none); ``concurrency``:
+    a closed loop of that many sessions at a time (0: the trace's arrival times)."""
     n = workload.n_requests
     log_size = n + 16 if log_size is None else log_size
     isl = np.ascontiguousarray(workload.isl, dtype=np.int64)
@@ -50,8 +54,9 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                 np.full(n_ranks, init), np.zeros(n_ranks, np.int64))
     pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
                    min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
-                   hashed], dtype=np.int64)
-    fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup], dtype=np.float64)
+                   hashed, concurrency, gap_skip is not None], dtype=np.int64)
+    fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup,
+                   -1.0 if cap_ms is None else float(cap_ms), 0.0], dtype=np.float64)
     max_pages = int(((isl + osl).max(initial=0)) // cfg.ps) + 2
     heap = np.zeros(max(n, 1), np.int64)
     s = SgScratch(np.zeros(max_pages, np.uint64), np.zeros(n + 300, np.int64), np.zeros(2 * n + 300, np.int64),
@@ -60,17 +65,26 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                   np.full(num_workers, -1, np.int64), np.zeros(16), dd_new_hist(), dd_new_hist(),
                   np.zeros(num_workers, np.int64), np.zeros(log_size, np.int64), np.zeros(log_size),
                   np.zeros(log_size, np.int64))
+    lp = SgLoop(np.zeros(n, np.bool_) if gap_skip is None else np.ascontiguousarray(gap_skip, dtype=np.bool_),
+                np.zeros(num_workers, np.int64), np.ascontiguousarray(rows[ptr[:-1]], dtype=np.int64))
     first = rows[ptr[:-1]]
-    ready[first] = np.asarray(workload.session_arrival_ms, dtype=np.float64)
-    # the arrival heap starts as every session's first turn, in (time, session, turn) order
-    order = np.lexsort((tie[first], ready[first]))
-    heap[:first.shape[0]] = first[order]
+    if concurrency > 0:
+        # a closed loop: the first sessions start at 0, in session order (a sorted array is a heap)
+        first = first[:concurrency]
+        ready[first] = 0.0
+        heap[:first.shape[0]] = first[np.argsort(tie[first], kind="stable")]
+        s.cnt[CNT_NEXTSESS] = first.shape[0]
+    else:
+        ready[first] = np.asarray(workload.session_arrival_ms, dtype=np.float64)
+        # the arrival heap starts as every session's first turn, in (time, session, turn) order
+        order = np.lexsort((tie[first], ready[first]))
+        heap[:first.shape[0]] = first[order]
     s.cnt[CNT_HEAP] = first.shape[0]
     t = new_radix(n_ranks, cfg.total_pages)
     # the requests' token times: each worker's pass ends in a ring, a few records per request in flight
     tl = new_timelines(n, num_workers, ring or ring_width(int(osl.max(initial=1))),
                        4 * min(n, n_ranks * min(cfg.max_running, n)) + 1024)
-    return q, pr, fp, s, t, k, tl
+    return q, pr, fp, s, t, k, tl, lp
 
 
 def table_142(workload):

@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 from fastsim.errors import NotSupportedError
-from fastsim.kernels.codes import ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
+from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
+                                   SIM_CAP)
 
 
 def _not_yet(what: str) -> NotSupportedError:
@@ -32,8 +33,10 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
 
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
-    for value, what in ((replay_concurrency, "--replay-concurrency"), (max_sim_time_ms, "--max-sim-time-seconds"),
-                        (scaling_schedule, "a scaling schedule"), (planner, "a planner"),
+    if (max_sim_time_ms is not None or replay_concurrency) and reference:
+        raise NotSupportedError("a time cap or a closed loop with the plain-Python SGLang reference engine is not "
+                                "supported yet")
+    for value, what in ((scaling_schedule, "a scaling schedule"), (planner, "a planner"),
                         (telemetry_interval_ms, "telemetry")):
         if value:
             raise _not_yet(what)
@@ -59,13 +62,19 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         from fastsim.kernels.sglang import CNT_READMISSIONS, run_sglang_nb
         from fastsim.kernels.timelines import LOST, grow_records
 
-        state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
-                                   float(engine.decode_speedup_ratio))
+        def build(log_size=None, ring=0, gap_skip=None):
+            return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
+                                      float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip,
+                                      int(replay_concurrency or 0))
+
+        state = build()
         # load (or compile) the loop before the clock starts, as the vLLM path does
         from numba import typeof
 
         v142 = sglang_state.table_142(workload) if cfg.v142 else None  # (None: 1.6.1's loop, compiled apart)
-        run_sglang_nb.compile(tuple(typeof(a) for a in (*state, perf, v142)))
+        # a run without a cap or a closed loop passes no SgLoop: its loop is compiled without them
+        looped = max_sim_time_ms is not None or bool(replay_concurrency)
+        run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142)))
     t0 = time.perf_counter()
     if reference:  # the plain-Python engine (slow; the tests compare the two)
         cols, gap_list, committed, _ = sglang_ref.simulate(
@@ -73,21 +82,27 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             decode_speedup=float(engine.decode_speedup_ratio))
         gaps = make_gap_stats(gap_list)
     else:
-        log_size, ring = None, 0
+        log_size, ring, gap_skip = None, 0, None
         while True:
-            q, pr, fp, s, t, k, tl = state
-            status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142)
+            q, pr, fp, s, t, k, tl, lp = state
+            if not looped:
+                lp = None
+            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142)
             while status == RECORDS_FULL:
                 tl = grow_records(tl)
-                status = run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142)
-            if status == OK and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142)
+            if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif tl.st[LOST]:  # a request's token times left its worker's ring: a wider one
                 ring = 4 * tl.ring.shape[1]
+            elif status == SIM_CAP and gap_skip is None and (left := _in_flight_with_gaps(q)).any():
+                # Dynamo folds a request's gaps into its statistics when it completes, so the
+                # requests in flight at the cap add none; they are known only now: the run is made
+                # again (it is deterministic) with their gaps left out of the pooled statistics
+                gap_skip = left
             else:
                 break
-            state = sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
-                                       float(engine.decode_speedup_ratio), log_size, ring)
+            state = build(log_size, ring, gap_skip)
             v142 = sglang_state.table_142(workload) if cfg.v142 else None
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
@@ -100,16 +115,37 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     term = cols["terminal_ms"][cols["status"] == OUTCOME_COMPLETED]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
     single = num_workers == 1 and dp == 1
+    if not reference and status == SIM_CAP:
+        from fastsim.kernels.sglang import F_NOW
+
+        # the workers' time so far is the last event at or before the cap (decision 0025), and
+        # the passes still in flight there have not committed their prompt tokens
+        worker_seconds = num_workers * float(fp[F_NOW]) / 1000.0
+        committed -= int(lp.pass_commit[s.busy < np.inf].sum())
+        if not cfg.v142:  # 1.6.1's single worker stops at the cap like a cluster, with those seconds
+            single = False
     if single and cfg.v142:  # Dynamo 1.4.2's records name no worker when there is one
         cols["worker_idx"] = np.full_like(cols["worker_idx"], -1)
     from fastsim.history import identity_columns
 
-    cols.update(identity_columns(workload, False))  # 1.6.1's session names and uuids
+    if cfg.v142:  # 1.4.2's session labels (null on its single-worker runtime), as on the vLLM path
+        from fastsim.workload import session_labels
+
+        labels = session_labels(workload, bool(replay_concurrency), single)
+        if labels is not None:
+            cols["session_id"], cols["turn_index"] = labels
+    else:
+        cols.update(identity_columns(workload, bool(replay_concurrency)))  # 1.6.1's session names and uuids
     return build_report(cols, gaps, {
         "num_workers": num_workers, "single_path": single, "decode_worker_seconds": worker_seconds,
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
+
+
+def _in_flight_with_gaps(q):
+    """The rows a capped run left in flight with two tokens or more (inter-token gaps to leave out)."""
+    return (q.status == OUTCOME_IN_FLIGHT) & (q.gen >= 2)
 
 
 def _dead_end(workload, q, cfg):

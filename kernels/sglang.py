@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   RECORDS_FULL)
+                                   RECORDS_FULL, SIM_CAP)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
@@ -32,14 +32,16 @@ from fastsim.kernels.stats import dd_index_nb
 from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ring_put
 
 # Params indices (int64 array)
+# (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED = range(12)
-# FParams indices (float64 array)
-F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED = range(5)
+    P_HASHED, P_CONC, P_SKIP = range(14)
+# FParams indices (float64 array): the new-token ratio's schedule, the speed-ups, the time cap (< 0:
+# none) and, written by the loop, the time of the last event it processed
+F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
 
 # ``SgState.cnt`` slots: heap entries, this pass's emissions and completions, committed prefill
-# tokens, requests done, the round-robin counter, (unused), readmissions logged
-CNT_HEAP, CNT_EMIT, CNT_FIN, CNT_COMMITTED, CNT_DONE, CNT_RR, CNT_SPARE, CNT_READMISSIONS = range(8)
+# tokens, requests done, the round-robin counter, the closed loop's next session, readmissions logged
+CNT_HEAP, CNT_EMIT, CNT_FIN, CNT_COMMITTED, CNT_DONE, CNT_RR, CNT_NEXTSESS, CNT_READMISSIONS = range(8)
 
 LPM_FALLBACK = 128
 IN_BATCH_CHECK = 32
@@ -120,6 +122,16 @@ class SgScratch(NamedTuple):
     rlog_row: np.ndarray   # readmissions after a retraction: row, time, reused tokens
     rlog_ms: np.ndarray
     rlog_reused: np.ndarray
+
+
+class SgLoop(NamedTuple):
+    """What a run under a time cap or in a closed loop needs; other runs pass ``None`` instead, so
+    that their loop is compiled without that code (decision 0285's pattern: adding it to the one
+    loop made 1.6.1's open loop 10-20% slower, decision 0292)."""
+    gap_skip: np.ndarray     # bool[n]: the row's inter-token gaps stay out of the pooled statistics (a
+                             # capped run's requests left in flight, known on a second run)
+    pass_commit: np.ndarray  # int64[W]: prompt tokens the worker's pass in flight commits when it ends
+    sess_first: np.ndarray   # int64[sessions]: each session's first turn (a closed loop starts them in order)
 
 
 # ---------------------------------------------------------------- page keys
@@ -825,8 +837,10 @@ def _arrive_nb(q, pr, s, k, row, now):
 
 
 @kernel
-def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
-    """Run the simulation; returns 0, DEAD_END or ADMIT_OOM, or RECORDS_FULL: grow ``tl``'s
+def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
+    """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, DP_PRESSURE, SIM_CAP (the time cap
+    ``fp[F_CAP]`` stopped it; ``fp[F_NOW]``: the last event processed; ``lp``: an ``SgLoop`` with a cap or
+    a closed loop, else None), or RECORDS_FULL: grow ``tl``'s
     records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
     worker's pass are runs of its passes, its pass ends in ``tl.ring``)."""
     n = q.isl.shape[0]
@@ -834,6 +848,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
     dp = pr[P_DP]
     inf = np.inf
     room = 2 * min(n, W * dp * min(pr[P_MAXRUN], n)) + 64  # (two records a token, in one tick)
+    cap = fp[F_CAP]
+    last = False
+    t_last = 0.0  # the last event processed (fp[F_NOW] when the cap stops the loop)
+    skipping = pr[P_SKIP] != 0  # (read once: the per-token check costs nothing on other runs)
     while s.cnt[CNT_DONE] < n:
         if tl.st[FREE_RECORDS] < room:
             return RECORDS_FULL
@@ -845,6 +863,15 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
         now = min(t_arr, t_end)
         if now == inf:
             return DEAD_END
+        if lp is not None:
+            if cap >= 0.0 and now > cap:
+                # Dynamo 1.4.2's single-worker runtime (one worker, no DP) still processes the first
+                # event beyond the cap; 1.6.1, and 1.4.2's cluster runtime, stop at the cap
+                if v142 is None or W > 1 or dp > 1:
+                    fp[F_NOW] = t_last
+                    return SIM_CAP
+                last = True
+            t_last = now
         # 1. pass completions
         for g in range(W):
             if s.busy[g] <= now:
@@ -869,11 +896,24 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                     if nt != -1:
                         q.ready[nt] = now + q.delay[nt]
                         heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
+                    elif lp is not None:
+                        if pr[P_CONC] > 0 and s.cnt[CNT_NEXTSESS] < lp.sess_first.shape[0]:
+                            # a closed loop: the session's last turn ended, the next session starts now
+                            nt = lp.sess_first[s.cnt[CNT_NEXTSESS]]
+                            s.cnt[CNT_NEXTSESS] += 1
+                            q.ready[nt] = now
+                            heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
                     row = nxt
         # 2. arrivals
         while s.cnt[CNT_HEAP] > 0 and q.ready[s.heap[0]] <= now:
             row = heap_pop_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie)
-            _arrive_nb(q, pr, s, k, row, now)
+            t_arr = now
+            if v142 is not None:
+                if pr[P_CONC] > 0 and W == 1 and dp == 1 and s.busy[0] != inf:
+                    # Dynamo 1.4.2's single-worker runtime releases a closed loop's requests only
+                    # between passes: one ready mid-pass arrives at the pass's end (decision 0240)
+                    t_arr = s.busy[0]
+            _arrive_nb(q, pr, s, k, row, t_arr)
         # 3. idle workers with work run a pass on each rank with work
         progress = True
         while progress:
@@ -893,6 +933,7 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                 defer = s.rounds[g] > 0 and any_running
                 s.cnt[CNT_EMIT] = 0
                 s.cnt[CNT_FIN] = 0
+                committed = s.cnt[CNT_COMMITTED]
                 end = now
                 prefilled = False
                 for r in range(g * dp, (g + 1) * dp):
@@ -922,11 +963,15 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                         q.first_token[row] = end
                     else:
                         gap = end - q.last_token[row]
-                        if run_n > 0 and gap != run_gap:  # runs of equal gaps are pooled at once
-                            _pool_gap_nb(s, run_gap, run_n)
-                            run_n = 0
-                        run_gap = gap
-                        run_n += 1
+                        pool = True
+                        if lp is not None:
+                            pool = not (skipping and lp.gap_skip[row])
+                        if pool:
+                            if run_n > 0 and gap != run_gap:  # runs of equal gaps are pooled at once
+                                _pool_gap_nb(s, run_gap, run_n)
+                                run_n = 0
+                            run_gap = gap
+                            run_n += 1
                         if q.gen[row] == 2:
                             q.second_token[row] = end
                     q.last_token[row] = end
@@ -945,6 +990,12 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, perf, v142):
                         went = True  # all cached, is followed by the next pass at once)
                 if went:
                     s.busy[g] = end
+                    if lp is not None:
+                        lp.pass_commit[g] = s.cnt[CNT_COMMITTED] - committed
                     if end <= now:
                         progress = True
+        if lp is not None:
+            if last:
+                fp[F_NOW] = t_last
+                return SIM_CAP
     return OK
