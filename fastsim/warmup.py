@@ -103,6 +103,16 @@ def _sglang_142():
                                extra_engine_args={"engine_type": "sglang", "block_size": 16})
 
 
+def _sglang_closed():
+    # a SGLang run with a time cap or a closed loop: a variant of the SGLang loop of its own for
+    # each release (decisions 0292, 0293); a synthetic closed loop compiles it
+    from fastsim.api import run_synthetic_trace_replay
+
+    for version in ("1.6.1", "1.4.2"):
+        run_synthetic_trace_replay(40, 4, 2, dynamo_version=version, replay_concurrency=1,
+                                   extra_engine_args={"engine_type": "sglang", "block_size": 16})
+
+
 def _trtllm():
     # the vLLM pass with TRT-LLM's admission (kernels/trtllm.py): the same compiled loop, on two DP ranks
     from fastsim.api import run_synthetic_trace_replay
@@ -124,6 +134,7 @@ STEPS = (("aggregated loop (one worker, a split cluster)", _aggregated),
          ("disaggregated loop", _disaggregated),
          ("SGLang engine", _sglang),
          ("SGLang engine, Dynamo 1.4.2's core", _sglang_142),
+         ("SGLang engine with a time cap or a closed loop (both releases)", _sglang_closed),
          ("TRT-LLM engine", _trtllm),
          (SPECULATIVE_STEP, _speculative))
 
