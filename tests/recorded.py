@@ -78,6 +78,18 @@ def cli_replay(args, folder, tmp_path, capsys, version="1.6.1"):
     return json.loads(rep.read_text()), [json.loads(line) for line in jsonl.read_text().splitlines()]
 
 
+def assert_engines_agree(fast, slow):
+    """Two reports of one run, by the compiled engine and by a reference engine: the per-request
+    times and lengths identical, every numeric summary field within 1e-12."""
+    for col in ("arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens",
+                "output_length"):
+        np.testing.assert_array_equal(fast.requests[col].to_numpy(), slow.requests[col].to_numpy(), err_msg=col)
+    for k, v in slow.summary.items():
+        if k in WALL_FIELDS or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        assert fast.summary[k] == pytest.approx(v, rel=1e-12, abs=1e-12), k
+
+
 def assert_summary_matches(summary, ref):
     """Every numeric field of Dynamo's report ``ref`` within 1e-9 (wall-clock fields aside)."""
     for k, v in ref.items():
