@@ -22,6 +22,8 @@ from fastsim import cli
 from fastsim.config import EngineArgs
 from fastsim.errors import InputError, NotSupportedError
 
+import recorded
+
 DATA = Path(__file__).parent / "data" / "host_offload_161"
 CASES = json.loads((DATA / "cases.json").read_text())
 TINY = str(Path(__file__).parent / "data" / "mooncake_tiny.jsonl")
@@ -139,19 +141,6 @@ def test_flat_offload_names_are_checked_as_142_does():
     assert EngineArgs.from_json('{"num_g2_blocks": 0, "offload_batch_size": 0}').num_g2_blocks == 0
 
 
-def _cli(args, version, tmp_path, capsys):
-    rep, jsonl = tmp_path / "r.json", tmp_path / "r.jsonl"
-    cwd = os.getcwd()
-    os.chdir(DATA)
-    try:
-        assert cli.main(["replay", *args, "--dynamo-version", version, "--report-json", str(rep),
-                         "--report-jsonl", str(jsonl)]) == 0
-    finally:
-        os.chdir(cwd)
-    capsys.readouterr()
-    return json.loads(rep.read_text()), [json.loads(line) for line in jsonl.read_text().splitlines()]
-
-
 def _misses(got, want):
     def rel(a, b):
         return 0.0 if abs(a - b) <= 1e-12 else abs(a - b) / max(abs(b), 1e-12)
@@ -179,7 +168,7 @@ def test_142_runs_its_offload_names_without_effect(tmp_path, capsys):
             json.dumps({"block_size": 64, "num_gpu_blocks": 1500, "kv_bytes_per_token": 131072,
                         "num_g2_blocks": 20000, "bandwidth_g1_to_g2_gbps": 4, "bandwidth_g2_to_g1_gbps": 4,
                         "num_g3_blocks": 1000, "offload_batch_size": 8})]
-    got, mine = _cli(args, "1.4.2", tmp_path, capsys)
+    got, mine = recorded.cli_replay(args, DATA, tmp_path, capsys, version="1.4.2")
     want = json.loads((DATA / "dynamo142_g2_noop.json").read_text())
     misses = _misses(got, want)
     assert not misses, "\n".join(misses)
@@ -224,7 +213,7 @@ def test_recorded_161_case_is_refused_by_name(name, capsys):
 
 @pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.get("runs", 1) == 1 and n not in REFUSED])
 def test_recorded_161_case_matches_dynamo(name, tmp_path, capsys):
-    got, mine = _cli(CASES[name]["args"], "1.6.1", tmp_path, capsys)
+    got, mine = recorded.cli_replay(CASES[name]["args"], DATA, tmp_path, capsys)
     misses = _misses(got, json.loads((DATA / f"{name}.json").read_text()))
     assert not misses, "\n".join(misses)
     assert _timeline(mine) == _timeline(_reference(name))
