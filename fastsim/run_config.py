@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from fastsim.errors import InputError, NotSupportedError
+from fastsim.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,10 +170,3 @@ def worker_rows(num_workers, schedule, planner, max_workers):
         g_cap += max(0, target - cur)
         cur = target
     return g_cap
-
-
-def check_mtp_version(engines, version):
-    """Speculative decoding is reproduced for Dynamo 1.6.1 only."""
-    if version == "1.4.2" and any(e.aic_nextn for e in engines):
-        raise NotSupportedError("aic_nextn (speculative decoding, MTP) is not supported yet by fastsim for "
-                                "--dynamo-version 1.4.2 (it is reproduced for 1.6.1)")

@@ -15,7 +15,7 @@ from fastsim.kernels.rank_state import COMMITTED_TOKENS, READMISSIONS
 from fastsim.pages import with_small_pages
 from fastsim.results import (fleet_frame, gap_columns, history_columns, in_flight_with_gaps, no_readmissions,
                              request_columns, telemetry_frame)
-from fastsim.run_config import (RunConfig, check_gap_statistics, check_kv_event_lag, check_mtp_version,
+from fastsim.run_config import (RunConfig, check_gap_statistics, check_kv_event_lag,
                                 check_schedule, check_telemetry, history_kept, readmission_log_size, worker_rows)
 from fastsim.state import (build_state, grow_readmission_log, grow_telemetry, initial_table_size,
                            host_view, router_state, settle_unarrived, sharing_groups)
@@ -206,7 +206,6 @@ def simulate(
 
     check_workload(workload)
     check_release(engine, version)
-    check_mtp_version([engine], version)
     if engine.host_offload is not None:
         from fastsim.kv_tiers import check_host_tier_run
 

@@ -11,7 +11,7 @@ from fastsim.errors import InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.workload import session_labels
 from fastsim.results import fleet_frame, gap_columns, in_flight_with_gaps, readmission_columns
-from fastsim.run_config import (check_gap_statistics, check_mtp_version, check_schedule, history_kept,
+from fastsim.run_config import (check_gap_statistics, check_schedule, history_kept,
                                 readmission_log_size, worker_rows)
 from fastsim.sim import load_kernels, check_memory
 from fastsim.state import (block_keys, engine_params, max_tokens, mtp_ranks, request_table, request_timelines,
@@ -127,7 +127,6 @@ def simulate_disagg(
     check_flat_tiers(prefill_engine, version, "prefill engine")
     check_flat_tiers(decode_engine, version, "decode engine")
     check_workload(workload)
-    check_mtp_version([prefill_engine, decode_engine], version)
     check_memory(workload, decode_engine, P + D, kv_router=router_mode == "kv_router",
                  num_workers=f"{P0} prefill + {D0} decode", schedule=schedules["prefill"] + schedules["decode"],
                  pools=[(prefill_engine, P), (decode_engine, D)], kernels_loaded=_LOADED)

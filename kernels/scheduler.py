@@ -367,8 +367,10 @@ def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_hea
     conv_n = 0
     conv_len = 0
     cur = rk.xhead[k]
+    nact = pool.meta[k, NACTIVE]
     if spec is not None:  # speculative decoding: several tokens a step (no steady members then)
-        ne, n_ready, total_len = emit_speculative_nb(p, spec, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g)
+        # (1.4.2's decode time counts the blocks held before the steps grow them)
+        ne, n_ready, total_len, nact = emit_speculative_nb(p, spec, pool, rq, rk, k, pa, ne, pend_head, pend_tail, g)
         cur = -1
     while cur >= 0:
         nxt = xnext[cur]
@@ -407,7 +409,8 @@ def _emit_tokens(p, perf, pool, rq, rk, k, P, ns, nw, pf_n, pf_len, pa, pend_hea
             pf_len = 0
         n_dec = n_ready - pf_n
         if p.stage != PREFILL and n_dec > 0:  # a prefill worker's extra steps take no time (cluster doc C5)
-            decode_ms = step_ms(p, perf, rk, k, pool.meta[k, NACTIVE], total_len - pf_len, n_dec)
+            decode_ms = step_ms(p, perf, rk, k, nact if spec is not None else pool.meta[k, NACTIVE],
+                              total_len - pf_len, n_dec)
         acc[PROGRESS] = 1
     # Completions in running order: explicit emitters merged with the steady members due.
     done_kind = TERM_HANDOFF if p.stage == PREFILL else TERM_COMPLETED

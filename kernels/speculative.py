@@ -48,7 +48,8 @@ def emit_speculative_nb(p, spec, pool, rq, rk, k, pa, ne, pend_head, pend_tail, 
     each, preempting (lifo: the last running, fifo: the first) until that fits; then each draws
     its step's tokens from the rank's sampler and takes them, clipped to what it may still
     generate, with the blocks they need. The ready rows go to ``pa.emit`` from ``ne`` with their
-    token counts in ``pa.burst``; returns (end of the rows, how many, their lengths before)."""
+    token counts in ``pa.burst``; returns (end of the rows, how many, their lengths before, the
+    rank's active blocks before the steps grow them)."""
     isl = rq.isl
     osl = rq.osl
     gen = rq.generated
@@ -106,6 +107,7 @@ def emit_speculative_nb(p, spec, pool, rq, rk, k, pa, ne, pend_head, pend_tail, 
                 emit[j] = emit[i]
                 j += 1
         ne = j
+    nact = pool.meta[k, NACTIVE]  # (after any preemption, before the steps' growth)
     total_len = 0
     for i in range(first, ne):
         r = emit[i]
@@ -125,4 +127,4 @@ def emit_speculative_nb(p, spec, pool, rq, rk, k, pa, ne, pend_head, pend_tail, 
         comp[r] = length + b - 1  # the last token is computed by the next step
     if ne > first:
         pa.acc[PROGRESS] = 1
-    return ne, ne - first, total_len
+    return ne, ne - first, total_len, nact
