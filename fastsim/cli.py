@@ -266,7 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="fastsim",
         usage="%(prog)s [--version] {replay,predict,sweep,plot,plan,warmup} ...",
-        description="Fast re-implementation of NVIDIA Dynamo 1.4.2's offline replay simulator.",
+        description="Fast re-implementation of NVIDIA Dynamo's offline replay simulator (1.6.1 by default, "
+                    "1.4.2 with --dynamo-version). Without a command the arguments are replay's, as "
+                    "`python -m dynamo.replay` takes them.",
     )
     parser.add_argument("--version", action="version", version=f"fastsim {__version__} (fastsim-llm)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog="fastsim")
@@ -895,7 +897,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """The ``fastsim`` command line (what :func:`run`, the console script and ``python -m
     fastsim``, runs); returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in ("-h", "--help", "--version") and (argv[0].startswith("-") or (
+            argv[0] not in _COMMANDS and os.path.exists(argv[0]))):
+        argv.insert(0, "replay")  # Dynamo's replay flags, or a trace file, given as they are
+    args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
@@ -929,6 +935,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if collecting:
             gc.enable()
 
+
+_COMMANDS = ("replay", "predict", "sweep", "plot", "plan", "warmup")
 
 # the commands after which the process ends without tearing down its objects (:func:`run`)
 _QUICK_EXIT_COMMANDS = ("replay", "predict")

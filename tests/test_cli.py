@@ -41,6 +41,18 @@ def test_no_command_prints_help(capsys):
     assert code == 2 and "replay" in err
 
 
+def test_replay_flags_without_a_command(capsys):
+    # `fastsim <flags>` runs what `python -m dynamo.replay <flags>` runs
+    code, out, err = run(capsys, "--input-tokens", "64", "--output-tokens", "4", "--request-count", "3",
+                         "--arrival-interval-ms", "5")
+    assert code == 0 and "3 of 3 requests completed" in out
+    with pytest.raises(SystemExit) as ei:
+        main(["--bogus"])
+    assert ei.value.code == 2 and "fastsim replay: error: unrecognized argument --bogus" in capsys.readouterr().err
+    code, out, err = run(capsys, str(TRACE), "--num-workers", "2")
+    assert code == 0 and "requests completed on 2 workers" in out
+
+
 def test_defaults_match_dynamo():
     ns = replay_ns()
     expected = dict(
