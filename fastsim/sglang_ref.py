@@ -21,9 +21,6 @@ from fastsim.sglang_pages import page_keys_of
 
 # An admission whose KV allocation fails after the budget check passed is not reproduced exactly
 # yet (no recorded case has one): a run that reaches one is refused rather than reported wrongly.
-_NOT_EXACT_DP = ("the SGLang engine ran short of KV cache on an attention-DP rank (an admission held back "
-                 "by the KV budget, or a retraction), which fastsim does not reproduce exactly yet; give "
-                 "the workers more KV (num_gpu_blocks), or run without dp_size")
 _NOT_EXACT = ("the SGLang engine could not allocate KV for a request it had admitted (admission out of "
               "memory), which fastsim does not reproduce exactly yet; give the workers more KV "
               "(num_gpu_blocks) or fewer requests")
@@ -378,7 +375,6 @@ def _prefill_batch(rank):
     rem_total = float((tr.free + tr.evictable) * ps) - reserved
     rem_input, rem_chunk = float(c.max_prefill), float(c.chunk)
     can_run, adm, rejected = [], [], []
-    oom = False
     total_isl = total_prefix = 0
     slots = max(c.max_running - len(rank.running), 0)
     while len(can_run) < slots and rank.waiting:
@@ -406,23 +402,20 @@ def _prefill_batch(rank):
         out_res = 0 if chunk < extend else min(r.remaining, c.clip)
         if charged + out_res >= rem_total or charged > rem_input or charged > rem_chunk:
             rejected.append(r)
-            if charged + out_res >= rem_total and c.dp > 1:
-                rank.waiting[0:0] = rejected
-                raise NotSupportedError(_NOT_EXACT_DP)
             break
         end = start + chunk
+        readmission = r.mat == 0 and r.retracted  # (its first chunk after a retraction)
         if r.mat > 0:
             prefix = rank._extend(r, end)
         else:
             prefix = rank._alloc_new(r, end)
             if prefix is not None:
                 prefix = min(prefix, start)
-        if prefix is None:
+        if prefix is None:  # its locked prefix is no longer evictable: back to the head, batch ends
             rejected.append(r)
-            oom = True
             break
         r.mat, r.alloc = end, _ceil(end, ps)
-        adm.append((r, prefix, end - prefix))
+        adm.append((r, prefix, end - prefix, readmission))
         total_isl += end
         total_prefix += prefix
         rem_total -= charged + out_res
@@ -432,7 +425,7 @@ def _prefill_batch(rank):
         if rem_chunk <= 0.0:
             break
     rank.waiting[0:0] = rejected
-    return can_run, adm, total_isl, total_prefix, oom
+    return can_run, adm, total_isl, total_prefix
 
 
 def _growth(running, ps):
@@ -483,13 +476,11 @@ def _step(rank, batch, emit):
     """A decode step: one token to every request of ``batch`` (a list, changed in place), after
     retracting requests while their next tokens do not fit; returns
     (completed, retracted, decode_len_sum, count)."""
-    c, tr, ps = rank.c, rank.tree, rank.c.ps
+    tr, ps = rank.tree, rank.c.ps
     completed = [r for r in batch if r.remaining == 0]
     batch[:] = [r for r in batch if r.remaining > 0]
     retracted = []
     while (tr.free + tr.evictable) * ps < _growth(batch, ps) and len(batch) > 1:
-        if c.dp > 1 and not c.v142:  # (1.6.1's retractions on DP ranks are not reproduced yet)
-            raise NotSupportedError(_NOT_EXACT_DP)
         idx = min(range(len(batch)), key=lambda i: batch[i].gen)
         r = batch.pop(idx)
         rank._release(r)
@@ -535,13 +526,11 @@ def run_pass(rank, now, modeled, emit, admit, defer=False):
     if c.policy == "lpm":
         _lpm(rank)
     if defer:
-        can_run, adm, total_isl, total_prefix, oom = [], [], 0, 0, False
+        can_run, adm, total_isl, total_prefix = [], [], 0, 0
     else:
-        can_run, adm, total_isl, total_prefix, oom = _prefill_batch(rank)
-    if oom:
-        raise NotSupportedError(_NOT_EXACT)
-    for r, prefix, computed in adm:
-        admit(r, prefix, computed)
+        can_run, adm, total_isl, total_prefix = _prefill_batch(rank)
+    for r, prefix, computed, readmission in adm:
+        admit(r, prefix, computed, readmission)
     n = len(can_run)
     prefill = 0.0
     if n:
@@ -647,7 +636,7 @@ def run_pass_142(rank, now, modeled, emit, admit):
     if oom:
         raise NotSupportedError(_NOT_EXACT)
     for r, prefix, computed in adm:
-        admit(r, prefix, computed)
+        admit(r, prefix, computed, False)
     n = len(can_run)
     prefill = 0.0
     if n:
@@ -775,7 +764,7 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
                 def emit(r):
                     emitted.append(r.row)
 
-                def admit(r, prefix, computed):
+                def admit(r, prefix, computed, readmission):
                     committed[0] += computed
                     if not admitted[r.row]:
                         admitted[r.row] = True
@@ -784,6 +773,8 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
                         first_reused[r.row] = prefix
                     elif cfg.v142:  # 1.4.2 reports the most reused over a request's admissions (every chunk)
                         reused[r.row] = max(reused[r.row], prefix)
+                    elif readmission:  # 1.6.1 the last admission's
+                        reused[r.row] = prefix
 
                 end = now
                 # prefill_decode_interval is kept per group: after any rank's prefill, every rank

@@ -101,7 +101,7 @@ def columns(q, s, num_workers, dp, tl, v142=None):
         "second_token_ms": q.second_token, "last_token_ms": q.last_token, "terminal_ms": q.terminal,
         "status": q.status.astype(np.int8), "input_length": q.isl, "requested_output_length": q.osl,
         "output_length": q.gen.copy(),
-        # 1.4.2 reports the most reused over a request's admissions, 1.6.1 the first admission's
+        # 1.4.2 reports the most reused over a request's admissions, 1.6.1 the last admission's (below)
         "reused_tokens": q.reused if v142 is None else v142.reused_most, "first_reused_tokens": q.reused.copy(),
         "worker_idx": q.rank.copy(),  # the rank: 1.6.1's records name the worker and its DP rank
         "preemptions": np.zeros(n, np.int64),
@@ -120,6 +120,13 @@ def columns(q, s, num_workers, dp, tl, v142=None):
             raise RuntimeError(f"{name}: {int(tl.wf[o])} gaps folded at completion, {cnt} pooled")
         gaps[f"{name}_welford"] = (cnt, float(tl.wf[o + 1]), float(tl.wf[o + 2]))
     m = int(s.cnt[CNT_READMISSIONS])
+    if v142 is None and m:
+        # 1.6.1 reports the reuse of a request's last admission (a readmission after a retraction
+        # can find more of its prompt cached); the log is in time order
+        last = q.reused.copy()
+        rows, idx = np.unique(s.rlog_row[:m][::-1], return_index=True)
+        last[rows] = s.rlog_reused[:m][::-1][idx]
+        cols["reused_tokens"] = last
     order = np.argsort(s.rlog_row[:m], kind="stable")
     cols["preemptions"] = np.bincount(s.rlog_row[:m], minlength=n).astype(np.int64)
     cols.update(readmit_row=s.rlog_row[:m][order], readmit_ms=s.rlog_ms[:m][order],

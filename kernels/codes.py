@@ -42,11 +42,11 @@ ROUND_ROBIN, KV_ROUTER = 0, 1
 
 # ---- why the event loop returned to Python -----------------------------------------------------
 # OK: the run ended; the others ask Python to grow a table, call the planner, or report a stop
-# (ADMIT_OOM, DP_PRESSURE: the SGLang engine's refusals, kernels/sglang.py; HOST_TIER_STOP: the
+# (ADMIT_OOM: the SGLang engine's refusal, kernels/sglang.py; HOST_TIER_STOP: the
 # host KV tier met what fastsim does not simulate, kernels/host_offload.py; RECORDS_FULL: grow the
 # token-time records, kernels/timelines.py)
-OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL, ADMIT_OOM, DP_PRESSURE, \
-    HOST_TIER_STOP, RECORDS_FULL = range(12)
+OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL, ADMIT_OOM, \
+    HOST_TIER_STOP, RECORDS_FULL = range(11)
 
 
 def outcome_of(status: np.ndarray, failed: bool = False) -> np.ndarray:

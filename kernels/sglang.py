@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
+from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
                                    RECORDS_FULL, SIM_CAP)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
@@ -425,8 +425,7 @@ def _fin_nb(s, row):
 
 @llvm_inline
 def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
-    """One pass of rank ``r`` at ``now``; returns its end time, or -1.0 when an admission ran out
-    of KV, -2.0 when KV ran short on a DP rank (neither reproduced exactly yet)."""
+    """One pass of rank ``r`` at ``now``; returns its end time."""
     ps = pr[P_PS]
     if pr[P_LPM]:
         _lpm_nb(q, pr, s, t, k, r)
@@ -472,8 +471,6 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
             out_res = 0 if chunk < extend else min(q.osl[row] - q.gen[row], pr[P_CLIP])
             if charged + out_res >= rem_total or charged > rem_input or charged > rem_chunk:
                 _w_push_front(q, k, r, row)
-                if charged + out_res >= rem_total and pr[P_DP] > 1:
-                    return -2.0  # KV pressure on a DP rank: not reproduced exactly yet
                 break
             end = start + chunk
             fresh = q.mat[row] == 0
@@ -484,7 +481,10 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
                 if prefix >= 0:
                     prefix = min(prefix, start)
             if prefix < 0:
-                return -1.0
+                # the pages its matched prefix locked are no longer evictable: Dynamo puts it back
+                # at the head of the queue and ends the batch (decision 0294)
+                _w_push_front(q, k, r, row)
+                break
             q.mat[row] = end
             q.alloc[row] = _ceil(end, ps)
             s.cnt[CNT_COMMITTED] += end - prefix  # committed prefill tokens
@@ -548,8 +548,6 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
                 if victim == -1 or q.gen[row] < q.gen[victim]:
                     victim = row
                 row = q.rnext[row]
-            if pr[P_DP] > 1:
-                return -2.0
             _r_remove(q, k, r, victim)
             _release_nb(q, t, r, victim)
             s.rows2[nret] = victim
@@ -838,7 +836,7 @@ def _arrive_nb(q, pr, s, k, row, now):
 
 @kernel
 def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
-    """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, DP_PRESSURE, SIM_CAP (the time cap
+    """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, SIM_CAP (the time cap
     ``fp[F_CAP]`` stopped it; ``fp[F_NOW]``: the last event processed; ``lp``: an ``SgLoop`` with a cap or
     a closed loop, else None), or RECORDS_FULL: grow ``tl``'s
     records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
@@ -942,8 +940,6 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
                             e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf)
                         else:
                             e = rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v142)
-                        if e == -2.0:
-                            return DP_PRESSURE
                         if e < 0.0:
                             return ADMIT_OOM
                         end = max(end, e)

@@ -1,7 +1,8 @@
 """The SGLang engine (engine_type sglang) against Dynamo 1.6.1's recorded outputs.
 
-Cases in tests/data/sglang_161 (cases.tsv, recorded by tests/data/record_tsv.py): every report field within
-1e-9 and every request's admission, first and last token times and reused tokens to the ns.
+Cases in tests/data/sglang_161 and, with KV pressure on attention-DP ranks, sglang_dp_161 (cases.tsv,
+recorded by tests/data/record_tsv.py): every report field within 1e-9 and every request's
+admission, first and last token times and reused tokens to the ns.
 """
 
 import json
@@ -15,26 +16,32 @@ from fastsim.config import EngineArgs
 from fastsim.errors import InputError, NotSupportedError
 
 DATA = Path(__file__).parent / "data" / "sglang_161"
+DATA_DP = Path(__file__).parent / "data" / "sglang_dp_161"
 REF161 = Path(__file__).parent / "data" / "reference_161"
 CASES = recorded.cases(DATA)
+CASES_DP = recorded.cases(DATA_DP)
 
 
-# Recorded cases fastsim does not reproduce yet: refused (NotSupportedError) or known to differ.
-REFUSED = {"poisson_dp2"}  # KV pressure on DP ranks (decisions/0290)
+# Recorded cases fastsim does not reproduce yet (known to differ).
 DIFFERS = set()
 
 
 @pytest.mark.parametrize("name,args", CASES, ids=[c[0] for c in CASES])
 def test_case_matches_dynamo_161(name, args):
-    if name in REFUSED:
-        with pytest.raises(NotSupportedError):
-            recorded.replay(args, DATA)
-        return
     if name in DIFFERS:
         pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0290")
-    rep = recorded.replay(args, DATA)
-    recorded.assert_summary_matches(rep.summary, json.loads((DATA / f"{name}.json").read_text()))
-    rows = recorded.per_request(DATA, name)
+    compare_with_dynamo(DATA, name, args)
+
+
+@pytest.mark.parametrize("name,args", CASES_DP, ids=[c[0] for c in CASES_DP])
+def test_dp_pressure_case_matches_dynamo_161(name, args):
+    compare_with_dynamo(DATA_DP, name, args)
+
+
+def compare_with_dynamo(folder, name, args):
+    rep = recorded.replay(args, folder)
+    recorded.assert_summary_matches(rep.summary, json.loads((folder / f"{name}.json").read_text()))
+    rows = recorded.per_request(folder, name)
     order = None
     if rows[0]["session_id"] is not None:  # multi-turn synthetic: session K's turn t is row K * turns + t
         turns = int(args.split("--turns-per-session")[1].split()[0]) if "--turns-per-session" in args else 1
@@ -73,9 +80,8 @@ def test_not_yet(kw, err):
         run_synthetic_trace_replay(256, 8, 10, arrival_interval_ms=10.0, **args)
 
 
-
-
-@pytest.mark.parametrize("name", ["F03_pressure", "lpm_2w_trace", "dp4_interval", "tight_page16", "clip_small"])
+@pytest.mark.parametrize("name", ["F03_pressure", "lpm_2w_trace", "dp4_interval", "tight_page16", "clip_small",
+                                  "poisson_dp2"])
 def test_compiled_engine_equals_reference(name, monkeypatch):
     """The compiled engine (kernels/sglang.py, kernels/radix.py) against the plain-Python one
     (fastsim/sglang_ref.py): every per-request column identical, the report within 1e-12."""
@@ -97,14 +103,16 @@ def test_vllm_knob_on_sglang_is_refused():
         EngineArgs.from_json('{"engine":{"backend":"sglang","prefill_schedule_interval":4}}')
 
 
-@pytest.mark.parametrize("name", ["F03_pressure", "dp4_interval", "tight_page16"])
-def test_records_match_dynamo_161(name, tmp_path):
+@pytest.mark.parametrize("folder,name", [(DATA, "F03_pressure"), (DATA, "dp4_interval"), (DATA, "tight_page16"),
+                                         (DATA, "poisson_dp2"), (DATA_DP, "dp2_tight_retract"),
+                                         (DATA_DP, "dp4_tight")])
+def test_records_match_dynamo_161(folder, name, tmp_path):
     """1.6.1's per-request records: routing (worker and DP rank) and admission histories, the
     readmissions after retractions included (synthetic single turns: uuids are the row + 1)."""
-    rep = recorded.replay(dict(CASES)[name], DATA)
+    rep = recorded.replay(dict(recorded.cases(folder))[name], folder)
     rep.to_jsonl(tmp_path / "r.jsonl")
     mine = {r["uuid"]: r for r in map(json.loads, open(tmp_path / "r.jsonl"))}
-    theirs = recorded.per_request(DATA, name)
+    theirs = recorded.per_request(folder, name)
     assert len(mine) == len(theirs)
     for t in theirs:
         m = mine[t["uuid"]]
