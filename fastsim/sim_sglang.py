@@ -54,7 +54,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                          chunk=s.chunked_prefill_size // (dp if version == "1.6.1" else 1),
                          clip=s.clip_max_new_tokens,
                          # and makes the schedule 0.3 times as conservative (the new-token ratio
-                         # starts at 0.21 instead of 0.7: decision 0294)
+                         # starts at 0.21 instead of 0.7: decision 0278)
                          conservativeness=s.schedule_conservativeness * (0.3 if dp > 1 and version == "1.6.1" else 1.0),
                          max_running=int(engine.max_num_seqs) if engine.max_num_seqs is not None else 1 << 62,
                          interval=s.prefill_decode_interval, dp=dp, v142=version == "1.4.2")

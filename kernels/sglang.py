@@ -482,7 +482,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
                     prefix = min(prefix, start)
             if prefix < 0:
                 # the pages its matched prefix locked are no longer evictable: Dynamo puts it back
-                # at the head of the queue and ends the batch (decision 0294)
+                # at the head of the queue and ends the batch (decision 0278)
                 _w_push_front(q, k, r, row)
                 break
             q.mat[row] = end
