@@ -16,8 +16,9 @@ ai-dynamo==1.4.2), Dynamo 1.6.1 from ``--dynamo161-python`` and ``--dynamo161-ru
 ``$DYNAMO161_PYTHON`` and ``$DYNAMO161_RUNNER``: a Python with ai-dynamo==1.6.1 and the script
 that gives it 1.4.2's command line); each is skipped, with a note, when absent or broken.
 The fastsim under test is whatever ``import fastsim`` finds for this Python (its path is printed).
-fastsim replays in its default mode (Dynamo 1.4.2's rules), so its numbers are checked against
-1.4.2's only.
+fastsim replays in its default mode (Dynamo 1.6.1's rules), so its numbers are checked against
+1.6.1's when 1.6.1 is run, else against 1.4.2's; ``--fastsim-args '--dynamo-version 1.4.2'`` pins
+1.4.2's rules and checks against 1.4.2.
 
 The ``trace`` grid also times fastsim in one process (``--inprocess N`` calls of its command
 line's ``main`` after a warm-up call): the whole call, the report's ``wall_time_ms`` and the
@@ -195,7 +196,7 @@ def build_grid(name: str, quick: bool, data: Path, scratch: Path) -> list:
     if name == "kv":  # KV-aware routing at the cluster sizes of the cluster grid
         n, workers = (2000, (4,)) if quick else (100_000, (4, 16, 64))
         return [kv_router(n, w) for w in workers]
-    if name == "mtp":  # speculative decoding (Dynamo 1.6.1's numbers; 1.4.2 samples otherwise)
+    if name == "mtp":  # speculative decoding
         return [mtp(n, w) for n, w in (((1000, 1),) if quick else ((10_000, 1), (100_000, 4)))]
     if name == "disagg":
         return [disagg(n, 2, 4) for n in ((1000,) if quick else (1000, 10_000, 100_000))]
