@@ -555,9 +555,6 @@ def _validate_mtp(obj: EngineArgs, source: str) -> None:
     if obj.decode_speedup_ratio != 1.0:
         raise InputError(f"{source}: aic_nextn requires decode_speedup_ratio = 1.0 (the burst sampling "
                          f"models MTP's speedup), got {obj.decode_speedup_ratio}")
-    if obj.engine_type == "sglang":
-        raise NotSupportedError(f"{source}: field 'aic_nextn' is not supported yet by fastsim with the "
-                                "SGLang engine (speculative decoding (MTP) is modelled for vLLM)")
 
 
 def _validate(obj: EngineArgs, source: str) -> None:

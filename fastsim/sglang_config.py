@@ -74,8 +74,7 @@ def check_sglang_args(obj, source: str) -> None:
                          f"block_size, got chunked_prefill_size={chunk}, block_size={obj.block_size}")
     for name, default, why in (("worker_type", "aggregated", "disaggregated serving"),
                                ("enable_prefix_caching", True, "SGLang without its radix cache"),
-                               ("max_model_len", None, "max_model_len"),
-                               ("aic_nextn", None, "speculative decoding")):
+                               ("max_model_len", None, "max_model_len")):
         if getattr(obj, name) != default:
             raise NotSupportedError(f"{source}: field '{name}' with engine_type=sglang is not supported yet by "
                                     f"fastsim ({why} on the SGLang engine)")

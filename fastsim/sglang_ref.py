@@ -17,6 +17,7 @@ import numpy as np
 
 from fastsim.errors import NotSupportedError
 from fastsim.kernels.codes import OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
+from fastsim.rust_rng import StdRng
 from fastsim.sglang_pages import page_keys_of
 
 # An admission whose KV allocation fails after the budget check passed is not reproduced exactly
@@ -232,6 +233,7 @@ class Req:
     cached: int = 0       # tokens on the tree path (locked at last)
     last: object = None
     retracted: bool = False
+    step: int = 1         # tokens taken in its last decode step
 
     @property
     def seq(self):
@@ -271,6 +273,18 @@ class Rank:
         self.decode_ms = decode_ms
         self.prefilled = False
         self.committed = 0
+        self.mtp = None  # speculative decoding: (acceptance rates, the rank's StdRng)
+
+    def draw_step(self):
+        """Tokens one decode step yields: 1 + the draft positions accepted before the first
+        rejection (rand's random_bool: a rate of 1 draws nothing)."""
+        rates, rng = self.mtp
+        b = 1
+        for p in rates:
+            if p != 1.0 and not rng.next_u64() < int(p * 2.0 ** 64):
+                break
+            b += 1
+        return b
 
     def busy(self):
         return bool(self.waiting or self.running)
@@ -428,10 +442,10 @@ def _prefill_batch(rank):
     return can_run, adm, total_isl, total_prefix
 
 
-def _growth(running, ps):
+def _growth(running, ps, max_burst=1):
     g = 0
     for r in running:
-        burst = min(1, r.remaining)
+        burst = min(max_burst, r.remaining)
         g += max(_ceil(r.seq + burst, ps) - r.alloc, 0)
     return g
 
@@ -480,13 +494,14 @@ def _step(rank, batch, emit):
     completed = [r for r in batch if r.remaining == 0]
     batch[:] = [r for r in batch if r.remaining > 0]
     retracted = []
-    while (tr.free + tr.evictable) * ps < _growth(batch, ps) and len(batch) > 1:
+    max_burst = 1 if rank.mtp is None else len(rank.mtp[0]) + 1
+    while (tr.free + tr.evictable) * ps < _growth(batch, ps, max_burst) and len(batch) > 1:
         idx = min(range(len(batch)), key=lambda i: batch[i].gen)
         r = batch.pop(idx)
         rank._release(r)
         r.retracted = True
         retracted.append(r)
-    g = _growth(batch, ps) // ps
+    g = _growth(batch, ps, max_burst) // ps
     if g > tr.free:
         tr.evict(g - tr.free)
     total = sum(r.seq for r in batch)
@@ -497,12 +512,15 @@ def _step(rank, batch, emit):
         return completed, retracted, None, n  # reservation failed: no tokens this pass
     keep = []
     for r in batch:
-        _append_token(rank, r)
-        emit(r)
-        if r.gen >= r.osl:
-            completed.append(r)
-        else:
+        r.step = 1 if rank.mtp is None else min(rank.draw_step(), r.remaining)
+        for _ in range(r.step):
+            _append_token(rank, r)
+            emit(r)
+            if r.gen >= r.osl:
+                completed.append(r)
+                break
             rank._cache_prefix(r, r.mat)
+        else:
             keep.append(r)
     batch[:] = keep
     return completed, retracted, total, n
@@ -512,9 +530,10 @@ RETRACT_DECODE_STEPS = 20
 
 
 def _retract_ratio(running):
-    """The new-token ratio re-estimated at a retraction from the requests that stay: their decode-step
-    tokens (the prefill's first token left out) plus 20 steps each, over their output lengths."""
-    decoded = sum(r.gen - 1 for r in running)
+    """The new-token ratio re-estimated at a retraction from the requests that stay: their output
+    tokens before the step (``step``: the tokens each took in it) plus 20 steps each, over their
+    output lengths."""
+    decoded = sum(r.gen - r.step for r in running)
     max_new = sum(r.osl for r in running)
     return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / max_new) if max_new else 1.0
 
@@ -664,8 +683,9 @@ def run_pass_142(rank, now, modeled, emit, admit):
     return end, completed
 
 
-def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, decode_speedup=1.0):
-    """Run ``workload`` on ``num_workers`` SGLang workers of ``dp`` ranks each, round robin.
+def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, decode_speedup=1.0, mtp=None):
+    """Run ``workload`` on ``num_workers`` SGLang workers of ``dp`` ranks each, round robin
+    (``mtp``: speculative decoding's acceptance rates and each rank's seed).
 
     Returns a dict of per-request columns and the list of every inter-token gap (ms)."""
     from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
@@ -694,6 +714,9 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
         return float(modeled_ms_nb(raw, speedup if c_speed else speedup * decode_speedup))
 
     ranks = [Rank(cfg, prefill_ms, decode_ms) for _ in range(num_workers * dp)]
+    if mtp is not None:
+        for rk, seed in zip(ranks, mtp[1]):
+            rk.mtp = (mtp[0], StdRng(seed))
     for rk in ranks:
         rk.modeled = modeled
     busy_until = [None] * num_workers

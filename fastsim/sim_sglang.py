@@ -22,6 +22,28 @@ def _not_yet(what: str) -> NotSupportedError:
                              "(the SGLang engine runs aggregated round-robin replays of Dynamo 1.6.1 and 1.4.2)")
 
 
+def _mtp_draws(engine, n_ranks):
+    """(acceptance rates, each rank's seed: ``aic_mtp_seed`` plus its index, as on the vLLM
+    engine) of a run with speculative decoding (decision 0279), else None."""
+    if not engine.aic_nextn:
+        return None
+    from fastsim.state import mtp_ranks
+
+    kw = mtp_ranks(engine, n_ranks, 1)
+    return kw["mtp_rates"], kw["mtp_seeds"]
+
+
+def _speculation(engine, n_ranks, n_requests):
+    """The compiled loop's ``SgSpec`` of a run with speculative decoding, else None."""
+    draws = _mtp_draws(engine, n_ranks)
+    if draws is None:
+        return None
+    from fastsim.kernels.mtp import accept_thresholds, new_streams
+    from fastsim.kernels.sglang import SgSpec
+
+    return SgSpec(accept_thresholds(draws[0]), new_streams(draws[1]), np.ones(n_requests, np.int64))
+
+
 def simulate_sglang(workload, engine, *, num_workers, router_mode, version, replay_concurrency,
                     max_sim_time_ms, scaling_schedule, planner, telemetry_interval_ms, sla, reference=False):
     """The :class:`fastsim.report.Report` of ``workload`` on SGLang workers (``reference``: run the
@@ -33,6 +55,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
 
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
+    if engine.aic_nextn and version == "1.4.2":
+        raise NotSupportedError("speculative decoding (aic_nextn) on the SGLang engine is not supported yet by "
+                                "fastsim for --dynamo-version 1.4.2 (it is reproduced for 1.6.1)")
     if (max_sim_time_ms is not None or replay_concurrency) and reference:
         raise NotSupportedError("a time cap or a closed loop with the plain-Python SGLang reference engine is not "
                                 "supported yet")
@@ -77,12 +102,14 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         v142 = sglang_state.table_142(workload) if cfg.v142 else None  # (None: 1.6.1's loop, compiled apart)
         # a run without a cap or a closed loop passes no SgLoop: its loop is compiled without them
         looped = max_sim_time_ms is not None or bool(replay_concurrency)
-        run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142)))
+        spec = _speculation(engine, num_workers * dp, workload.n_requests)
+        run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142,
+                                                        spec)))
     t0 = time.perf_counter()
     if reference:  # the plain-Python engine (slow; the tests compare the two)
         cols, gap_list, committed, _ = sglang_ref.simulate(
             workload, cfg, perf, num_workers=num_workers, dp=dp, speedup=float(engine.speedup_ratio),
-            decode_speedup=float(engine.decode_speedup_ratio))
+            decode_speedup=float(engine.decode_speedup_ratio), mtp=_mtp_draws(engine, num_workers * dp))
         gaps = make_gap_stats(gap_list)
     else:
         log_size, ring, gap_skip = None, 0, None
@@ -90,10 +117,10 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             q, pr, fp, s, t, k, tl, lp = state
             if not looped:
                 lp = None
-            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142)
+            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec)
             while status == RECORDS_FULL:
                 tl = grow_records(tl)
-                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142)
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec)
             if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif tl.st[LOST]:  # a request's token times left its worker's ring: a wider one
@@ -107,6 +134,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                 break
             state = build(log_size, ring, gap_skip)
             v142 = sglang_state.table_142(workload) if cfg.v142 else None
+            spec = _speculation(engine, num_workers * dp, workload.n_requests)  # (its generators from the start)
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
         if status == DEAD_END:

@@ -29,7 +29,8 @@ from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 from fastsim.kernels.radix import dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
 from fastsim.kernels.stats import dd_index_nb
-from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ring_put
+from fastsim.kernels.mtp import sample_burst_nb
+from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, note_tokens_at, ring_put
 
 # Params indices (int64 array)
 # (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped)
@@ -122,6 +123,14 @@ class SgScratch(NamedTuple):
     rlog_row: np.ndarray   # readmissions after a retraction: row, time, reused tokens
     rlog_ms: np.ndarray
     rlog_reused: np.ndarray
+
+
+class SgSpec(NamedTuple):
+    """Speculative decoding (MTP) on the SGLang engine (decision 0279); other runs pass ``None``
+    instead, so that their loop is compiled without it."""
+    thresholds: np.ndarray  # uint64[nextn]: the draft positions' acceptance thresholds (kernels/mtp.py)
+    streams: np.ndarray     # uint32[ranks, mtp.ROW]: each rank's generator
+    burst: np.ndarray       # int64[n]: tokens the row took in the pass just run (1 otherwise)
 
 
 class SgLoop(NamedTuple):
@@ -400,6 +409,33 @@ def _growth_nb(q, pr, k, r):
 
 
 @inline
+def _growth_burst_nb(q, pr, k, r, max_burst):
+    """``_growth_nb`` for steps of up to ``max_burst`` tokens (speculative decoding): the pages of
+    each request's largest possible step."""
+    ps = pr[P_PS]
+    g = 0
+    total = 0
+    row = k.rh[r]
+    while row != -1:
+        seq = q.isl[row] + q.gen[row]
+        total += seq
+        rem = q.osl[row] - q.gen[row]
+        if rem > 0:
+            need = _ceil(seq + min(max_burst, rem), ps) - q.alloc[row]
+            if need > 0:
+                g += need
+        row = q.rnext[row]
+    return g, total
+
+
+@inline
+def _decode_growth_nb(q, pr, k, r, spec):
+    if spec is None:
+        return _growth_nb(q, pr, k, r)
+    return _growth_burst_nb(q, pr, k, r, spec.thresholds.shape[0] + 1)
+
+
+@inline
 def _append_token_nb(q, pr, t, r, row):
     ps = pr[P_PS]
     if q.mat[row] % ps == 0:
@@ -423,9 +459,32 @@ def _fin_nb(s, row):
     s.cnt[CNT_FIN] += 1
 
 
+@inner
+def _burst_tokens_nb(q, pr, s, t, k, r, spec):
+    """A decode step's tokens with speculative decoding: each running request, in order, draws
+    its step from the rank's generator (clipped to what it may still generate) and takes its
+    tokens one by one, caching each completed page, until it completes (decision 0279)."""
+    row = k.rh[r]
+    while row != -1:
+        nxt = q.rnext[row]
+        b = min(sample_burst_nb(spec.thresholds, spec.streams, r), q.osl[row] - q.gen[row])
+        spec.burst[row] = b
+        for _ in range(b):
+            _append_token_nb(q, pr, t, r, row)
+            if q.gen[row] >= q.osl[row]:
+                break
+            _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+        _emit_nb(s, row)
+        if q.gen[row] >= q.osl[row]:
+            _r_remove(q, k, r, row)
+            _fin_nb(s, row)
+        row = nxt
+
+
 @llvm_inline
-def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
-    """One pass of rank ``r`` at ``now``; returns its end time."""
+def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec):
+    """One pass of rank ``r`` at ``now``; returns its end time (``spec``: an ``SgSpec`` with
+    speculative decoding, else None)."""
     ps = pr[P_PS]
     if pr[P_LPM]:
         _lpm_nb(q, pr, s, t, k, r)
@@ -540,7 +599,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
                 _r_remove(q, k, r, row)
                 _fin_nb(s, row)
             row = nxt
-        grow, total = _growth_nb(q, pr, k, r)
+        grow, total = _decode_growth_nb(q, pr, k, r, spec)
         while (t.free[r] + t.evictable[r]) * ps < grow and k.rn[r] > 1:
             victim = -1
             row = k.rh[r]
@@ -552,7 +611,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
             _release_nb(q, t, r, victim)
             s.rows2[nret] = victim
             nret += 1
-            grow, total = _growth_nb(q, pr, k, r)
+            grow, total = _decode_growth_nb(q, pr, k, r, spec)
         g = grow // ps
         if g > t.free[r]:
             evict_nb(t, r, g - t.free[r])
@@ -561,17 +620,20 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
             active = min(total, pr[P_PAGES] * ps)
             end_t = start_t + modeled_ms_nb(
                 decode_time_nb(perf, active, total // cnt, pr[P_PAGES] * ps), fp[F_SPEED] * fp[F_DSPEED])
-            row = k.rh[r]
-            while row != -1:
-                nxt = q.rnext[row]
-                _append_token_nb(q, pr, t, r, row)
-                _emit_nb(s, row)
-                if q.gen[row] >= q.osl[row]:
-                    _r_remove(q, k, r, row)
-                    _fin_nb(s, row)
-                else:
-                    _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
-                row = nxt
+            if spec is not None:
+                _burst_tokens_nb(q, pr, s, t, k, r, spec)
+            else:
+                row = k.rh[r]
+                while row != -1:
+                    nxt = q.rnext[row]
+                    _append_token_nb(q, pr, t, r, row)
+                    _emit_nb(s, row)
+                    if q.gen[row] >= q.osl[row]:
+                        _r_remove(q, k, r, row)
+                        _fin_nb(s, row)
+                    else:
+                        _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+                    row = nxt
     for i in range(fin0, s.cnt[CNT_FIN]):
         _finish_nb(q, pr, s, t, r, s.fin[i])
     if n == 0:
@@ -582,7 +644,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
             max_new = 0
             row = k.rh[r]
             while row != -1:
-                decoded += q.gen[row] - 1
+                decoded += q.gen[row] - (1 if spec is None else spec.burst[row])  # (before the step)
                 max_new += q.osl[row]
                 row = q.rnext[row]
             est = 1.0
@@ -834,8 +896,46 @@ def _arrive_nb(q, pr, s, k, row, now):
     _w_push_back(q, k, r, row)
 
 
+@inner
+def _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping):
+    """The tokens of a group pass with speculative decoding, all stamped ``end``: a row's step of
+    ``b`` tokens adds one gap since its last token and ``b - 1`` gaps of 0 (ITL only: a zero gap
+    adds nothing to the throughput per user), as the vLLM engine's ``stamp_bursts`` does."""
+    zeros = 0
+    run_gap = 0.0
+    run_n = 0
+    for i in range(s.cnt[CNT_EMIT]):
+        row = s.emit[i]
+        b = spec.burst[row]
+        spec.burst[row] = 1
+        note_tokens_at(tl, row, end, np.int64(b))
+        m = q.gen[row]
+        lo = m - b + 1  # the index of this step's first token
+        if lo == 1:
+            q.first_token[row] = end
+        if lo <= 2 and m >= 2:
+            q.second_token[row] = end
+        pool = True
+        if lp is not None:
+            pool = not (skipping and lp.gap_skip[row])
+        if pool:
+            if lo > 1:
+                gap = end - q.last_token[row]
+                if run_n > 0 and gap != run_gap:
+                    _pool_gap_nb(s, run_gap, run_n)
+                    run_n = 0
+                run_gap = gap
+                run_n += 1
+            zeros += b - 1
+        q.last_token[row] = end
+    if run_n > 0:
+        _pool_gap_nb(s, run_gap, run_n)
+    if zeros > 0:
+        _pool_gap_nb(s, 0.0, zeros)
+
+
 @kernel
-def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
+def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec):
     """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, SIM_CAP (the time cap
     ``fp[F_CAP]`` stopped it; ``fp[F_NOW]``: the last event processed; ``lp``: an ``SgLoop`` with a cap or
     a closed loop, else None), or RECORDS_FULL: grow ``tl``'s
@@ -937,7 +1037,7 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
                 for r in range(g * dp, (g + 1) * dp):
                     if k.wn[r] > 0 or k.rn[r] > 0:
                         if v142 is None:
-                            e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf)
+                            e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec)
                         else:
                             e = rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v142)
                         if e < 0.0:
@@ -952,7 +1052,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
                 run_gap = 0.0
                 run_n = 0
                 P = tl.ring_hi[g]  # the worker's pass, in its ring of pass ends
-                for i in range(s.cnt[CNT_EMIT]):
+                if spec is not None:
+                    _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping)
+                for i in range(s.cnt[CNT_EMIT] if spec is None else 0):
                     row = s.emit[i]
                     note_token(tl, row, np.int64(g), P, end, np.int64(-1), q.gen[row])
                     if q.gen[row] == 1:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import recorded
+from fastsim.api import run_synthetic_trace_replay
 from fastsim.config import EngineArgs, accept_rates
 from fastsim.errors import InputError, NotSupportedError
 from fastsim.kernels.jit import kernel
@@ -130,5 +131,6 @@ def test_bad_settings(args, err):
 
 
 def test_not_yet():
-    with pytest.raises(NotSupportedError, match="SGLang engine"):
-        EngineArgs.from_json('{"engine": {"backend": "sglang", "aic_nextn": 2}}')
+    sglang = {"engine": {"backend": "sglang", "aic_nextn": 2}}
+    with pytest.raises(NotSupportedError, match="SGLang engine is not supported yet by fastsim for --dynamo-version 1.4.2"):
+        run_synthetic_trace_replay(100, 10, 5, arrival_interval_ms=5.0, extra_engine_args=sglang, dynamo_version="1.4.2")

@@ -17,9 +17,15 @@ from fastsim.errors import InputError, NotSupportedError
 
 DATA = Path(__file__).parent / "data" / "sglang_161"
 DATA_DP = Path(__file__).parent / "data" / "sglang_dp_161"
+DATA_MTP = Path(__file__).parent / "data" / "sglang_mtp_161"
 REF161 = Path(__file__).parent / "data" / "reference_161"
 CASES = recorded.cases(DATA)
 CASES_DP = recorded.cases(DATA_DP)
+CASES_MTP = recorded.cases(DATA_MTP)
+# k2_dp2_tight (speculative decoding, DP 2, KV pressure with retractions): from 15633.12 ms on,
+# Dynamo admits a request one pass earlier; fastsim's budget falls 0.23 tokens short, as if
+# Dynamo's new-token ratio had decayed once more on that rank (decision 0279)
+DIFFERS_MTP = {"k2_dp2_tight"}
 
 
 # Recorded cases fastsim does not reproduce yet (known to differ).
@@ -36,6 +42,19 @@ def test_case_matches_dynamo_161(name, args):
 @pytest.mark.parametrize("name,args", CASES_DP, ids=[c[0] for c in CASES_DP])
 def test_dp_pressure_case_matches_dynamo_161(name, args):
     compare_with_dynamo(DATA_DP, name, args)
+
+
+@pytest.mark.parametrize("name,args", CASES_MTP, ids=[c[0] for c in CASES_MTP])
+def test_speculative_case_matches_dynamo_161(name, args):
+    if name in DIFFERS_MTP:
+        pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0279")
+    compare_with_dynamo(DATA_MTP, name, args)
+
+
+@pytest.mark.parametrize("name", ["k3_tight", "k2_dp2_interval", "k2_short_outputs"])
+def test_speculative_engine_equals_reference(name, monkeypatch):
+    """Speculative decoding: the compiled engine against the plain-Python one."""
+    _engines_agree(DATA_MTP, name, monkeypatch)
 
 
 def compare_with_dynamo(folder, name, args):
@@ -85,16 +104,20 @@ def test_not_yet(kw, err):
 def test_compiled_engine_equals_reference(name, monkeypatch):
     """The compiled engine (kernels/sglang.py, kernels/radix.py) against the plain-Python one
     (fastsim/sglang_ref.py): every per-request column identical, the report within 1e-12."""
+    _engines_agree(DATA, name, monkeypatch)
+
+
+def _engines_agree(folder, name, monkeypatch):
     import functools
 
     import fastsim.sim_sglang as sg
 
-    args = dict(CASES)[name]
-    fast = recorded.replay(args, DATA)
+    args = dict(recorded.cases(folder))[name]
+    fast = recorded.replay(args, folder)
     monkeypatch.setattr(sg, "simulate_sglang", functools.partial(sg.simulate_sglang.__wrapped__
                                                                   if hasattr(sg.simulate_sglang, "__wrapped__")
                                                                   else sg.simulate_sglang, reference=True))
-    slow = recorded.replay(args, DATA)
+    slow = recorded.replay(args, folder)
     recorded.assert_engines_agree(fast, slow)
 
 
