@@ -168,7 +168,6 @@ def test_bad_nested_config_names_the_field(obj, pattern):
         ({"engine": {"state_cache": {"bytes_per_request": 1}}}, "state cache"),
         ({"engine": {"kv_cache_groups": [{"x": 1}]}}, "KV cache groups"),
         ({"engine": {"kv_cache_capacity_bytes": 5}}, "engine.kv_cache_capacity_bytes"),
-        ({"engine": {"backend": "sglang", "aic_nextn": 2}}, "speculative decoding (MTP) is modelled for vLLM"),
         ({"engine": {"sglang": {"schedule_policy": "lpm"}}}, "SGLang engine"),
         ({"engine": {"timing_model": {"type": "external", "provider": "ais", "config": {}}}}, "AIConfigurator"),
         ({"engine": {}, "tensor_parallel_size": 2}, "tensor_parallel_size"),
