@@ -258,6 +258,7 @@ class Cfg:
     interval: int = 0
     dp: int = 1
     v142: bool = False  # Dynamo 1.4.2's older core (see run_pass_142)
+    caching: bool = True  # enable_prefix_caching (off: the radix cache never holds a page)
 
 
 class Rank:
@@ -307,7 +308,7 @@ class Rank:
         """Insert the request's complete pages below ``upto`` tokens into the tree (still active)."""
         ps, tr = self.c.ps, self.tree
         aligned = upto // ps * ps
-        if aligned <= r.cached:
+        if aligned <= r.cached or not self.c.caching:
             return
         first, npg = r.cached // ps, aligned // ps
         last, gained = tr.insert(r.last, r.keys[first:npg], True)
@@ -328,7 +329,10 @@ class Rank:
         held = r.cached // ps + r.own
         tr.free += held - npg  # pages beyond the complete ones
         r.own -= held - npg
-        if complete > r.cached:
+        if not self.c.caching:  # the complete pages are freed too
+            tr.free += r.own
+            r.own = 0
+        elif complete > r.cached:
             first = r.cached // ps
             _, gained = tr.insert(r.last, r.keys[first:npg], True)
             tr.free += (npg - first) - gained

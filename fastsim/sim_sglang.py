@@ -47,7 +47,12 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             "prefill_decode_interval (it rejects the flat field and ignores sglang.prefill_decode_interval); "
             "remove it, or run with --dynamo-version 1.6.1")
     dp = max(int(engine.dp_size or 1), 1)
-    cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks), policy=s.policy,
+    # without prefix caching nothing is ever matched, and lpm orders the queue as fifo does
+    # (decision 0294: Dynamo 1.6.1's lpm run without caching is its fifo run to the ns); Dynamo
+    # 1.4.2's SGLang engine ignores enable_prefix_caching
+    caching = bool(engine.enable_prefix_caching) or version == "1.4.2"
+    cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks),
+                         policy=s.policy if caching else "fifo", caching=caching,
                          max_prefill=s.max_prefill_tokens,
                          # 1.6.1's attention DP splits the chunk budget among the ranks (SGLang
                          # divides chunked_prefill_size by dp_size); 1.4.2's does not

@@ -32,9 +32,10 @@ from fastsim.kernels.stats import dd_index_nb
 from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ring_put
 
 # Params indices (int64 array)
-# (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped)
+# (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped;
+# P_NOCACHE: 1 without prefix caching, the radix cache then never holds a page)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED, P_CONC, P_SKIP = range(14)
+    P_HASHED, P_CONC, P_SKIP, P_NOCACHE = range(15)
 # FParams indices (float64 array): the new-token ratio's schedule, the speed-ups, the time cap (< 0:
 # none) and, written by the loop, the time of the last event it processed
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
@@ -280,7 +281,7 @@ def _extend_nb(q, pr, t, r, row, end):
 def _cache_prefix_nb(q, pr, s, t, r, row, upto):
     ps = pr[P_PS]
     aligned = upto // ps * ps
-    if aligned <= q.cached[row]:
+    if aligned <= q.cached[row] or pr[P_NOCACHE]:
         return
     first, npg = q.cached[row] // ps, aligned // ps
     for p in range(first, npg):
@@ -307,7 +308,10 @@ def _finish_nb(q, pr, s, t, r, row):
     held = q.cached[row] // ps + q.own[row]
     t.free[r] += held - npg
     q.own[row] -= held - npg
-    if complete > q.cached[row]:
+    if pr[P_NOCACHE]:  # (no prefix caching: the complete pages are freed too)
+        t.free[r] += q.own[row]
+        q.own[row] = 0
+    elif complete > q.cached[row]:
         first = q.cached[row] // ps
         for p in range(first, npg):
             s.keys[p] = page_key_nb(q, pr, row, p)
