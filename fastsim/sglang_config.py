@@ -73,7 +73,6 @@ def check_sglang_args(obj, source: str) -> None:
         raise InputError(f"{source}: engine_type=sglang requires sglang.chunked_prefill_size to be divisible by "
                          f"block_size, got chunked_prefill_size={chunk}, block_size={obj.block_size}")
     for name, default, why in (("worker_type", "aggregated", "disaggregated serving"),
-                               ("max_model_len", None, "max_model_len"),
                                ("aic_nextn", None, "speculative decoding")):
         if getattr(obj, name) != default:
             raise NotSupportedError(f"{source}: field '{name}' with engine_type=sglang is not supported yet by "

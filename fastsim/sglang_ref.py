@@ -259,6 +259,7 @@ class Cfg:
     dp: int = 1
     v142: bool = False  # Dynamo 1.4.2's older core (see run_pass_142)
     caching: bool = True  # enable_prefix_caching (off: the radix cache never holds a page)
+    max_model_len: int = 0  # (0: none; the reference engine refuses it)
 
 
 class Rank:

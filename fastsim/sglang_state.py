@@ -23,6 +23,8 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     log_size = n + 16 if log_size is None else log_size
     isl = np.ascontiguousarray(workload.isl, dtype=np.int64)
     osl = np.ascontiguousarray(workload.osl, dtype=np.int64)
+    if cfg.max_model_len:  # a request stops when its sequence reaches max_model_len (decision 0294)
+        osl = np.minimum(osl, np.maximum(cfg.max_model_len - isl, 0))
     session = np.ascontiguousarray(workload.session, dtype=np.int64)
     turn = np.ascontiguousarray(workload.turn, dtype=np.int64)
     next_row = np.full(n, -1, np.int64)
@@ -51,10 +53,11 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     mn = init * 0.14
     k = SgRanks(np.full(n_ranks, -1, np.int64), np.full(n_ranks, -1, np.int64), np.zeros(n_ranks, np.int64),
                 np.full(n_ranks, -1, np.int64), np.full(n_ranks, -1, np.int64), np.zeros(n_ranks, np.int64),
-                np.full(n_ranks, init), np.zeros(n_ranks, np.int64))
+                np.full(n_ranks, init), np.zeros(n_ranks, np.int64), np.zeros(n_ranks, np.int64))
     pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
                    min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
-                   hashed, concurrency, gap_skip is not None, not cfg.caching], dtype=np.int64)
+                   hashed, concurrency, gap_skip is not None, not cfg.caching, cfg.max_model_len],
+                  dtype=np.int64)
     fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup,
                    -1.0 if cap_ms is None else float(cap_ms), 0.0], dtype=np.float64)
     max_pages = int(((isl + osl).max(initial=0)) // cfg.ps) + 2
@@ -99,7 +102,8 @@ def columns(q, s, num_workers, dp, tl, v142=None):
     cols = {
         "arrival_ms": q.arrival, "first_admit_ms": q.first_admit, "first_token_ms": q.first_token,
         "second_token_ms": q.second_token, "last_token_ms": q.last_token, "terminal_ms": q.terminal,
-        "status": q.status.astype(np.int8), "input_length": q.isl, "requested_output_length": q.osl,
+        "status": q.status.astype(np.int8), "input_length": q.isl, "requested_output_length": q.osl,  # (the driver
+        # puts the requested lengths back when max_model_len cut them)
         "output_length": q.gen.copy(),
         # 1.4.2 reports the most reused over a request's admissions, 1.6.1 the first admission's
         "reused_tokens": q.reused if v142 is None else v142.reused_most, "first_reused_tokens": q.reused.copy(),

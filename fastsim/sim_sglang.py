@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from fastsim.errors import NotSupportedError
+from fastsim.errors import InputError, NotSupportedError
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   SIM_CAP)
+                                   OUTCOME_REJECTED, SIM_CAP)
 
 
 def _not_yet(what: str) -> NotSupportedError:
@@ -41,6 +41,13 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         if value:
             raise _not_yet(what)
     s = sglang_settings(engine)
+    mml = int(engine.max_model_len or 0)
+    if mml and version == "1.4.2":
+        raise InputError("field 'max_model_len' is supported only for engine_type=vllm with "
+                         "dynamo_version='1.4.2' (Dynamo 1.4.2 refuses it on sglang; 1.6.1 takes it)")
+    if mml and (reference or max_sim_time_ms is not None or replay_concurrency):
+        raise NotSupportedError("max_model_len with engine_type=sglang under a time cap, in a closed loop or on the "
+                                "plain-Python reference engine is not supported yet by fastsim")
     if version == "1.4.2" and s.prefill_decode_interval:
         raise NotSupportedError(
             "prefill_decode_interval with --dynamo-version 1.4.2: Dynamo 1.4.2's SGLang engine has no "
@@ -52,7 +59,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     # 1.4.2's SGLang engine ignores enable_prefix_caching
     caching = bool(engine.enable_prefix_caching) or version == "1.4.2"
     cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks),
-                         policy=s.policy if caching else "fifo", caching=caching,
+                         policy=s.policy if caching else "fifo", caching=caching, max_model_len=mml,
                          max_prefill=s.max_prefill_tokens,
                          # 1.6.1's attention DP splits the chunk budget among the ranks (SGLang
                          # divides chunked_prefill_size by dp_size); 1.4.2's does not
@@ -117,7 +124,10 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             raise _dead_end(workload, q, cfg)
         cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl, v142)
     wall_ms = (time.perf_counter() - t0) * 1000.0
-    term = cols["terminal_ms"][cols["status"] == OUTCOME_COMPLETED]
+    if mml:  # the engine ran the lengths max_model_len allows; the records keep the requested ones
+        cols["requested_output_length"] = np.ascontiguousarray(workload.osl, dtype=np.int64)
+    # (the workers' time runs to the last completion or max_model_len rejection)
+    term = cols["terminal_ms"][(cols["status"] == OUTCOME_COMPLETED) | (cols["status"] == OUTCOME_REJECTED)]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
     single = num_workers == 1 and dp == 1
     if not reference and status == SIM_CAP:

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   RECORDS_FULL, SIM_CAP)
+                                   OUTCOME_REJECTED, RECORDS_FULL, SIM_CAP)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
@@ -33,9 +33,10 @@ from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ri
 
 # Params indices (int64 array)
 # (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped;
-# P_NOCACHE: 1 without prefix caching, the radix cache then never holds a page)
+# P_NOCACHE: 1 without prefix caching, the radix cache then never holds a page; P_MML: max_model_len,
+# 0 for none)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED, P_CONC, P_SKIP, P_NOCACHE = range(15)
+    P_HASHED, P_CONC, P_SKIP, P_NOCACHE, P_MML = range(16)
 # FParams indices (float64 array): the new-token ratio's schedule, the speed-ups, the time cap (< 0:
 # none) and, written by the loop, the time of the last event it processed
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
@@ -102,6 +103,7 @@ class SgRanks(NamedTuple):
     rn: np.ndarray
     ratio: np.ndarray
     prefilled: np.ndarray
+    rejects: np.ndarray    # int64[R]: waiting rows over max_model_len, rejected at the rank's next pass
 
 
 class SgScratch(NamedTuple):
@@ -218,6 +220,20 @@ def _w_pop_front(q, k, r):
         q.wprev[k.wh[r]] = -1
     k.wn[r] -= 1
     return row
+
+
+@inline
+def _w_remove(q, k, r, row):
+    a, b = q.wprev[row], q.wnext[row]
+    if a == -1:
+        k.wh[r] = b
+    else:
+        q.wnext[a] = b
+    if b == -1:
+        k.wt[r] = a
+    else:
+        q.wprev[b] = a
+    k.wn[r] -= 1
 
 
 @inline
@@ -434,6 +450,8 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
     ps = pr[P_PS]
     if pr[P_LPM]:
         _lpm_nb(q, pr, s, t, k, r)
+    if k.rejects[r] > 0:
+        _reject_nb(q, pr, s, k, r)
     ratio = k.ratio[r]
     n = 0
     total_isl = 0
@@ -612,6 +630,8 @@ def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v):
     ps = pr[P_PS]
     if pr[P_LPM]:
         _lpm_nb(q, pr, s, t, k, r)
+    if k.rejects[r] > 0:
+        _reject_nb(q, pr, s, k, r)
     ratio = k.ratio[r]
     n = 0
     total_isl = 0
@@ -838,6 +858,24 @@ def _arrive_nb(q, pr, s, k, row, now):
     q.status[row] = OUTCOME_IN_FLIGHT
     q.rank[row] = r
     _w_push_back(q, k, r, row)
+    if pr[P_MML] > 0 and q.isl[row] >= pr[P_MML]:
+        k.rejects[r] += 1
+
+
+@inner
+def _reject_nb(q, pr, s, k, r):
+    """The prompts of max_model_len tokens or more that reached rank ``r`` since its last pass
+    (they are among the last of its waiting queue) are rejected as its next pass starts, and end
+    with that pass, as a completion does (decision 0294)."""
+    row = k.wt[r]
+    while k.rejects[r] > 0:
+        before = q.wprev[row]
+        if q.isl[row] >= pr[P_MML]:
+            _w_remove(q, k, r, row)
+            q.status[row] = OUTCOME_REJECTED
+            _fin_nb(s, row)
+            k.rejects[r] -= 1
+        row = before
 
 
 @kernel
@@ -894,8 +932,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
                 while row != -1:
                     nxt = q.done_next[row]
                     s.cnt[CNT_DONE] += 1
-                    q.status[row] = OUTCOME_COMPLETED
-                    fold_request(tl, row, True, now, g)  # its gaps into the running statistics
+                    if q.status[row] != OUTCOME_REJECTED:  # (max_model_len's rejections have no gaps)
+                        q.status[row] = OUTCOME_COMPLETED
+                        fold_request(tl, row, True, now, g)  # its gaps into the running statistics
                     nt = q.next_row[row]
                     if nt != -1:
                         q.ready[nt] = now + q.delay[nt]

@@ -1,7 +1,7 @@
 """SGLang knobs beyond the aggregated round-robin core, against Dynamo 1.6.1's recorded outputs.
 
 ``tests/data/sglang_nocache_161``: ``enable_prefix_caching: false`` (decision 0294; Dynamo 1.4.2
-ignores it, ``tests/data/sglang_nocache_142``). Every report
+ignores it, ``tests/data/sglang_nocache_142``); ``tests/data/sglang_mml_161``: ``max_model_len``. Every report
 field within 1e-9 and every request's admission, first and last token times and reused tokens to
 the ns; the compiled engine against the plain-Python one on two of them.
 """
@@ -16,6 +16,8 @@ import recorded
 
 NOCACHE = Path(__file__).parent / "data" / "sglang_nocache_161"
 NOCACHE_CASES = recorded.cases(NOCACHE)
+MML = Path(__file__).parent / "data" / "sglang_mml_161"
+MML_CASES = recorded.cases(MML)
 NOCACHE_142 = Path(__file__).parent / "data" / "sglang_nocache_142"
 NOCACHE_142_CASES = recorded.cases(NOCACHE_142)
 
@@ -35,6 +37,20 @@ def _check(folder, name, args, **extra):
 @pytest.mark.parametrize("name,args", NOCACHE_CASES, ids=[c[0] for c in NOCACHE_CASES])
 def test_no_prefix_caching_matches_dynamo_161(name, args):
     _check(NOCACHE, name, args)
+
+
+# Recorded cases fastsim does not reproduce yet (decision 0294)
+MML_DIFFERS = {"lpm_tight_trace"}  # lpm with rejections and tight KV: 27 requests late from 54,030 ms on
+
+
+@pytest.mark.parametrize("name,args", MML_CASES, ids=[c[0] for c in MML_CASES])
+def test_max_model_len_matches_dynamo_161(name, args):
+    if name in MML_DIFFERS:
+        pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0294")
+    _check(MML, name, args)
+    rows = recorded.per_request(MML, name)
+    rep = recorded.replay(args, MML)
+    assert sorted(rep.requests["status"].tolist()) == sorted(r["terminal_status"] for r in rows)
 
 
 @pytest.mark.parametrize("name,args", NOCACHE_142_CASES, ids=[c[0] for c in NOCACHE_142_CASES])
