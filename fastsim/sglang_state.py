@@ -13,12 +13,14 @@ from fastsim.kernels.timelines import ITL, OTPU, new_timelines, ring_width
 
 
 def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None, ring=0, cap_ms=None,
-          gap_skip=None, concurrency=0):
+          gap_skip=None, concurrency=0, n_events=0, events_at_start=False):
     """(q, pr, fp, s, t, k, tl, lp) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
     readmissions after retractions (default: one per request); ``ring``: the width of the pass-end
     rings (default: from the longest output); ``cap_ms``: the time cap (None: none); ``gap_skip``:
     the rows whose inter-token gaps the pooled statistics leave out (None: none); ``concurrency``:
-    a closed loop of that many sessions at a time (0: the trace's arrival times)."""
+    a closed loop of that many sessions at a time (0: the trace's arrival times); ``n_events``: room
+    for that many KV events a rank (a kv_router's feed, 0: none), ``events_at_start``: the router
+    sees a pass's events from its start (Dynamo 1.4.2) rather than its end."""
     n = workload.n_requests
     log_size = n + 16 if log_size is None else log_size
     isl = np.ascontiguousarray(workload.isl, dtype=np.int64)
@@ -56,7 +58,8 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                 np.full(n_ranks, init), np.zeros(n_ranks, np.int64), np.zeros(n_ranks, np.int64))
     pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
                    min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
-                   hashed, concurrency, gap_skip is not None, not cfg.caching, cfg.max_model_len],
+                   hashed, concurrency, gap_skip is not None, not cfg.caching, cfg.max_model_len,
+                   events_at_start],
                   dtype=np.int64)
     fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup,
                    -1.0 if cap_ms is None else float(cap_ms), 0.0], dtype=np.float64)
@@ -83,7 +86,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
         order = np.lexsort((tie[first], ready[first]))
         heap[:first.shape[0]] = first[order]
     s.cnt[CNT_HEAP] = first.shape[0]
-    t = new_radix(n_ranks, cfg.total_pages)
+    t = new_radix(n_ranks, cfg.total_pages, n_events)
     # the requests' token times: each worker's pass ends in a ring, a few records per request in flight
     tl = new_timelines(n, num_workers, ring or ring_width(int(osl.max(initial=1))),
                        4 * min(n, n_ranks * min(cfg.max_running, n)) + 1024)

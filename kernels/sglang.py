@@ -27,16 +27,18 @@ from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
-from fastsim.kernels.radix import dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
+from fastsim.kernels.kvpool import seal_feed_nb
+from fastsim.kernels.radix import chain_key_nb, dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
+from fastsim.kernels.sglang_route import note_first_token_nb, pass_end_nb, request_done_nb, route_nb
 from fastsim.kernels.stats import dd_index_nb
 from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ring_put
 
 # Params indices (int64 array)
 # (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped;
 # P_NOCACHE: 1 without prefix caching, the radix cache then never holds a page; P_MML: max_model_len,
-# 0 for none)
+# 0 for none; P_EVENTS_AT_START: 1 if a kv_router sees a pass's KV events from its start, 0 from its end)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED, P_CONC, P_SKIP, P_NOCACHE, P_MML = range(16)
+    P_HASHED, P_CONC, P_SKIP, P_NOCACHE, P_MML, P_EVENTS_AT_START = range(17)
 # FParams indices (float64 array): the new-token ratio's schedule, the speed-ups, the time cap (< 0:
 # none) and, written by the loop, the time of the last event it processed
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
@@ -862,6 +864,40 @@ def _arrive_nb(q, pr, s, k, row, now):
         k.rejects[r] += 1
 
 
+@inline
+def _chained_keys_nb(q, pr, s, row, npages):
+    """The chained keys of a request's first ``npages`` pages (``radix.chain_key_nb``: what the
+    radix caches' KV events name)."""
+    prev = np.uint64(0)
+    for p in range(npages):
+        prev = chain_key_nb(prev, page_key_nb(q, pr, row, p))
+        s.keys[p] = prev
+
+
+@inner
+def _arrive_kv_nb(q, pr, s, t, k, rt, gstate, row, now):
+    """kv_router: request ``row`` goes to the rank the router chooses (``kernels/sglang_route.py``)."""
+    ps = pr[P_PS]
+    nfull = q.isl[row] // ps
+    _chained_keys_nb(q, pr, s, row, nfull)
+    r = route_nb(rt, t, s.keys, nfull, nfull if pr[P_HASHED] else 0, q.isl[row], ps, gstate, row, now)
+    q.arrival[row] = now
+    q.status[row] = OUTCOME_IN_FLIGHT
+    q.rank[row] = r
+    _w_push_back(q, k, r, row)
+    if pr[P_MML] > 0 and q.isl[row] >= pr[P_MML]:
+        k.rejects[r] += 1
+
+
+@inner
+def _leave_router_nb(q, pr, s, rt, row):
+    """kv_router: request ``row`` ended (completed or rejected); its loads leave the router."""
+    ps = pr[P_PS]
+    nfull = q.isl[row] // ps
+    _chained_keys_nb(q, pr, s, row, nfull)
+    request_done_nb(rt, s.keys, nfull, nfull if pr[P_HASHED] else 0, row, q.rank[row])
+
+
 @inner
 def _reject_nb(q, pr, s, k, r):
     """The prompts of max_model_len tokens or more that reached rank ``r`` since its last pass
@@ -879,12 +915,13 @@ def _reject_nb(q, pr, s, k, r):
 
 
 @kernel
-def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
+def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt):
     """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, DP_PRESSURE, SIM_CAP (the time cap
     ``fp[F_CAP]`` stopped it; ``fp[F_NOW]``: the last event processed; ``lp``: an ``SgLoop`` with a cap or
     a closed loop, else None), or RECORDS_FULL: grow ``tl``'s
     records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
-    worker's pass are runs of its passes, its pass ends in ``tl.ring``)."""
+    worker's pass are runs of its passes, its pass ends in ``tl.ring``). ``rt``: the kv_router
+    (``kernels/router.py``'s Router), or None for round robin (its loop is compiled without it)."""
     n = q.isl.shape[0]
     W = pr[P_WORKERS]
     dp = pr[P_DP]
@@ -894,6 +931,7 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
     last = False
     t_last = 0.0  # the last event processed (fp[F_NOW] when the cap stops the loop)
     skipping = pr[P_SKIP] != 0  # (read once: the per-token check costs nothing on other runs)
+    gstate = np.full(W * dp, 2, np.int64)  # (kv_router: every rank active)
     while s.cnt[CNT_DONE] < n:
         if tl.st[FREE_RECORDS] < room:
             return RECORDS_FULL
@@ -929,8 +967,12 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
                     row = nxt
                 row = first
                 s.done_head[g] = -1
+                if rt is not None:  # the first tokens' prefill loads leave the router
+                    pass_end_nb(rt, q.rank, g)
                 while row != -1:
                     nxt = q.done_next[row]
+                    if rt is not None:
+                        _leave_router_nb(q, pr, s, rt, row)
                     s.cnt[CNT_DONE] += 1
                     if q.status[row] != OUTCOME_REJECTED:  # (max_model_len's rejections have no gaps)
                         q.status[row] = OUTCOME_COMPLETED
@@ -956,7 +998,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
                     # Dynamo 1.4.2's single-worker runtime releases a closed loop's requests only
                     # between passes: one ready mid-pass arrives at the pass's end (decision 0240)
                     t_arr = s.busy[0]
-            _arrive_nb(q, pr, s, k, row, t_arr)
+            if rt is None:
+                _arrive_nb(q, pr, s, k, row, t_arr)
+            else:
+                _arrive_kv_nb(q, pr, s, t, k, rt, gstate, row, t_arr)
         # 3. idle workers with work run a pass on each rank with work
         progress = True
         while progress:
@@ -996,6 +1041,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
                     s.rounds[g] = pr[P_INTERVAL]
                 elif defer:
                     s.rounds[g] -= 1
+                if rt is not None:  # the ranks' KV events are published with the worker's pass
+                    for r in range(g * dp, (g + 1) * dp):
+                        seal_feed_nb(t, r, now if pr[P_EVENTS_AT_START] else end)
                 run_gap = 0.0
                 run_n = 0
                 P = tl.ring_hi[g]  # the worker's pass, in its ring of pass ends
@@ -1004,6 +1052,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142):
                     note_token(tl, row, np.int64(g), P, end, np.int64(-1), q.gen[row])
                     if q.gen[row] == 1:
                         q.first_token[row] = end
+                        if rt is not None:
+                            note_first_token_nb(rt, g, row)
                     else:
                         gap = end - q.last_token[row]
                         pool = True
