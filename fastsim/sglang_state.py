@@ -13,14 +13,13 @@ from fastsim.kernels.timelines import ITL, OTPU, new_timelines, ring_width
 
 
 def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None, ring=0, cap_ms=None,
-          gap_skip=None, concurrency=0, n_events=0, events_at_start=False):
+          gap_skip=None, concurrency=0, n_events=0):
     """(q, pr, fp, s, t, k, tl, lp) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
     readmissions after retractions (default: one per request); ``ring``: the width of the pass-end
     rings (default: from the longest output); ``cap_ms``: the time cap (None: none); ``gap_skip``:
     the rows whose inter-token gaps the pooled statistics leave out (None: none); ``concurrency``:
     a closed loop of that many sessions at a time (0: the trace's arrival times); ``n_events``: room
-    for that many KV events a rank (a kv_router's feed, 0: none), ``events_at_start``: the router
-    sees a pass's events from its start (Dynamo 1.4.2) rather than its end."""
+    for that many KV events a rank (a kv_router's feed, 0: none)."""
     n = workload.n_requests
     log_size = n + 16 if log_size is None else log_size
     isl = np.ascontiguousarray(workload.isl, dtype=np.int64)
@@ -58,8 +57,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                 np.full(n_ranks, init), np.zeros(n_ranks, np.int64), np.zeros(n_ranks, np.int64))
     pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
                    min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
-                   hashed, concurrency, gap_skip is not None, not cfg.caching, cfg.max_model_len,
-                   events_at_start],
+                   hashed, concurrency, gap_skip is not None, not cfg.caching, cfg.max_model_len],
                   dtype=np.int64)
     fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup,
                    -1.0 if cap_ms is None else float(cap_ms), 0.0], dtype=np.float64)

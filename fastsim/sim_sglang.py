@@ -85,7 +85,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         def build(log_size=None, ring=0, gap_skip=None):
             return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
                                       float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip,
-                                      int(replay_concurrency or 0), n_events, events_at_start=version == "1.4.2")
+                                      int(replay_concurrency or 0), n_events)
 
         state = build()
         table = _union_table_size(workload, cfg.ps, num_workers * dp) if kv else 0
@@ -193,8 +193,6 @@ def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_
         raise _not_yet("kv_router under a time cap or in a closed loop")
     if cfg.router_queue_threshold is not None:
         raise _not_yet("kv_router's router_queue_threshold")
-    if version == "1.4.2":
-        raise _not_yet("kv_router with --dynamo-version 1.4.2")
 
 
 def _union_table_size(workload, ps, n_ranks):

@@ -36,9 +36,9 @@ from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, ri
 # Params indices (int64 array)
 # (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped;
 # P_NOCACHE: 1 without prefix caching, the radix cache then never holds a page; P_MML: max_model_len,
-# 0 for none; P_EVENTS_AT_START: 1 if a kv_router sees a pass's KV events from its start, 0 from its end)
+# 0 for none)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED, P_CONC, P_SKIP, P_NOCACHE, P_MML, P_EVENTS_AT_START = range(17)
+    P_HASHED, P_CONC, P_SKIP, P_NOCACHE, P_MML = range(16)
 # FParams indices (float64 array): the new-token ratio's schedule, the speed-ups, the time cap (< 0:
 # none) and, written by the loop, the time of the last event it processed
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
@@ -1041,9 +1041,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt):
                     s.rounds[g] = pr[P_INTERVAL]
                 elif defer:
                     s.rounds[g] -= 1
-                if rt is not None:  # the ranks' KV events are published with the worker's pass
+                if rt is not None:  # the ranks' KV events are published when the worker's pass ends
                     for r in range(g * dp, (g + 1) * dp):
-                        seal_feed_nb(t, r, now if pr[P_EVENTS_AT_START] else end)
+                        seal_feed_nb(t, r, end)
                 run_gap = 0.0
                 run_n = 0
                 P = tl.ring_hi[g]  # the worker's pass, in its ring of pass ends
