@@ -542,9 +542,8 @@ def run_pass(rank, now, modeled, emit, admit, defer=False):
     if defer:
         can_run, adm, total_isl, total_prefix, oom = [], [], 0, 0, False
     else:
+        # (an allocation that fails after the budget check left the request at the head: decision 0295)
         can_run, adm, total_isl, total_prefix, oom = _prefill_batch(rank)
-    if oom:
-        raise NotSupportedError(_NOT_EXACT)
     for r, prefix, computed in adm:
         admit(r, prefix, computed)
     n = len(can_run)

@@ -447,8 +447,9 @@ def _fin_nb(s, row):
 
 @llvm_inline
 def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
-    """One pass of rank ``r`` at ``now``; returns its end time, or -1.0 when an admission ran out
-    of KV, -2.0 when KV ran short on a DP rank (neither reproduced exactly yet)."""
+    """One pass of rank ``r`` at ``now``; returns its end time, or -2.0 when KV ran short on a DP
+    rank (not reproduced exactly yet). An admission whose allocation fails after its budget check
+    (its cached prefix was counted as evictable) waits at the head of the queue."""
     ps = pr[P_PS]
     if pr[P_LPM]:
         _lpm_nb(q, pr, s, t, k, r)
@@ -508,7 +509,10 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf):
                 if prefix >= 0:
                     prefix = min(prefix, start)
             if prefix < 0:
-                return -1.0
+                # its cached prefix, counted as evictable, is locked for it: the pages do not fit
+                # after all; it waits at the head (decision 0295)
+                _w_push_front(q, k, r, row)
+                break
             q.mat[row] = end
             q.alloc[row] = _ceil(end, ps)
             s.cnt[CNT_COMMITTED] += end - prefix  # committed prefill tokens

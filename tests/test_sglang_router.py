@@ -43,7 +43,10 @@ def _key(r):
 
 
 # Recorded cases fastsim does not reproduce yet (decision 0295)
-DIFFERS = {"kv_notrack_3w"}  # router_track_prefill_tokens false: Dynamo's runs spread, fastsim's is below
+DIFFERS = {
+    "kv_notrack_3w",  # router_track_prefill_tokens false: Dynamo's runs spread, fastsim's is below them
+    "kv_tight_p16_2w",  # pages of 16, 4000 a rank: worker 1 admits a request a pass late at 27,069.96 ms
+}
 
 
 @pytest.mark.parametrize("name,args", CASES, ids=[c[0] for c in CASES])
