@@ -18,12 +18,14 @@ import recorded
 
 DATA = Path(__file__).parent / "data" / "sglang_router_161"
 CASES = recorded.cases(DATA)
+DATA_142 = Path(__file__).parent / "data" / "sglang_router_142"
+CASES_142 = recorded.cases(DATA_142)
 
 
-def _runs(name):
+def _runs(name, folder=DATA):
     """Dynamo's reports of case ``name``: the recorded one, then its other runs (.run2, .run3, ...)."""
-    extra = sorted(DATA.glob(f"{name}.run*.json"), key=lambda p: int(p.name[len(name) + 4:-5]))
-    return [json.loads((DATA / f"{name}.json").read_text())] + [json.loads(p.read_text()) for p in extra]
+    extra = sorted(folder.glob(f"{name}.run*.json"), key=lambda p: int(p.name[len(name) + 4:-5]))
+    return [json.loads((folder / f"{name}.json").read_text())] + [json.loads(p.read_text()) for p in extra]
 
 
 def _agree(runs):
@@ -76,3 +78,19 @@ def test_kv_router_matches_dynamo_161(name, args, tmp_path):
         target = (rd["logical_worker_id"], rd["dp_rank"])
         assert same_worker.setdefault(target, (rm["logical_worker_id"], rm["dp_rank"])) == (
             rm["logical_worker_id"], rm["dp_rank"]), (t["arrival_time_ms"], target)
+
+
+@pytest.mark.parametrize("name,args", CASES_142, ids=[c[0] for c in CASES_142])
+def test_kv_router_matches_dynamo_142(name, args):
+    """Dynamo 1.4.2 (tests/data/sglang_router_142): exact where its runs agree (the report, and
+    every request's times for trace replays, the only ones 1.4.2 writes records for), else
+    within its band."""
+    runs = _runs(name, DATA_142)
+    rep = recorded.replay(args, DATA_142, dynamo_version="1.4.2")
+    if not _agree(runs):
+        assert recorded.band_misses(rep.summary, runs) == []
+        return
+    recorded.assert_summary_matches(rep.summary, runs[0])
+    if (DATA_142 / f"{name}.per_request.jsonl.gz").exists():
+        recorded.assert_timelines_match(rep.requests, recorded.per_request(DATA_142, name),
+                                        ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens"))
