@@ -189,8 +189,6 @@ def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_
     cfg = RouterConfig.coerce(router_config)
     if reference:
         raise NotSupportedError("kv_router on the plain-Python SGLang reference engine is not supported yet")
-    if max_sim_time_ms is not None or replay_concurrency:
-        raise _not_yet("kv_router under a time cap or in a closed loop")
     if cfg.router_queue_threshold is not None:
         raise _not_yet("kv_router's router_queue_threshold")
 

@@ -64,7 +64,6 @@ def test_bad_settings(text, err):
 @pytest.mark.parametrize("kw,err", [
     (dict(router_mode="kv_router", num_workers=2, router_config={"router_queue_threshold": 1.0}),
      "router_queue_threshold"),
-    (dict(router_mode="kv_router", num_workers=2, max_sim_time_ms=100.0), "time cap"),
     (dict(extra_engine_args={"engine_type": "sglang", "worker_type": "prefill"}), "worker_type"),
 ])
 def test_not_yet(kw, err):

@@ -5,11 +5,13 @@ three times or more: <case>.json with its per-request records, <case>.run2.json,
 Where Dynamo's runs agree (its random tie-breaks made no difference), fastsim's report is within
 1e-9 of theirs and every request's admission, first and last token times, reused tokens and
 routing overlaps (the chosen target's and the best) equal Dynamo's; the worker a request went to
-is compared as a partition (a tie between equal workers is a relabelling). Otherwise the report
-falls within Dynamo's band (``recorded.band_misses``).
+is compared as a partition (a tie between equal workers is a relabelling). Otherwise, with one
+of the seeds 0-2, the report equals one of Dynamo's runs or falls within their band
+(``recorded.band_misses``).
 """
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,44 @@ def _agree(runs):
     return True
 
 
+def _same_report(summary, ref):
+    try:
+        recorded.assert_summary_matches(summary, ref)
+    except AssertionError:
+        return False
+    return True
+
+
+def _check_random(args, folder, runs, **extra):
+    """A case whose Dynamo runs differ (random tie-breaks): with seeds 0-2 (decision 0260's
+    convention), fastsim's report equals one of Dynamo's runs or falls within their band."""
+    misses = []
+    for seed in range(3):
+        summary = _replay(args, folder, seed=seed, **extra).summary
+        if any(_same_report(summary, r) for r in runs):
+            return
+        miss = recorded.band_misses(summary, runs)
+        if not miss:
+            return
+        misses.append(miss)
+    raise AssertionError(f"no seed within Dynamo's band: {misses}")
+
+
+def _replay(args, folder, **extra):
+    """``recorded.replay`` of Dynamo's flags ``args``, a time cap (seconds) and a closed loop's
+    concurrency passed as the API's keywords."""
+    flags = args.split()
+    for flag, key, convert in (("--max-sim-time-seconds", "max_sim_time_ms", lambda v: float(v) * 1000.0),
+                               ("--replay-concurrency", "replay_concurrency", int)):
+        if flag in flags:
+            i = flags.index(flag)
+            extra[key] = convert(flags[i + 1])
+            del flags[i:i + 2]
+    with warnings.catch_warnings():  # (the warnings about rejected requests or requests left at the cap)
+        warnings.simplefilter("ignore")
+        return recorded.replay(" ".join(flags), folder, **extra)
+
+
 def _key(r):
     return (r["arrival_time_ms"], r["input_length"], r["requested_output_length"], r["session_id"] or "",
             r["turn_index"] or 0)
@@ -56,10 +96,10 @@ def test_kv_router_matches_dynamo_161(name, args, tmp_path):
     if name in DIFFERS:
         pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0295")
     runs = _runs(name)
-    rep = recorded.replay(args, DATA)
     if not _agree(runs):
-        assert recorded.band_misses(rep.summary, runs) == []
+        _check_random(args, DATA, runs)
         return
+    rep = _replay(args, DATA)
     recorded.assert_summary_matches(rep.summary, runs[0])
     rep.to_jsonl(tmp_path / "r.jsonl")
     mine = sorted(map(json.loads, open(tmp_path / "r.jsonl")), key=_key)
@@ -86,10 +126,10 @@ def test_kv_router_matches_dynamo_142(name, args):
     every request's times for trace replays, the only ones 1.4.2 writes records for), else
     within its band."""
     runs = _runs(name, DATA_142)
-    rep = recorded.replay(args, DATA_142, dynamo_version="1.4.2")
     if not _agree(runs):
-        assert recorded.band_misses(rep.summary, runs) == []
+        _check_random(args, DATA_142, runs, dynamo_version="1.4.2")
         return
+    rep = _replay(args, DATA_142, dynamo_version="1.4.2")
     recorded.assert_summary_matches(rep.summary, runs[0])
     if (DATA_142 / f"{name}.per_request.jsonl.gz").exists():
         recorded.assert_timelines_match(rep.requests, recorded.per_request(DATA_142, name),
