@@ -125,6 +125,12 @@ def columns(q, s, num_workers, dp, tl, v142=None):
             raise RuntimeError(f"{name}: {int(tl.wf[o])} gaps folded at completion, {cnt} pooled")
         gaps[f"{name}_welford"] = (cnt, float(tl.wf[o + 1]), float(tl.wf[o + 2]))
     m = int(s.cnt[CNT_READMISSIONS])
+    if v142 is None and m:
+        # 1.6.1 reports the most a request reused over its admissions (a readmission after a
+        # retraction can reuse more than the first, its own prefix cached: decision 0295)
+        most = q.reused.copy()
+        np.maximum.at(most, s.rlog_row[:m], s.rlog_reused[:m])
+        cols["reused_tokens"] = most
     order = np.argsort(s.rlog_row[:m], kind="stable")
     cols["preemptions"] = np.bincount(s.rlog_row[:m], minlength=n).astype(np.int64)
     cols.update(readmit_row=s.rlog_row[:m][order], readmit_ms=s.rlog_ms[:m][order],
