@@ -80,7 +80,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         from fastsim.kernels.sglang import CNT_READMISSIONS, run_sglang_nb
         from fastsim.kernels.timelines import LOST, grow_records
 
-        n_events = 4 * cfg.total_pages + 1024 if kv else 0
+        # (prompts without hash ids are unique to their request: no overlap to read, no events to keep)
+        n_events = 4 * cfg.total_pages + 1024 if kv and workload.hash_ptr is not None else 0
 
         def build(log_size=None, ring=0, gap_skip=None):
             return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
