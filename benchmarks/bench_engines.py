@@ -4,6 +4,7 @@ round.
 
     DYNAMO161_PYTHON=... DYNAMO161_RUNNER=.../run_dynamo_161.py python benchmarks/bench_engines.py --engine sglang --repeats 2
     DYNAMO142_PYTHON=... python benchmarks/bench_engines.py --engine sglang --dynamo-version 1.4.2
+    ... bench_engines.py --engine sglang --router-mode kv_router   (both routed by the kv_router)
 
 fastsim runs in this process after a warm-up run (numba cache warm), under the rules of the
 release it is compared with; Dynamo runs as a child process (1.6.1 through the runner that gives it
@@ -50,8 +51,8 @@ def engine_args(engine, dp):
     return {"engine_type": "trtllm"} if dp == 1 else {"engine_type": "trtllm", "dp_size": dp, "num_gpu_blocks": 1500}
 
 
-def run_fastsim(kw, engine, version="1.6.1"):
-    kw = dict(kw)
+def run_fastsim(kw, engine, version="1.6.1", router_mode="round_robin"):
+    kw = dict(kw, router_mode=router_mode)
     n_in, n_out, n = kw.pop("input_tokens"), kw.pop("output_tokens"), kw.pop("request_count")
     rep = fastsim.run_synthetic_trace_replay(n_in, n_out, n, extra_engine_args=engine, dynamo_version=version, **kw)
     return rep.summary["wall_time_ms"], rep.summary["duration_ms"]
@@ -77,6 +78,7 @@ def main(argv=None):
     ap.add_argument("--dynamo-version", choices=("1.6.1", "1.4.2"), default="1.6.1",
                     help="the release compared with (and whose rules fastsim runs)")
     ap.add_argument("--dynamo142-python", default=os.environ.get("DYNAMO142_PYTHON"))
+    ap.add_argument("--router-mode", choices=("round_robin", "kv_router"), default="round_robin")
     a = ap.parse_args(argv)
     if a.dynamo_version == "1.4.2":
         if not a.dynamo142_python:
@@ -87,7 +89,7 @@ def main(argv=None):
             sys.exit("give --dynamo161-python and --dynamo161-runner (or DYNAMO161_PYTHON, DYNAMO161_RUNNER)")
         python, runner = a.dynamo161_python, a.dynamo161_runner
     run_fastsim(dict(input_tokens=256, output_tokens=8, request_count=50, arrival_interval_ms=10.0),
-                engine_args(a.engine, 1), a.dynamo_version)  # warm
+                engine_args(a.engine, 1), a.dynamo_version, a.router_mode)  # warm
     print(f"| workload | fastsim wall_time_ms | Dynamo {a.dynamo_version} wall_time_ms | ratio (median) | "
           "same duration_ms |")
     print("|---|---|---|---|---|")
@@ -95,8 +97,8 @@ def main(argv=None):
         engine = engine_args(a.engine, dp)
         fs, dy, ratios, same = [], [], [], True
         for _ in range(a.repeats):
-            f_wall, f_dur = run_fastsim(kw, engine, a.dynamo_version)
-            d_wall, d_dur = run_dynamo(python, runner, flags, engine)
+            f_wall, f_dur = run_fastsim(kw, engine, a.dynamo_version, a.router_mode)
+            d_wall, d_dur = run_dynamo(python, runner, f"{flags} --router-mode {a.router_mode}", engine)
             fs.append(f_wall)
             dy.append(d_wall)
             ratios.append(d_wall / f_wall)

@@ -72,12 +72,9 @@ def check_sglang_args(obj, source: str) -> None:
     if obj.block_size and chunk % obj.block_size:
         raise InputError(f"{source}: engine_type=sglang requires sglang.chunked_prefill_size to be divisible by "
                          f"block_size, got chunked_prefill_size={chunk}, block_size={obj.block_size}")
-    for name, default, why in (("worker_type", "aggregated", "disaggregated serving"),
-                               ("enable_prefix_caching", True, "SGLang without its radix cache"),
-                               ("max_model_len", None, "max_model_len")):
-        if getattr(obj, name) != default:
-            raise NotSupportedError(f"{source}: field '{name}' with engine_type=sglang is not supported yet by "
-                                    f"fastsim ({why} on the SGLang engine)")
+    if obj.worker_type != "aggregated":
+        raise NotSupportedError(f"{source}: field 'worker_type' with engine_type=sglang is not supported yet by "
+                                "fastsim (disaggregated serving on the SGLang engine)")
 
 
 def sglang_settings(engine) -> SglangSettings:

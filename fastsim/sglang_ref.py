@@ -257,6 +257,8 @@ class Cfg:
     interval: int = 0
     dp: int = 1
     v142: bool = False  # Dynamo 1.4.2's older core (see run_pass_142)
+    caching: bool = True  # enable_prefix_caching (off: the radix cache never holds a page)
+    max_model_len: int = 0  # (0: none; the reference engine refuses it)
 
 
 class Rank:
@@ -318,7 +320,7 @@ class Rank:
         """Insert the request's complete pages below ``upto`` tokens into the tree (still active)."""
         ps, tr = self.c.ps, self.tree
         aligned = upto // ps * ps
-        if aligned <= r.cached:
+        if aligned <= r.cached or not self.c.caching:
             return
         first, npg = r.cached // ps, aligned // ps
         last, gained = tr.insert(r.last, r.keys[first:npg], True)
@@ -339,7 +341,10 @@ class Rank:
         held = r.cached // ps + r.own
         tr.free += held - npg  # pages beyond the complete ones
         r.own -= held - npg
-        if complete > r.cached:
+        if not self.c.caching:  # the complete pages are freed too
+            tr.free += r.own
+            r.own = 0
+        elif complete > r.cached:
             first = r.cached // ps
             _, gained = tr.insert(r.last, r.keys[first:npg], True)
             tr.free += (npg - first) - gained
@@ -796,8 +801,8 @@ def simulate(workload, cfg: Cfg, perf, *, num_workers=1, dp=1, speedup=1.0, deco
                         first_reused[r.row] = prefix
                     elif cfg.v142:  # 1.4.2 reports the most reused over a request's admissions (every chunk)
                         reused[r.row] = max(reused[r.row], prefix)
-                    elif readmission:  # 1.6.1 the last admission's
-                        reused[r.row] = prefix
+                    elif readmission:  # and so does 1.6.1, over its readmissions (decision 0295)
+                        reused[r.row] = max(reused[r.row], prefix)
 
                 end = now
                 # prefill_decode_interval is kept per group: after any rank's prefill, every rank

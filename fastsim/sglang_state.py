@@ -13,16 +13,19 @@ from fastsim.kernels.timelines import ITL, OTPU, new_timelines, ring_width
 
 
 def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None, ring=0, cap_ms=None,
-          gap_skip=None, concurrency=0):
+          gap_skip=None, concurrency=0, n_events=0):
     """(q, pr, fp, s, t, k, tl, lp) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
     readmissions after retractions (default: one per request); ``ring``: the width of the pass-end
     rings (default: from the longest output); ``cap_ms``: the time cap (None: none); ``gap_skip``:
     the rows whose inter-token gaps the pooled statistics leave out (None: none); ``concurrency``:
-    a closed loop of that many sessions at a time (0: the trace's arrival times)."""
+    a closed loop of that many sessions at a time (0: the trace's arrival times); ``n_events``: room
+    for that many KV events a rank (a kv_router's feed, 0: none)."""
     n = workload.n_requests
     log_size = n + 16 if log_size is None else log_size
     isl = np.ascontiguousarray(workload.isl, dtype=np.int64)
     osl = np.ascontiguousarray(workload.osl, dtype=np.int64)
+    if cfg.max_model_len:  # a request stops when its sequence reaches max_model_len (decision 0294)
+        osl = np.minimum(osl, np.maximum(cfg.max_model_len - isl, 0))
     session = np.ascontiguousarray(workload.session, dtype=np.int64)
     turn = np.ascontiguousarray(workload.turn, dtype=np.int64)
     next_row = np.full(n, -1, np.int64)
@@ -51,10 +54,11 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     mn = init * 0.14
     k = SgRanks(np.full(n_ranks, -1, np.int64), np.full(n_ranks, -1, np.int64), np.zeros(n_ranks, np.int64),
                 np.full(n_ranks, -1, np.int64), np.full(n_ranks, -1, np.int64), np.zeros(n_ranks, np.int64),
-                np.full(n_ranks, init), np.zeros(n_ranks, np.int64))
+                np.full(n_ranks, init), np.zeros(n_ranks, np.int64), np.zeros(n_ranks, np.int64))
     pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
                    min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
-                   hashed, concurrency, gap_skip is not None], dtype=np.int64)
+                   hashed, concurrency, gap_skip is not None, not cfg.caching, cfg.max_model_len],
+                  dtype=np.int64)
     fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup,
                    -1.0 if cap_ms is None else float(cap_ms), 0.0], dtype=np.float64)
     max_pages = int(((isl + osl).max(initial=0)) // cfg.ps) + 2
@@ -80,7 +84,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
         order = np.lexsort((tie[first], ready[first]))
         heap[:first.shape[0]] = first[order]
     s.cnt[CNT_HEAP] = first.shape[0]
-    t = new_radix(n_ranks, cfg.total_pages)
+    t = new_radix(n_ranks, cfg.total_pages, n_events)
     # the requests' token times: each worker's pass ends in a ring, a few records per request in flight
     tl = new_timelines(n, num_workers, ring or ring_width(int(osl.max(initial=1))),
                        4 * min(n, n_ranks * min(cfg.max_running, n)) + 1024)
@@ -99,9 +103,10 @@ def columns(q, s, num_workers, dp, tl, v142=None):
     cols = {
         "arrival_ms": q.arrival, "first_admit_ms": q.first_admit, "first_token_ms": q.first_token,
         "second_token_ms": q.second_token, "last_token_ms": q.last_token, "terminal_ms": q.terminal,
-        "status": q.status.astype(np.int8), "input_length": q.isl, "requested_output_length": q.osl,
+        "status": q.status.astype(np.int8), "input_length": q.isl, "requested_output_length": q.osl,  # (the driver
+        # puts the requested lengths back when max_model_len cut them)
         "output_length": q.gen.copy(),
-        # 1.4.2 reports the most reused over a request's admissions, 1.6.1 the last admission's (below)
+        # 1.4.2 reports the most reused over a request's admissions, and so does 1.6.1 (below)
         "reused_tokens": q.reused if v142 is None else v142.reused_most, "first_reused_tokens": q.reused.copy(),
         "worker_idx": q.rank.copy(),  # the rank: 1.6.1's records name the worker and its DP rank
         "preemptions": np.zeros(n, np.int64),
@@ -121,12 +126,11 @@ def columns(q, s, num_workers, dp, tl, v142=None):
         gaps[f"{name}_welford"] = (cnt, float(tl.wf[o + 1]), float(tl.wf[o + 2]))
     m = int(s.cnt[CNT_READMISSIONS])
     if v142 is None and m:
-        # 1.6.1 reports the reuse of a request's last admission (a readmission after a retraction
-        # can find more of its prompt cached); the log is in time order
-        last = q.reused.copy()
-        rows, idx = np.unique(s.rlog_row[:m][::-1], return_index=True)
-        last[rows] = s.rlog_reused[:m][::-1][idx]
-        cols["reused_tokens"] = last
+        # 1.6.1 reports the most a request reused over its admissions (a readmission after a
+        # retraction can reuse more than the first, its own prefix cached: decision 0295)
+        most = q.reused.copy()
+        np.maximum.at(most, s.rlog_row[:m], s.rlog_reused[:m])
+        cols["reused_tokens"] = most
     order = np.argsort(s.rlog_row[:m], kind="stable")
     cols["preemptions"] = np.bincount(s.rlog_row[:m], minlength=n).astype(np.int64)
     cols.update(readmit_row=s.rlog_row[:m][order], readmit_ms=s.rlog_ms[:m][order],

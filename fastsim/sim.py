@@ -219,7 +219,8 @@ def simulate(
         return simulate_sglang(workload, engine, num_workers=num_workers, router_mode=router_mode, version=version,
                                replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                                scaling_schedule=schedule, planner=planner,
-                               telemetry_interval_ms=telemetry_interval_ms, sla=sla)
+                               telemetry_interval_ms=telemetry_interval_ms, sla=sla, router_config=router_config,
+                               seed=seed, kv_event_lag_ms=kv_event_lag_ms)
     tel_cap = check_telemetry(workload, num_workers, telemetry_interval_ms)
     g_cap = worker_rows(num_workers, schedule, planner, max_workers)
     if g_cap < num_workers:

@@ -12,9 +12,10 @@ import time
 
 import numpy as np
 
-from fastsim.errors import NotSupportedError
+from fastsim.errors import InputError, NotSupportedError
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   SIM_CAP)
+                                   OUTCOME_REJECTED, SIM_CAP)
+from fastsim.kernels.router import OVERFLOW
 
 
 def _not_yet(what: str) -> NotSupportedError:
@@ -45,19 +46,24 @@ def _speculation(engine, n_ranks, n_requests):
 
 
 def simulate_sglang(workload, engine, *, num_workers, router_mode, version, replay_concurrency,
-                    max_sim_time_ms, scaling_schedule, planner, telemetry_interval_ms, sla, reference=False):
+                    max_sim_time_ms, scaling_schedule, planner, telemetry_interval_ms, sla, router_config=None,
+                    seed=0, kv_event_lag_ms=0.0, reference=False):
     """The :class:`fastsim.report.Report` of ``workload`` on SGLang workers (``reference``: run the
-    plain-Python engine instead of the compiled one)."""
+    plain-Python engine instead of the compiled one; ``router_config``, ``seed``, ``kv_event_lag_ms``:
+    the kv_router's, decision 0295)."""
     from fastsim import sglang_ref
     from fastsim.perf import engine_perf_model
     from fastsim.report import build_report, make_gap_stats
     from fastsim.sglang_config import sglang_settings
 
-    if router_mode != "round_robin":
+    kv = router_mode == "kv_router"
+    if router_mode not in ("round_robin", "kv_router"):
         raise _not_yet(f"router_mode {router_mode!r}")
     if engine.aic_nextn and version == "1.4.2":
         raise NotSupportedError("speculative decoding (aic_nextn) on the SGLang engine is not supported yet by "
                                 "fastsim for --dynamo-version 1.4.2 (it is reproduced for 1.6.1)")
+    if kv:
+        _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_concurrency)
     if (max_sim_time_ms is not None or replay_concurrency) and reference:
         raise NotSupportedError("a time cap or a closed loop with the plain-Python SGLang reference engine is not "
                                 "supported yet")
@@ -66,13 +72,25 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         if value:
             raise _not_yet(what)
     s = sglang_settings(engine)
+    mml = int(engine.max_model_len or 0)
+    if mml and version == "1.4.2":
+        raise InputError("field 'max_model_len' is supported only for engine_type=vllm with "
+                         "dynamo_version='1.4.2' (Dynamo 1.4.2 refuses it on sglang; 1.6.1 takes it)")
+    if mml and (reference or max_sim_time_ms is not None or replay_concurrency):
+        raise NotSupportedError("max_model_len with engine_type=sglang under a time cap, in a closed loop or on the "
+                                "plain-Python reference engine is not supported yet by fastsim")
     if version == "1.4.2" and s.prefill_decode_interval:
         raise NotSupportedError(
             "prefill_decode_interval with --dynamo-version 1.4.2: Dynamo 1.4.2's SGLang engine has no "
             "prefill_decode_interval (it rejects the flat field and ignores sglang.prefill_decode_interval); "
             "remove it, or run with --dynamo-version 1.6.1")
     dp = max(int(engine.dp_size or 1), 1)
-    cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks), policy=s.policy,
+    # without prefix caching nothing is ever matched, and lpm orders the queue as fifo does
+    # (decision 0294: Dynamo 1.6.1's lpm run without caching is its fifo run to the ns); Dynamo
+    # 1.4.2's SGLang engine ignores enable_prefix_caching
+    caching = bool(engine.enable_prefix_caching) or version == "1.4.2"
+    cfg = sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks),
+                         policy=s.policy if caching else "fifo", caching=caching, max_model_len=mml,
                          max_prefill=s.max_prefill_tokens,
                          # 1.6.1's attention DP splits the chunk budget among the ranks (SGLang
                          # divides chunked_prefill_size by dp_size); 1.4.2's does not
@@ -90,12 +108,18 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         from fastsim.kernels.sglang import CNT_READMISSIONS, run_sglang_nb
         from fastsim.kernels.timelines import LOST, grow_records
 
+        # (prompts without hash ids are unique to their request: no overlap to read, no events to keep)
+        n_events = 4 * cfg.total_pages + 1024 if kv and workload.hash_ptr is not None else 0
+
         def build(log_size=None, ring=0, gap_skip=None):
             return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
                                       float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip,
-                                      int(replay_concurrency or 0))
+                                      int(replay_concurrency or 0), n_events)
 
         state = build()
+        table = _union_table_size(workload, cfg.ps, num_workers * dp) if kv else 0
+        rt = _router(router_config, workload, cfg, num_workers * dp, num_workers, table, seed, kv_event_lag_ms,
+                     version) if kv else None
         # load (or compile) the loop before the clock starts, as the vLLM path does
         from numba import typeof
 
@@ -103,7 +127,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         # a run without a cap or a closed loop passes no SgLoop: its loop is compiled without them
         looped = max_sim_time_ms is not None or bool(replay_concurrency)
         spec = _speculation(engine, num_workers * dp, workload.n_requests)
-        run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142,
+        run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142, rt,
                                                         spec)))
     t0 = time.perf_counter()
     if reference:  # the plain-Python engine (slow; the tests compare the two)
@@ -117,12 +141,16 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             q, pr, fp, s, t, k, tl, lp = state
             if not looped:
                 lp = None
-            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec)
+            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, spec)
             while status == RECORDS_FULL:
                 tl = grow_records(tl)
-                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec)
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, spec)
             if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
+            elif kv and t.ev_meta[:, 2].any():  # a rank's KV events outgrew their ring: a larger one
+                n_events *= 4
+            elif kv and rt.state[OVERFLOW]:  # the router's table of active blocks filled: a larger one
+                table *= 4
             elif tl.st[LOST]:  # a request's token times left its worker's ring: a wider one
                 ring = 4 * tl.ring.shape[1]
             elif status == SIM_CAP and gap_skip is None and (left := _in_flight_with_gaps(q)).any():
@@ -135,13 +163,19 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             state = build(log_size, ring, gap_skip)
             v142 = sglang_state.table_142(workload) if cfg.v142 else None
             spec = _speculation(engine, num_workers * dp, workload.n_requests)  # (its generators from the start)
+            if kv:
+                rt = _router(router_config, workload, cfg, num_workers * dp, num_workers, table, seed,
+                             kv_event_lag_ms, version)
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
         if status == DEAD_END:
             raise _dead_end(workload, q, cfg)
         cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl, v142)
     wall_ms = (time.perf_counter() - t0) * 1000.0
-    term = cols["terminal_ms"][cols["status"] == OUTCOME_COMPLETED]
+    if mml:  # the engine ran the lengths max_model_len allows; the records keep the requested ones
+        cols["requested_output_length"] = np.ascontiguousarray(workload.osl, dtype=np.int64)
+    # (the workers' time runs to the last completion or max_model_len rejection)
+    term = cols["terminal_ms"][(cols["status"] == OUTCOME_COMPLETED) | (cols["status"] == OUTCOME_REJECTED)]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
     single = num_workers == 1 and dp == 1
     if not reference and status == SIM_CAP:
@@ -157,6 +191,12 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         cols["worker_idx"] = np.full_like(cols["worker_idx"], -1)
     from fastsim.history import identity_columns
 
+    if kv and rt.best.shape[0]:  # 1.6.1's routing records: the chosen and the best overlaps
+        sel = np.where(rt.best >= 0, (q.isl - rt.route_pf) // cfg.ps, -1)
+        cols["route_selected_blocks"] = sel.astype(np.int64)
+        cols["route_reported_tokens"] = np.maximum(sel, 0).astype(np.int64) * cfg.ps
+        cols["route_best_blocks"] = rt.best.astype(np.int64)
+        cols["route_released_ms"] = rt.released.copy()
     if cfg.v142:  # 1.4.2's session labels (null on its single-worker runtime), as on the vLLM path
         from fastsim.workload import session_labels
 
@@ -170,6 +210,43 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
+
+
+def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_concurrency):
+    """What the SGLang engine's kv_router does not run yet, refused by name."""
+    from fastsim.router_config import RouterConfig
+
+    cfg = RouterConfig.coerce(router_config)
+    if reference:
+        raise NotSupportedError("kv_router on the plain-Python SGLang reference engine is not supported yet")
+    if cfg.router_queue_threshold is not None:
+        raise _not_yet("kv_router's router_queue_threshold")
+
+
+def _union_table_size(workload, ps, n_ranks):
+    """Slots of the router's table of active (rank, page) blocks: twice a generous bound on the
+    entries live at once (it grows if they outgrow it)."""
+    n = workload.n_requests
+    blocks = int((np.asarray(workload.isl, dtype=np.int64) // ps).sum())
+    live = blocks if n <= 4096 * n_ranks else int(blocks * (4096 * n_ranks) / n)
+    size = 1024
+    while size < 2 * live + 2:
+        size *= 2
+    return size
+
+
+def _router(router_config, workload, cfg, n_ranks, n_workers, table, seed, lag, version):
+    """The kv_router's state (``kernels/router.py``), its index fed by the radix caches' KV events
+    with the lag ``lag`` (1.6.1: from the end of the pass that made them)."""
+    from types import SimpleNamespace
+
+    from fastsim.run_config import history_kept
+    from fastsim.state import router_state
+
+    params = SimpleNamespace(budget=cfg.chunk, cap=cfg.total_pages)
+    return router_state("kv_router", router_config, params, workload.n_requests, n_ranks, n_workers, table, seed,
+                        record=history_kept(version), kv_event_lag_ms=float(lag or 0.0),
+                        index_keys=cfg.total_pages)
 
 
 def _in_flight_with_gaps(q):

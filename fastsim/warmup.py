@@ -121,6 +121,14 @@ def _sglang_speculative():
                                extra_engine_args={"engine_type": "sglang", "block_size": 16, "aic_nextn": 1})
 
 
+def _sglang_kv_router():
+    # kv_router on SGLang: the SGLang loop with the router compiled in, a variant of its own (decision 0295)
+    from fastsim.api import run_synthetic_trace_replay
+
+    run_synthetic_trace_replay(40, 4, 2, arrival_interval_ms=1.0, num_workers=2, router_mode="kv_router",
+                               extra_engine_args={"engine_type": "sglang", "block_size": 16})
+
+
 def _trtllm():
     # the vLLM pass with TRT-LLM's admission (kernels/trtllm.py): the same compiled loop, on two DP ranks
     from fastsim.api import run_synthetic_trace_replay
@@ -144,6 +152,7 @@ STEPS = (("aggregated loop (one worker, a split cluster)", _aggregated),
          ("SGLang engine, Dynamo 1.4.2's core", _sglang_142),
          ("SGLang engine with a time cap or a closed loop (both releases)", _sglang_closed),
          ("SGLang engine with speculative decoding", _sglang_speculative),
+         ("SGLang engine with kv_router", _sglang_kv_router),
          ("TRT-LLM engine", _trtllm),
          (SPECULATIVE_STEP, _speculative))
 

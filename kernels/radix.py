@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fastsim.kernels.blocks import mix64_nb
 from fastsim.kernels.jit import inline, inner
 
 _EMPTY = -1
@@ -49,10 +50,21 @@ class Radix(NamedTuple):
     clock: np.ndarray     # int64[R]
     free: np.ndarray      # int64[R]
     evictable: np.ndarray  # int64[R]
+    # the KV events a kv_router reads (the layout of ``kernels/kvpool.py``'s feed, so that
+    # ``router.sync_index_nb`` reads it as it is): a page stored into the tree or removed from it,
+    # per rank, in order; empty arrays when nothing reads them (round robin)
+    ev_key: np.ndarray    # uint64[R * M]
+    ev_code: np.ndarray   # int32[R * M]: 2 * rank + 1 stored, 2 * rank removed
+    ev_time: np.ndarray   # float64[R * M]: inf until the pass's end stamps it
+    ev_meta: np.ndarray   # int64[R, 3]: first entry, entries, 1 if the ring overflowed
+    # each page slot's key chained over its path from the root (what the events name: a page's
+    # content key alone repeats within a prompt, a router must tell the positions apart)
+    pchain: np.ndarray    # uint64[P] (empty without events)
 
 
-def new_radix(n_ranks, total_pages):
-    """Empty caches for ``n_ranks`` ranks of ``total_pages`` pages each."""
+def new_radix(n_ranks, total_pages, n_events=0):
+    """Empty caches for ``n_ranks`` ranks of ``total_pages`` pages each; ``n_events``: room for
+    that many KV events a rank (0: none are kept)."""
     nc = total_pages + 2
     pc = max(total_pages, 1)
     n, p = n_ranks * nc, n_ranks * pc
@@ -70,6 +82,9 @@ def new_radix(n_ranks, total_pages):
         np.zeros(n_ranks * hc, np.int64), np.zeros(n_ranks * hc, np.int64), np.zeros(n_ranks, np.int64),
         np.array([hc], np.int64), np.zeros(n_ranks, np.int64), np.full(n_ranks, total_pages, np.int64),
         np.zeros(n_ranks, np.int64),
+        np.zeros(n_ranks * n_events, np.uint64), np.zeros(n_ranks * n_events, np.int32),
+        np.zeros(n_ranks * n_events), np.zeros((n_ranks, 3), np.int64),
+        np.zeros(p if n_events else 0, np.uint64),
     )
     for r in range(n_ranks):
         base = r * nc
@@ -202,6 +217,31 @@ def _new_page_nb(t, r, key):
 def _free_page_nb(t, r, p):
     t.pstack[r * t.pc[0] + t.pstack_n[r]] = p
     t.pstack_n[r] += 1
+    if t.ev_key.shape[0] > 0:
+        _feed_nb(t, r, t.pchain[p], False)
+
+
+@inline
+def chain_key_nb(prev, key):
+    """The chained key of a page of content key ``key`` after a page of chained key ``prev`` (0 at
+    the root)."""
+    return mix64_nb((prev * np.uint64(0x9E3779B97F4A7C15)) ^ key)
+
+
+@inner
+def _feed_nb(t, r, key, stored):
+    """Put a stored/removed event of ``key`` on rank ``r``'s ring (decision 0295: the tree's
+    pages are what Dynamo's SGLang engine publishes, net of its duplicates within a pass)."""
+    m = t.ev_key.shape[0] // t.ev_meta.shape[0]
+    em = t.ev_meta
+    if em[r, 1] == m:
+        em[r, 2] = 1  # the caller runs again with a larger ring
+        return
+    i = r * m + (em[r, 0] + em[r, 1]) % m
+    t.ev_key[i] = key
+    t.ev_code[i] = 2 * r + (1 if stored else 0)
+    t.ev_time[i] = np.inf  # the pass is under way: stamped at its end
+    em[r, 1] += 1
 
 
 # ---------------------------------------------------------------- LRU of evictable leaves
@@ -412,8 +452,19 @@ def match_nb(t, r, keys, nkeys, lock, readonly):
 
 @inner
 def _append_pages_nb(t, r, n, keys, off, nkeys):
+    events = t.ev_key.shape[0] > 0
+    prev = np.uint64(0)
+    if events:  # the chained key of the page before: the node's last, or its parent's
+        if t.tail[n] != -1:
+            prev = t.pchain[t.tail[n]]
+        elif t.parent[n] != -1 and t.tail[t.parent[n]] != -1:
+            prev = t.pchain[t.tail[t.parent[n]]]
     for i in range(off, nkeys):
         p = _new_page_nb(t, r, keys[i])
+        if events:
+            prev = chain_key_nb(prev, keys[i])
+            t.pchain[p] = prev
+            _feed_nb(t, r, prev, True)
         if t.tail[n] == -1:
             t.head[n] = p
         else:

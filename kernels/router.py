@@ -254,6 +254,8 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
     of which only the first ``nshare`` can be held elsewhere (the rest are unique to it).
 
     Ranks of workers that are not active (starting, draining, retired) get an infinite cost.
+    ``pool`` None: the overlaps are read from the index alone (the SGLang engine's radix caches
+    feed it their KV events, ``kernels/sglang_route.py``).
     """
     decaying = rt.decay > 0.0 and rt.track_prefill
     min_pf = np.int64(0)
@@ -273,7 +275,7 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
             continue
         if nshare == 0:
             overlap = 0
-        elif rt.lag >= 0.0:
+        elif pool is None or rt.lag >= 0.0:  # (no pool: an engine whose events only reach the index)
             overlap = _union_prefix(rt.index, k, keys, nshare)
         else:
             overlap = match_prefix_nb(pool, k, keys, nshare)[0]

@@ -23,19 +23,23 @@ import math
 import numpy as np
 
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   RECORDS_FULL, SIM_CAP)
+                                   OUTCOME_REJECTED, RECORDS_FULL, SIM_CAP)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
-from fastsim.kernels.radix import dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
+from fastsim.kernels.kvpool import seal_feed_nb
+from fastsim.kernels.radix import chain_key_nb, dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
+from fastsim.kernels.sglang_route import note_first_token_nb, pass_end_nb, request_done_nb, route_nb
 from fastsim.kernels.stats import dd_index_nb
 from fastsim.kernels.mtp import sample_burst_nb
 from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, note_tokens_at, ring_put
 
 # Params indices (int64 array)
-# (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped)
+# (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped;
+# P_NOCACHE: 1 without prefix caching, the radix cache then never holds a page; P_MML: max_model_len,
+# 0 for none)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED, P_CONC, P_SKIP = range(14)
+    P_HASHED, P_CONC, P_SKIP, P_NOCACHE, P_MML = range(16)
 # FParams indices (float64 array): the new-token ratio's schedule, the speed-ups, the time cap (< 0:
 # none) and, written by the loop, the time of the last event it processed
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
@@ -102,6 +106,7 @@ class SgRanks(NamedTuple):
     rn: np.ndarray
     ratio: np.ndarray
     prefilled: np.ndarray
+    rejects: np.ndarray    # int64[R]: waiting rows over max_model_len, rejected at the rank's next pass
 
 
 class SgScratch(NamedTuple):
@@ -229,6 +234,20 @@ def _w_pop_front(q, k, r):
 
 
 @inline
+def _w_remove(q, k, r, row):
+    a, b = q.wprev[row], q.wnext[row]
+    if a == -1:
+        k.wh[r] = b
+    else:
+        q.wnext[a] = b
+    if b == -1:
+        k.wt[r] = a
+    else:
+        q.wprev[b] = a
+    k.wn[r] -= 1
+
+
+@inline
 def _r_push_back(q, k, r, row):
     _push_back(q.rprev, q.rnext, k.rh, k.rt, k.rn, r, row)
 
@@ -289,7 +308,7 @@ def _extend_nb(q, pr, t, r, row, end):
 def _cache_prefix_nb(q, pr, s, t, r, row, upto):
     ps = pr[P_PS]
     aligned = upto // ps * ps
-    if aligned <= q.cached[row]:
+    if aligned <= q.cached[row] or pr[P_NOCACHE]:
         return
     first, npg = q.cached[row] // ps, aligned // ps
     for p in range(first, npg):
@@ -316,7 +335,10 @@ def _finish_nb(q, pr, s, t, r, row):
     held = q.cached[row] // ps + q.own[row]
     t.free[r] += held - npg
     q.own[row] -= held - npg
-    if complete > q.cached[row]:
+    if pr[P_NOCACHE]:  # (no prefix caching: the complete pages are freed too)
+        t.free[r] += q.own[row]
+        q.own[row] = 0
+    elif complete > q.cached[row]:
         first = q.cached[row] // ps
         for p in range(first, npg):
             s.keys[p] = page_key_nb(q, pr, row, p)
@@ -488,6 +510,8 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec):
     ps = pr[P_PS]
     if pr[P_LPM]:
         _lpm_nb(q, pr, s, t, k, r)
+    if k.rejects[r] > 0:
+        _reject_nb(q, pr, s, k, r)
     ratio = k.ratio[r]
     n = 0
     total_isl = 0
@@ -540,8 +564,8 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec):
                 if prefix >= 0:
                     prefix = min(prefix, start)
             if prefix < 0:
-                # the pages its matched prefix locked are no longer evictable: Dynamo puts it back
-                # at the head of the queue and ends the batch (decision 0278)
+                # its cached prefix, counted as evictable, is locked for it: the pages do not fit
+                # after all; it waits at the head of the queue and the batch ends (decisions 0278, 0295)
                 _w_push_front(q, k, r, row)
                 break
             q.mat[row] = end
@@ -668,6 +692,8 @@ def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v):
     ps = pr[P_PS]
     if pr[P_LPM]:
         _lpm_nb(q, pr, s, t, k, r)
+    if k.rejects[r] > 0:
+        _reject_nb(q, pr, s, k, r)
     ratio = k.ratio[r]
     n = 0
     total_isl = 0
@@ -894,6 +920,58 @@ def _arrive_nb(q, pr, s, k, row, now):
     q.status[row] = OUTCOME_IN_FLIGHT
     q.rank[row] = r
     _w_push_back(q, k, r, row)
+    if pr[P_MML] > 0 and q.isl[row] >= pr[P_MML]:
+        k.rejects[r] += 1
+
+
+@inline
+def _chained_keys_nb(q, pr, s, row, npages):
+    """The chained keys of a request's first ``npages`` pages (``radix.chain_key_nb``: what the
+    radix caches' KV events name)."""
+    prev = np.uint64(0)
+    for p in range(npages):
+        prev = chain_key_nb(prev, page_key_nb(q, pr, row, p))
+        s.keys[p] = prev
+
+
+@inner
+def _arrive_kv_nb(q, pr, s, t, k, rt, gstate, row, now):
+    """kv_router: request ``row`` goes to the rank the router chooses (``kernels/sglang_route.py``)."""
+    ps = pr[P_PS]
+    nfull = q.isl[row] // ps
+    _chained_keys_nb(q, pr, s, row, nfull)
+    r = route_nb(rt, t, s.keys, nfull, nfull if pr[P_HASHED] else 0, q.isl[row], ps, gstate, row, now)
+    q.arrival[row] = now
+    q.status[row] = OUTCOME_IN_FLIGHT
+    q.rank[row] = r
+    _w_push_back(q, k, r, row)
+    if pr[P_MML] > 0 and q.isl[row] >= pr[P_MML]:
+        k.rejects[r] += 1
+
+
+@inner
+def _leave_router_nb(q, pr, s, rt, row):
+    """kv_router: request ``row`` ended (completed or rejected); its loads leave the router."""
+    ps = pr[P_PS]
+    nfull = q.isl[row] // ps
+    _chained_keys_nb(q, pr, s, row, nfull)
+    request_done_nb(rt, s.keys, nfull, nfull if pr[P_HASHED] else 0, row, q.rank[row])
+
+
+@inner
+def _reject_nb(q, pr, s, k, r):
+    """The prompts of max_model_len tokens or more that reached rank ``r`` since its last pass
+    (they are among the last of its waiting queue) are rejected as its next pass starts, and end
+    with that pass, as a completion does (decision 0294)."""
+    row = k.wt[r]
+    while k.rejects[r] > 0:
+        before = q.wprev[row]
+        if q.isl[row] >= pr[P_MML]:
+            _w_remove(q, k, r, row)
+            q.status[row] = OUTCOME_REJECTED
+            _fin_nb(s, row)
+            k.rejects[r] -= 1
+        row = before
 
 
 @inner
@@ -935,12 +1013,13 @@ def _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping):
 
 
 @kernel
-def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec):
+def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, spec):
     """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, SIM_CAP (the time cap
     ``fp[F_CAP]`` stopped it; ``fp[F_NOW]``: the last event processed; ``lp``: an ``SgLoop`` with a cap or
     a closed loop, else None), or RECORDS_FULL: grow ``tl``'s
     records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
-    worker's pass are runs of its passes, its pass ends in ``tl.ring``)."""
+    worker's pass are runs of its passes, its pass ends in ``tl.ring``). ``rt``: the kv_router
+    (``kernels/router.py``'s Router), or None for round robin (its loop is compiled without it)."""
     n = q.isl.shape[0]
     W = pr[P_WORKERS]
     dp = pr[P_DP]
@@ -950,6 +1029,7 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec):
     last = False
     t_last = 0.0  # the last event processed (fp[F_NOW] when the cap stops the loop)
     skipping = pr[P_SKIP] != 0  # (read once: the per-token check costs nothing on other runs)
+    gstate = np.full(W * dp, 2, np.int64)  # (kv_router: every rank active)
     while s.cnt[CNT_DONE] < n:
         if tl.st[FREE_RECORDS] < room:
             return RECORDS_FULL
@@ -985,11 +1065,16 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec):
                     row = nxt
                 row = first
                 s.done_head[g] = -1
+                if rt is not None:  # the first tokens' prefill loads leave the router
+                    pass_end_nb(rt, q.rank, g)
                 while row != -1:
                     nxt = q.done_next[row]
+                    if rt is not None:
+                        _leave_router_nb(q, pr, s, rt, row)
                     s.cnt[CNT_DONE] += 1
-                    q.status[row] = OUTCOME_COMPLETED
-                    fold_request(tl, row, True, now, g)  # its gaps into the running statistics
+                    if q.status[row] != OUTCOME_REJECTED:  # (max_model_len's rejections have no gaps)
+                        q.status[row] = OUTCOME_COMPLETED
+                        fold_request(tl, row, True, now, g)  # its gaps into the running statistics
                     nt = q.next_row[row]
                     if nt != -1:
                         q.ready[nt] = now + q.delay[nt]
@@ -1011,7 +1096,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec):
                     # Dynamo 1.4.2's single-worker runtime releases a closed loop's requests only
                     # between passes: one ready mid-pass arrives at the pass's end (decision 0240)
                     t_arr = s.busy[0]
-            _arrive_nb(q, pr, s, k, row, t_arr)
+            if rt is None:
+                _arrive_nb(q, pr, s, k, row, t_arr)
+            else:
+                _arrive_kv_nb(q, pr, s, t, k, rt, gstate, row, t_arr)
         # 3. idle workers with work run a pass on each rank with work
         progress = True
         while progress:
@@ -1049,6 +1137,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec):
                     s.rounds[g] = pr[P_INTERVAL]
                 elif defer:
                     s.rounds[g] -= 1
+                if rt is not None:  # the ranks' KV events are published when the worker's pass ends
+                    for r in range(g * dp, (g + 1) * dp):
+                        seal_feed_nb(t, r, end)
                 run_gap = 0.0
                 run_n = 0
                 P = tl.ring_hi[g]  # the worker's pass, in its ring of pass ends
@@ -1059,6 +1150,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, spec):
                     note_token(tl, row, np.int64(g), P, end, np.int64(-1), q.gen[row])
                     if q.gen[row] == 1:
                         q.first_token[row] = end
+                        if rt is not None:
+                            note_first_token_nb(rt, g, row)
                     else:
                         gap = end - q.last_token[row]
                         pool = True

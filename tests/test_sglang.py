@@ -88,8 +88,8 @@ def test_bad_settings(text, err):
 
 
 @pytest.mark.parametrize("kw,err", [
-    (dict(router_mode="kv_router", num_workers=2), "router_mode"),
-    (dict(router_mode="kv_router", num_workers=2, dynamo_version="1.4.2"), "router_mode"),
+    (dict(router_mode="kv_router", num_workers=2, router_config={"router_queue_threshold": 1.0}),
+     "router_queue_threshold"),
     (dict(extra_engine_args={"engine_type": "sglang", "worker_type": "prefill"}), "worker_type"),
 ])
 def test_not_yet(kw, err):
