@@ -265,7 +265,7 @@ def simulate(
                         workload, router_mode, num_workers, replay_concurrency, schedule, planner))
     tier_rings = _TIER_RINGS
     st = build_state(workload, engine, run)
-    tier = _host_tier(st, engine, tier_rings)
+    tier = _host_tier(st, engine, tier_rings, workload)
     progress.track(st.n_requests, lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = initial_table_size(st.requests, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
@@ -322,7 +322,7 @@ def simulate(
         else:
             break
         st = build_state(workload, engine, run)
-        tier = _host_tier(st, engine, tier_rings)
+        tier = _host_tier(st, engine, tier_rings, workload)
     progress.untrack()
     if rt.index.state[OVERFLOW]:  # (its size bounds every block it can hold: a broken invariant)
         raise RuntimeError("the kv_router's KV-event index overflowed")
@@ -388,7 +388,7 @@ def _load_tier_kernels(run_loop_nb, args):
     return time.perf_counter() - t
 
 
-def _host_tier(st, engine, rings):
+def _host_tier(st, engine, rings, workload):
     """The run's host KV tiers and connector state (``kernels/host_offload.py``), None without a tier."""
     host = engine.host_offload
     if host is None:
@@ -400,7 +400,10 @@ def _host_tier(st, engine, rings):
     ht = make_host_tier(n_ranks, host.num_host_blocks, st.params.block_size, host.kv_cache_bytes_per_token,
                         host.d2h_bandwidth_gbps, host.h2d_bandwidth_gbps, host.latency_to_first_byte_ms,
                         n_live=rings[0], n_keys=rings[1])
-    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0])
+    from fastsim.kernels.dynamo_hash import sequence_hashes
+
+    dhash = sequence_hashes(workload, st.params.block_size, st.requests.key_ptr)
+    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0], dhash)
 
 
 def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=False, num_workers=1,

@@ -188,14 +188,9 @@ def test_recorded_161_cases_are_complete():
     assert len(CASES) >= 10
 
 
-# recorded cases fastsim refuses, and a word of the refusal: a host tier that would evict (Dynamo's
-# host LRU order depends on its block hash values), or a configuration not supported yet
+# recorded cases fastsim refuses, and a word of the refusal: a configuration not supported yet
 REFUSED = {
-    "g2_small": "would evict", "g2_tiny": "would evict", "g2_asym": "would evict", "g2_flat_names": "would evict",
-    "g2_pressure": "would evict", "g2_chunk_small": "would evict", "conv_rr2": "would evict",
-    "conv_kv4": "would evict", "conv_dp2": "would evict",
-    "synthetic_unique": "would evict", "g2_shared": "scope 'cluster_shared'",
-    "disagg_prefill_g2": "disaggregated", "g3_worker_local": "engine.g3_offload",
+    "g2_shared": "scope 'cluster_shared'", "disagg_prefill_g2": "disaggregated", "g3_worker_local": "engine.g3_offload",
 }
 
 
