@@ -9,11 +9,11 @@ blocks of one completed transfer, which share one LRU recency, by their sequence
   its *sequence* hash is the local hash for the first block, else XXH3-64 with seed 1337 of the
   16 bytes ``parent sequence hash (u64 LE) || local hash (u64 LE)`` (aisimulate-core's
   ``engine/common/hashing.rs``, as in Dynamo's mocker);
-* a trace row's tokens are, for each of its hash ids, the id's rank among the distinct hash ids of
-  the whole trace (0 for the smallest), repeated ``trace_block_size`` times and truncated to the
-  prompt length. The rank, not the id itself (notes 1.4 say the id's low 32 bits, as in 1.4.2), was
-  settled by probes on Dynamo 1.6.1 (decision 0354); the two agree on traces whose ids are
-  ``0 .. n-1``, as the Mooncake traces' are;
+* a trace row's tokens are, for each of its hash ids, the id's number in order of first appearance
+  in the trace (file order, from 0), repeated ``trace_block_size`` times and truncated to the
+  prompt length. That number, not the id itself (notes 1.4 say the id's low 32 bits, as in 1.4.2),
+  was settled by probes on Dynamo 1.6.1 (decision 0354); the two agree on traces whose ids are
+  numbered as they first appear, as the Mooncake conversation trace's are;
 * unique synthetic prompts: token ``pos`` of request ``row`` is a splitmix64 mix of
   ``(row << 32) ^ pos`` (notes 2.2).
 
@@ -305,9 +305,13 @@ def sequence_hashes(workload, block_size, key_ptr):
     if workload.hash_ptr is None:
         return synthetic_sequence_hashes_nb(int(workload.isl.shape[0]), int(block_size),
                                             np.asarray(key_ptr, dtype=np.int64), K_SECRET)
-    # a trace's token for a hash id is the id's rank among the trace's distinct ids (0354)
+    # a trace's token for a hash id is the number of distinct ids met before its first appearance,
+    # in file order (0354)
     ids = np.asarray(workload.hash_ids, dtype=np.int64).view(np.uint64)
-    ranks = np.searchsorted(np.unique(ids), ids).astype(np.int64)
+    uniq, first = np.unique(ids, return_index=True)
+    token_of_uniq = np.empty(uniq.shape[0], dtype=np.int64)
+    token_of_uniq[np.argsort(first, kind="stable")] = np.arange(uniq.shape[0], dtype=np.int64)
+    ranks = token_of_uniq[np.searchsorted(uniq, ids)]
     return trace_sequence_hashes_nb(np.asarray(workload.isl, dtype=np.int64),
                                     np.asarray(workload.hash_ptr, dtype=np.int64), ranks,
                                     int(workload.trace_block_size), int(block_size),

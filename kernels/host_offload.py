@@ -37,8 +37,6 @@ without a tier, so that a run without one never compiles this module.
 from typing import NamedTuple
 
 import numpy as np
-import os
-_V = int(os.environ.get("HE_VAR", "0"))  # TEMP
 
 from fastsim.kernels.admission import finish_nb, log_readmission, schedule
 from fastsim.kernels.blocks import blocks_ceil, blocks_floor, fill_keys, key_span
@@ -216,9 +214,8 @@ def _host_lookup(tr, p, rq, k, r, base, n_prompt):
             return PENDING, np.int64(0)
         tr.last_store[r] = -1
     kind, nh = _host_match(tr, k, base, n_prompt)
-    if not (_V & 1):
-        for j in range(n_prompt - 1, -1, -1):  # vLLM touches the prompt's blocks after the lookup
-            touch_nb(ht, k, tr.keys[j])
+    for j in range(n_prompt - 1, -1, -1):  # vLLM touches the prompt's blocks after the lookup
+        touch_nb(ht, k, tr.keys[j])
     return kind, nh
 
 
@@ -440,7 +437,7 @@ def _offer_store(p, rq, k, r, tr):
             tr.wdep[r] = -1
     kbase = key_span(rq, r)[0]
     for i in range(n):
-        tr.hashes[i] = tr.dhash[kbase + c0 + i] if not (_V & 4) else ~tr.dhash[kbase + c0 + i]
+        tr.hashes[i] = tr.dhash[kbase + c0 + i]
     res, tid = prepare_store_nb(ht, k, r, tr.keys, tr.hashes, n)
     if res == PREPARED:
         sbase = k * p.cap
@@ -450,9 +447,8 @@ def _offer_store(p, rq, k, r, tr):
         tr.last_store[r] = tid
         tr.cursor[r] = end
         n_prompt = fill_keys(rq, np.int64(r), np.int64(0), rq.isl[r] // p.block_size, tr.keys)
-        if not (_V & 2):
-            for j in range(n_prompt - 1, -1, -1):  # then the prompt's blocks are touched, last first
-                touch_nb(ht, k, tr.keys[j])
+        for j in range(n_prompt - 1, -1, -1):  # then the prompt's blocks are touched, last first
+            touch_nb(ht, k, tr.keys[j])
     elif res == LOG_FULL and tr.flag[STOP] == 0:
         tr.flag[STOP] = res
         tr.flag[STOP_RANK] = k
