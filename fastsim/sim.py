@@ -324,6 +324,12 @@ def simulate(
         st = build_state(workload, engine, run)
         tier = _host_tier(st, engine, tier_rings, workload)
     progress.untrack()
+    if tier is not None and router_mode == "kv_router" and lag:
+        from fastsim.kernels.host_tier import EVICTED
+        from fastsim.kv_tiers import host_evictions_with_a_lag
+
+        if tier.ht.meta[:, EVICTED].any():  # the router would still see evicted blocks for the lag
+            raise host_evictions_with_a_lag(lag)
     if rt.index.state[OVERFLOW]:  # (its size bounds every block it can hold: a broken invariant)
         raise RuntimeError("the kv_router's KV-event index overflowed")
     settle_unarrived(st.requests, int(st.cluster.state[NARRIVED]))
