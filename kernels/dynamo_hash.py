@@ -230,42 +230,54 @@ def _put_token(buf, i, tok):
 
 
 @kernel
-def trace_sequence_hashes_nb(isl, hash_ptr, hash_ids, trace_block_size, block_size, key_ptr, ks):
+def trace_sequence_hashes_nb(isl, hash_ptr, tokens, trace_block_size, block_size, key_ptr, ks):
     """Dynamo's sequence hash of every full prompt block of every trace row, in the layout of the
     rows' block keys (``key_ptr``: row ``r``'s blocks are ``key_ptr[r] .. key_ptr[r + 1] - 1``,
-    ``isl[r] // block_size`` of them)."""
+    ``isl[r] // block_size`` of them). ``tokens``: the token of each hash id of ``hash_ptr``'s
+    rows, each standing for ``trace_block_size`` tokens; a number from 0 to ``len(tokens) - 1``."""
     n = isl.shape[0]
     out = np.zeros(key_ptr[n], dtype=np.uint64)
     buf = np.empty(4 * block_size, dtype=np.uint8)
     pair = np.empty(16, dtype=np.uint8)
     sec = np.empty(192, dtype=np.uint8)
     acc = np.empty(8, dtype=np.uint64)
+    # the local hash of a block of one repeated token, computed once per token
+    n_tok = 1
+    for i in range(tokens.shape[0]):
+        n_tok = max(n_tok, tokens[i] + 1)
+    uniform_hash = np.zeros(n_tok, dtype=np.uint64)
+    known = np.zeros(n_tok, dtype=np.bool_)
     for r in range(n):
         nb = key_ptr[r + 1] - key_ptr[r]
         parent = np.uint64(0)
-        prev_tok = np.uint64(0)
-        prev_local = np.uint64(0)
-        prev_uniform = False
         for j in range(nb):
-            # the block's tokens: hash id (t // trace_block_size)'s low 32 bits
             t0 = j * block_size
-            first = np.uint64(hash_ids[hash_ptr[r] + t0 // trace_block_size]) & _M32
-            last = np.uint64(hash_ids[hash_ptr[r] + (t0 + block_size - 1) // trace_block_size]) & _M32
-            uniform = (t0 // trace_block_size) == ((t0 + block_size - 1) // trace_block_size)
-            if uniform and prev_uniform and first == prev_tok:
-                local = prev_local  # the same tokens as the block before: the same hash
+            first = hash_ptr[r] + t0 // trace_block_size
+            last = hash_ptr[r] + (t0 + block_size - 1) // trace_block_size
+            if first == last or _same_token(tokens, first, last):
+                tok = tokens[first]
+                if not known[tok]:
+                    for i in range(block_size):
+                        _put_token(buf, i, np.uint64(tok) & _M32)
+                    uniform_hash[tok] = xxh3_64_nb(buf, 4 * block_size, SEED, ks, sec, acc)
+                    known[tok] = True
+                local = uniform_hash[tok]
             else:
                 for i in range(block_size):
-                    tok = np.uint64(hash_ids[hash_ptr[r] + (t0 + i) // trace_block_size]) & _M32
-                    _put_token(buf, i, tok)
+                    _put_token(buf, i, np.uint64(tokens[hash_ptr[r] + (t0 + i) // trace_block_size]) & _M32)
                 local = xxh3_64_nb(buf, 4 * block_size, SEED, ks, sec, acc)
             h = local if j == 0 else next_sequence_hash_nb(parent, local, pair, ks, sec, acc)
             out[key_ptr[r] + j] = h
             parent = h
-            prev_tok = first
-            prev_local = local
-            prev_uniform = uniform and first == last
     return out
+
+
+@inner
+def _same_token(tokens, first, last):
+    for i in range(first + 1, last + 1):
+        if tokens[i] != tokens[first]:
+            return False
+    return True
 
 
 @inner

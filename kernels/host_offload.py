@@ -42,7 +42,7 @@ from fastsim.kernels.admission import finish_nb, log_readmission, schedule
 from fastsim.kernels.blocks import blocks_ceil, blocks_floor, fill_keys, key_span
 from fastsim.kernels.codes import SCHEDULED, TERM_REJECTED, WAITING
 from fastsim.kernels.host_fences import eviction_dep_nb, store_in_flight_nb
-from fastsim.kernels.host_tier import (HIT, LOAD, LOG_FULL, MISS, PENDING, PREPARED, loading_nb, lookup_nb,
+from fastsim.kernels.host_tier import (CLOCK, HIT, LOAD, LOG_FULL, MISS, PENDING, PREPARED, loading_nb, lookup_nb,
                                        next_deadline_nb, pop_due_nb, prepare_store_nb, schedule_load_nb,
                                        store_fence_nb, submit_prepared_nb, touch_nb)
 from fastsim.kernels.jit import inline, inner
@@ -84,6 +84,10 @@ class TierRun(NamedTuple):
     n_cq: np.ndarray  # int64[R]
     n_asleep: np.ndarray  # int64[R]
     cnb: np.ndarray  # float64[R]: no compute before (fences met so far)
+    # the request whose prompt was touched last on the rank, and the LRU clock after it: touching
+    # it again before anything else moves the clock leaves the LRU order as it is (skipped)
+    touched_row: np.ndarray  # int64[R]
+    touched_clock: np.ndarray  # int64[R]
     # per GPU pool slot
     pin: np.ndarray  # int64[R * cap]: id + 1 of the store that read the block (0: none)
     mark: np.ndarray  # int8[R * cap]: scratch of the eviction walk
@@ -110,7 +114,8 @@ def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash):
         in_cq=np.zeros(n_rows, dtype=np.int8), asleep=np.zeros(n_rows, dtype=np.int8),
         cq_head=np.full(n_ranks, -1, dtype=np.int64), cq_tail=np.full(n_ranks, -1, dtype=np.int64),
         n_cq=np.zeros(n_ranks, dtype=np.int64), n_asleep=np.zeros(n_ranks, dtype=np.int64),
-        cnb=np.zeros(n_ranks), pin=np.zeros(n_ranks * cap, dtype=np.int64),
+        cnb=np.zeros(n_ranks), touched_row=np.full(n_ranks, -1, dtype=np.int64),
+        touched_clock=np.zeros(n_ranks, dtype=np.int64), pin=np.zeros(n_ranks * cap, dtype=np.int64),
         mark=np.zeros(n_ranks * cap, dtype=np.int8), dhash=dhash,
         keys=np.zeros(max(max_blocks, 1), dtype=np.uint64), hashes=np.zeros(max(max_blocks, 1), dtype=np.uint64),
         miss=np.zeros(max(max_blocks, 1), dtype=np.bool_),
@@ -214,9 +219,21 @@ def _host_lookup(tr, p, rq, k, r, base, n_prompt):
             return PENDING, np.int64(0)
         tr.last_store[r] = -1
     kind, nh = _host_match(tr, k, base, n_prompt)
-    for j in range(n_prompt - 1, -1, -1):  # vLLM touches the prompt's blocks after the lookup
-        touch_nb(ht, k, tr.keys[j])
+    _touch_prompt(tr, k, r, n_prompt)  # vLLM touches the prompt's blocks after the lookup
     return kind, nh
+
+
+@inner
+def _touch_prompt(tr, k, r, n_prompt):
+    """Touch request ``r``'s prompt blocks (``tr.keys[:n_prompt]``) in reverse order, each with
+    its own recency (vLLM's ``LRUCachePolicy.touch``)."""
+    ht = tr.ht
+    if tr.touched_row[k] == r and tr.touched_clock[k] == ht.meta[k, CLOCK]:
+        return  # its blocks are the most recent already, in this order
+    for j in range(n_prompt - 1, -1, -1):
+        touch_nb(ht, k, tr.keys[j])
+    tr.touched_row[k] = r
+    tr.touched_clock[k] = ht.meta[k, CLOCK]
 
 
 @inline
@@ -447,8 +464,7 @@ def _offer_store(p, rq, k, r, tr):
         tr.last_store[r] = tid
         tr.cursor[r] = end
         n_prompt = fill_keys(rq, np.int64(r), np.int64(0), rq.isl[r] // p.block_size, tr.keys)
-        for j in range(n_prompt - 1, -1, -1):  # then the prompt's blocks are touched, last first
-            touch_nb(ht, k, tr.keys[j])
+        _touch_prompt(tr, k, r, n_prompt)  # then the prompt's blocks are touched, last first
     elif res == LOG_FULL and tr.flag[STOP] == 0:
         tr.flag[STOP] = res
         tr.flag[STOP_RANK] = k
