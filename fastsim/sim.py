@@ -373,9 +373,12 @@ def simulate(
     del st, rt
     # 1.6.1's single worker stops at its time cap like a cluster, with the worker-seconds so far
     single_ws = single_path and not (status == SIM_CAP and rules == TIMING_161)
+    # a single worker's clock runs on to its host tier's last transfer (decision 0354)
+    tail_s = float(out[1]) / 1000.0 if tier is not None and single_ws else 0.0
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_ws,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
-                   telemetry=bool(telemetry_interval_ms), version=version, committed=committed)
+                   telemetry=bool(telemetry_interval_ms), version=version, committed=committed,
+                   single_tail_s=tail_s)
 
 
 def _load_tier_kernels(run_loop_nb, args):
@@ -458,7 +461,7 @@ def _debug(debug):
 
 
 def _report(cols, gaps, fl, *, num_workers, single_path, worker_seconds, dp, wall_ms, sla,
-            telemetry, version, committed):
+            telemetry, version, committed, single_tail_s=0.0):
     """The :class:`Report` of an aggregated run from its per-request columns, gap statistics and
     fleet record."""
     from fastsim.report import build_report
@@ -469,6 +472,7 @@ def _report(cols, gaps, fl, *, num_workers, single_path, worker_seconds, dp, wal
         {
             "num_workers": num_workers,
             "single_path": single_path,
+            "single_path_tail_s": single_tail_s,
             "decode_worker_seconds": worker_seconds,
             "prefill_worker_seconds": 0.0,
             "prefill_gpus_per_worker": 0,

@@ -32,10 +32,7 @@ TIMELINE = ("arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_m
 ROUTE = ("reported_overlap_tokens", "selected_overlap_blocks", "best_available_overlap_blocks")
 # refused, with a word of the refusal
 REFUSED = {"moon_kv3_h400_lag50": "KV event lag"}
-# known to differ: every request's timeline is Dynamo's, but Dynamo's clock runs on to a store that
-# a retried cohort (C's, one pass after its capacity retry) submits in C's last pass, which fastsim
-# does not prepare: decode_worker_seconds 3.758 against 4.247 (decision 0354, "Left")
-KNOWN = {"ev_retry"}
+KNOWN = set()  # cases known to differ (strict expected failures)
 
 
 def _reports(name):
