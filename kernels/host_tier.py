@@ -217,21 +217,29 @@ def _key_at(ht, k, tid, i):
 
 # ----------------------------------------------------------------------------- the LRU
 @inner
+def _compact(ht, k):
+    """Keep the live items of rank ``k``'s LRU ring, in order, at its front."""
+    meta = ht.meta
+    base = k * (ht.lkey.shape[0] // meta.shape[0])
+    j = np.int64(0)
+    for i in range(meta[k, LRU_HEAD], meta[k, LRU_TAIL]):
+        if _live(ht, k, base + i):
+            ht.lkey[base + j] = ht.lkey[base + i]
+            ht.lhash[base + j] = ht.lhash[base + i]
+            ht.lep[base + j] = ht.lep[base + i]
+            j += 1
+    meta[k, LRU_HEAD] = 0
+    meta[k, LRU_TAIL] = j
+
+
+@inner
 def _lru_push(ht, k, key, h, epoch):
     """Append one item to rank ``k``'s LRU ring (compacting it first when it is full)."""
     meta = ht.meta
     n_lru = ht.lkey.shape[0] // meta.shape[0]
     base = k * n_lru
-    if meta[k, LRU_TAIL] == n_lru:  # keep the live items, in order, at the front
-        j = np.int64(0)
-        for i in range(meta[k, LRU_HEAD], n_lru):
-            if _live(ht, k, base + i):
-                ht.lkey[base + j] = ht.lkey[base + i]
-                ht.lhash[base + j] = ht.lhash[base + i]
-                ht.lep[base + j] = ht.lep[base + i]
-                j += 1
-        meta[k, LRU_HEAD] = 0
-        meta[k, LRU_TAIL] = j
+    if meta[k, LRU_TAIL] == n_lru:
+        _compact(ht, k)
     i = base + meta[k, LRU_TAIL]
     ht.lkey[i] = key
     ht.lhash[i] = h
@@ -301,18 +309,8 @@ def _cohort_room(ht, k, n_new):
     """Room in rank ``k``'s ring for ``n_new`` items pushed together (compacted if needed), so
     that a cohort's items stay contiguous; returns the ring index of the first."""
     meta = ht.meta
-    n_lru = ht.lkey.shape[0] // meta.shape[0]
-    if meta[k, LRU_TAIL] + n_new > n_lru:
-        base = k * n_lru
-        j = np.int64(0)
-        for i in range(meta[k, LRU_HEAD], meta[k, LRU_TAIL]):
-            if _live(ht, k, base + i):
-                ht.lkey[base + j] = ht.lkey[base + i]
-                ht.lhash[base + j] = ht.lhash[base + i]
-                ht.lep[base + j] = ht.lep[base + i]
-                j += 1
-        meta[k, LRU_HEAD] = 0
-        meta[k, LRU_TAIL] = j
+    if meta[k, LRU_TAIL] + n_new > ht.lkey.shape[0] // meta.shape[0]:
+        _compact(ht, k)
     return meta[k, LRU_TAIL]
 
 
