@@ -2,10 +2,9 @@
 
 fastsim reads and checks these settings with Dynamo 1.6.1's rules. The host tier is simulated
 (``kernels/host_offload.py``, decisions 0350-0353) on aggregated vLLM workers (attention DP too)
-with round robin or kv_router routing, as long as no host tier has to evict a block (Dynamo's
-eviction order depends on its block hash values): :func:`check_host_tier_run` refuses the rest by
-name, and a run whose tier would evict stops with a refusal that says how many host blocks to
-give. The G3 tier is refused. Dynamo 1.4.2 reads its flat offload names but its offline replay runs
+with round robin or kv_router routing, host eviction included (Dynamo's LRU order within one
+transfer follows its block hash values, which fastsim computes: decision 0354);
+:func:`check_host_tier_run` refuses the rest by name. The G3 tier is refused. Dynamo 1.4.2 reads its flat offload names but its offline replay runs
 without any tier, so in 1.4.2 mode those names change nothing, as there.
 
 Nested form (Dynamo 1.6.1), under ``engine``::
@@ -36,6 +35,7 @@ from fastsim.errors import InputError, NotSupportedError
 
 __all__ = ["HostOffload", "G3Offload", "check_native_host_offload", "check_g3_offload",
            "flat_host_offload", "check_flat_tiers", "refuse_tiers", "check_host_tier_run", "host_tier_stopped",
+           "host_evictions_with_a_lag",
            "FLAT_OFFLOAD_FIELDS"]
 
 HOST_FIELDS = ("scope", "num_host_blocks", "d2h_bandwidth_gbps", "h2d_bandwidth_gbps",
@@ -276,18 +276,19 @@ def check_host_tier_run(engine, *, router_mode: str, disaggregated: bool = False
 
 def host_tier_stopped(reason: int, rank: int, engine) -> NotSupportedError:
     """The refusal of a run whose host tier met what fastsim does not simulate."""
-    from fastsim.kernels.host_tier import LOG_FULL, NEEDS_EVICTION
+    from fastsim.kernels.host_tier import LOG_FULL
 
-    host = engine.host_offload
-    if reason == NEEDS_EVICTION:
-        return NotSupportedError(
-            f"the host KV tier of rank {rank} is full ({host.num_host_blocks} blocks) and Dynamo 1.6.1 would "
-            "evict host blocks now, in an order that depends on its block hash values, which fastsim does "
-            "not reproduce: not supported yet. Give the tier more host blocks "
-            "(engine.native_host_offload.num_host_blocks / num_g2_blocks: at least the distinct full prompt "
-            "blocks of the workload never evicts)")
     if reason == LOG_FULL:
         return NotSupportedError(
             f"the host KV tier of rank {rank} had more transfers in flight than fastsim keeps (a store or "
             "load ring is full): not supported yet; lower the traffic or raise the bandwidths")
     return NotSupportedError(f"the host KV tier stopped the run (reason {reason})")
+
+
+def host_evictions_with_a_lag(lag_ms: float) -> NotSupportedError:
+    """The refusal of a kv_router run with a KV event lag whose host tiers evicted blocks."""
+    return NotSupportedError(
+        f"a host KV tier that evicts blocks under kv_router with a KV event lag ({lag_ms:g} ms) is not supported "
+        "yet by fastsim (the router would still count an evicted host block until its removal event arrives, "
+        "which fastsim does not model); remove the lag (--kv-event-lag-ms) or give the host tier room for the "
+        "workload's distinct prompt blocks")

@@ -187,14 +187,18 @@ def estimate(workload, engine, *, worker_rows: int, telemetry: bool = False,
         parts["telemetry"] = _TELEMETRY_START * TELEMETRY_ROW_BYTES
     host = getattr(engine, "host_offload", None) if len(pools) == 1 else None
     if host is not None:
-        # kernels/host_tier.py and host_offload.py: a key table of 32 bytes an entry (a power of two
-        # at least twice the host blocks; key, state, load, residency time), the transfer rings,
-        # 9 bytes a GPU block (pins), and 17 columns a request
+        # kernels/host_tier.py and host_offload.py: a key table of 49 bytes an entry (a power of two
+        # at least twice the host blocks; key, state, load, residency time, hash, LRU epoch, a
+        # mark), the LRU ring (24 bytes an item, 4 items a host block), the transfer rings, 9 bytes
+        # a GPU block (pins), 17 columns a request and Dynamo's hash of every prompt block
+        # (decision 0354; at most the prompt tokens / block size)
         size = 1
         while size < 2 * host.num_host_blocks:
             size *= 2
-        parts["host KV tiers"] = ranks * (32 * size + 1024 * 57 + 8 * (1 << 16)
-                                          + 9 * int(engine.num_gpu_blocks)) + 136 * n
+        prompt_blocks = int(np.sum(np.asarray(workload.isl, dtype=np.int64))) // max(int(engine.block_size), 1)
+        parts["host KV tiers"] = ranks * (49 * size + 24 * (4 * host.num_host_blocks + 64) + 1024 * 57
+                                          + 8 * (1 << 16) + 9 * int(engine.num_gpu_blocks)) + 136 * n \
+            + 8 * prompt_blocks
     return Estimate(parts, space)
 
 

@@ -280,7 +280,8 @@ def build_report(req, gaps, meta):
     wall = float(meta.get("wall_time_ms") or 0.0)
 
     if meta.get("single_path", False):
-        decode_ws = duration_s
+        # (its clock may run past the last token to a host tier's last transfer: decision 0354)
+        decode_ws = max(duration_s, float(meta.get("single_path_tail_s") or 0.0))
     else:
         decode_ws = float(meta.get("decode_worker_seconds") or 0.0)
     prefill_ws = float(meta.get("prefill_worker_seconds") or 0.0)

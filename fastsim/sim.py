@@ -265,7 +265,7 @@ def simulate(
                         workload, router_mode, num_workers, replay_concurrency, schedule, planner))
     tier_rings = _TIER_RINGS
     st = build_state(workload, engine, run)
-    tier = _host_tier(st, engine, tier_rings)
+    tier = _host_tier(st, engine, tier_rings, workload)
     progress.track(st.n_requests, lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = initial_table_size(st.requests, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
@@ -322,8 +322,14 @@ def simulate(
         else:
             break
         st = build_state(workload, engine, run)
-        tier = _host_tier(st, engine, tier_rings)
+        tier = _host_tier(st, engine, tier_rings, workload)
     progress.untrack()
+    if tier is not None and router_mode == "kv_router" and lag:
+        from fastsim.kernels.host_tier import EVICTED
+        from fastsim.kv_tiers import host_evictions_with_a_lag
+
+        if tier.ht.meta[:, EVICTED].any():  # the router would still see evicted blocks for the lag
+            raise host_evictions_with_a_lag(lag)
     if rt.index.state[OVERFLOW]:  # (its size bounds every block it can hold: a broken invariant)
         raise RuntimeError("the kv_router's KV-event index overflowed")
     settle_unarrived(st.requests, int(st.cluster.state[NARRIVED]))
@@ -367,9 +373,12 @@ def simulate(
     del st, rt
     # 1.6.1's single worker stops at its time cap like a cluster, with the worker-seconds so far
     single_ws = single_path and not (status == SIM_CAP and rules == TIMING_161)
+    # a single worker's clock runs on to its host tier's last transfer (decision 0354)
+    tail_s = float(out[1]) / 1000.0 if tier is not None and single_ws else 0.0
     return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_ws,
                    worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
-                   telemetry=bool(telemetry_interval_ms), version=version, committed=committed)
+                   telemetry=bool(telemetry_interval_ms), version=version, committed=committed,
+                   single_tail_s=tail_s)
 
 
 def _load_tier_kernels(run_loop_nb, args):
@@ -388,7 +397,7 @@ def _load_tier_kernels(run_loop_nb, args):
     return time.perf_counter() - t
 
 
-def _host_tier(st, engine, rings):
+def _host_tier(st, engine, rings, workload):
     """The run's host KV tiers and connector state (``kernels/host_offload.py``), None without a tier."""
     host = engine.host_offload
     if host is None:
@@ -400,7 +409,10 @@ def _host_tier(st, engine, rings):
     ht = make_host_tier(n_ranks, host.num_host_blocks, st.params.block_size, host.kv_cache_bytes_per_token,
                         host.d2h_bandwidth_gbps, host.h2d_bandwidth_gbps, host.latency_to_first_byte_ms,
                         n_live=rings[0], n_keys=rings[1])
-    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0])
+    from fastsim.kernels.dynamo_hash import sequence_hashes
+
+    dhash = sequence_hashes(workload, st.params.block_size, st.requests.key_ptr)
+    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0], dhash)
 
 
 def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=False, num_workers=1,
@@ -449,7 +461,7 @@ def _debug(debug):
 
 
 def _report(cols, gaps, fl, *, num_workers, single_path, worker_seconds, dp, wall_ms, sla,
-            telemetry, version, committed):
+            telemetry, version, committed, single_tail_s=0.0):
     """The :class:`Report` of an aggregated run from its per-request columns, gap statistics and
     fleet record."""
     from fastsim.report import build_report
@@ -460,6 +472,7 @@ def _report(cols, gaps, fl, *, num_workers, single_path, worker_seconds, dp, wal
         {
             "num_workers": num_workers,
             "single_path": single_path,
+            "single_path_tail_s": single_tail_s,
             "decode_worker_seconds": worker_seconds,
             "prefill_worker_seconds": 0.0,
             "prefill_gpus_per_worker": 0,

@@ -25,8 +25,12 @@ and copy lanes; this module ties them to the requests, the GPU pool and the pass
   sleepers. A rank without a pass in flight completes its transfers at their deadlines (events
   of the loop).
 
-The tier never evicts (``host_tier.NEEDS_EVICTION``): the run stops with ``flag[STOP]`` set and
-the caller refuses it. ``TierRun`` is passed to the pass and the loop as its own argument, None
+* **Recency.** A lookup, and a store cohort prepared, touch the request's prompt blocks in reverse
+  order (vLLM's ``LRUCachePolicy.touch``); a cohort that does not fit even after evicting is
+  retried at the next pass (decision 0354).
+
+A transfer ring that fills stops the run with ``flag[STOP]`` set (the caller reruns it with larger
+rings). ``TierRun`` is passed to the pass and the loop as its own argument, None
 without a tier, so that a run without one never compiles this module.
 """
 
@@ -38,9 +42,9 @@ from fastsim.kernels.admission import finish_nb, log_readmission, schedule
 from fastsim.kernels.blocks import blocks_ceil, blocks_floor, fill_keys, key_span
 from fastsim.kernels.codes import SCHEDULED, TERM_REJECTED, WAITING
 from fastsim.kernels.host_fences import eviction_dep_nb, store_in_flight_nb
-from fastsim.kernels.host_tier import (HIT, LOAD, LOG_FULL, MISS, NEEDS_EVICTION, PENDING, PREPARED, loading_nb,
-                                       lookup_nb, next_deadline_nb, pop_due_nb, prepare_store_nb, schedule_load_nb,
-                                       store_fence_nb, submit_prepared_nb)
+from fastsim.kernels.host_tier import (CLOCK, HIT, LOAD, LOG_FULL, MISS, PENDING, PREPARED, loading_nb, lookup_nb,
+                                       next_deadline_nb, pop_due_nb, prepare_store_nb, schedule_load_nb,
+                                       store_fence_nb, submit_prepared_nb, touch_nb)
 from fastsim.kernels.jit import inline, inner
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, can_use_nb, match_slots_nb, register_nb, seal_feed_nb
 from fastsim.kernels.queues import start_running, unlink_waiting
@@ -80,16 +84,25 @@ class TierRun(NamedTuple):
     n_cq: np.ndarray  # int64[R]
     n_asleep: np.ndarray  # int64[R]
     cnb: np.ndarray  # float64[R]: no compute before (fences met so far)
+    # the request whose prompt was touched last on the rank, and the LRU clock after it: touching
+    # it again before anything else moves the clock leaves the LRU order as it is (skipped)
+    touched_row: np.ndarray  # int64[R]
+    touched_clock: np.ndarray  # int64[R]
     # per GPU pool slot
     pin: np.ndarray  # int64[R * cap]: id + 1 of the store that read the block (0: none)
     mark: np.ndarray  # int8[R * cap]: scratch of the eviction walk
+    # per full prompt block, laid out as the requests' block keys (``rq.key_ptr``): Dynamo's
+    # sequence hash, which orders the blocks of one transfer in the host LRU (0354)
+    dhash: np.ndarray  # uint64[blocks]
     keys: np.ndarray  # uint64[max blocks of a request]: scratch
+    hashes: np.ndarray  # uint64[max blocks of a request]: scratch
     miss: np.ndarray  # bool[max blocks of a request]: scratch
     flag: np.ndarray  # int64[2]: STOP reason, its rank
 
 
-def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks):
-    """The connector state of ``n_rows`` requests on ``n_ranks`` ranks of ``cap`` GPU blocks."""
+def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash):
+    """The connector state of ``n_rows`` requests on ``n_ranks`` ranks of ``cap`` GPU blocks;
+    ``dhash``: Dynamo's sequence hash of every full prompt block (``kernels/dynamo_hash.py``)."""
 
     def full(v):
         return np.full(n_rows, v, dtype=np.int64)
@@ -101,8 +114,10 @@ def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks):
         in_cq=np.zeros(n_rows, dtype=np.int8), asleep=np.zeros(n_rows, dtype=np.int8),
         cq_head=np.full(n_ranks, -1, dtype=np.int64), cq_tail=np.full(n_ranks, -1, dtype=np.int64),
         n_cq=np.zeros(n_ranks, dtype=np.int64), n_asleep=np.zeros(n_ranks, dtype=np.int64),
-        cnb=np.zeros(n_ranks), pin=np.zeros(n_ranks * cap, dtype=np.int64),
-        mark=np.zeros(n_ranks * cap, dtype=np.int8), keys=np.zeros(max(max_blocks, 1), dtype=np.uint64),
+        cnb=np.zeros(n_ranks), touched_row=np.full(n_ranks, -1, dtype=np.int64),
+        touched_clock=np.zeros(n_ranks, dtype=np.int64), pin=np.zeros(n_ranks * cap, dtype=np.int64),
+        mark=np.zeros(n_ranks * cap, dtype=np.int8), dhash=dhash,
+        keys=np.zeros(max(max_blocks, 1), dtype=np.uint64), hashes=np.zeros(max(max_blocks, 1), dtype=np.uint64),
         miss=np.zeros(max(max_blocks, 1), dtype=np.bool_),
         flag=np.zeros(2, dtype=np.int64),
     )
@@ -203,6 +218,28 @@ def _host_lookup(tr, p, rq, k, r, base, n_prompt):
         if store_in_flight_nb(tr, k, tr.last_store[r]):
             return PENDING, np.int64(0)
         tr.last_store[r] = -1
+    kind, nh = _host_match(tr, k, base, n_prompt)
+    _touch_prompt(tr, k, r, n_prompt)  # vLLM touches the prompt's blocks after the lookup
+    return kind, nh
+
+
+@inner
+def _touch_prompt(tr, k, r, n_prompt):
+    """Touch request ``r``'s prompt blocks (``tr.keys[:n_prompt]``) in reverse order, each with
+    its own recency (vLLM's ``LRUCachePolicy.touch``)."""
+    ht = tr.ht
+    if tr.touched_row[k] == r and tr.touched_clock[k] == ht.meta[k, CLOCK]:
+        return  # its blocks are the most recent already, in this order
+    for j in range(n_prompt - 1, -1, -1):
+        touch_nb(ht, k, tr.keys[j])
+    tr.touched_row[k] = r
+    tr.touched_clock[k] = ht.meta[k, CLOCK]
+
+
+@inline
+def _host_match(tr, k, base, n_prompt):
+    """The host blocks right after the GPU prefix (Dynamo's ``lookup_visited``)."""
+    ht = tr.ht
     if base >= n_prompt:
         return MISS, np.int64(0)
     matched = np.int64(0)
@@ -415,18 +452,23 @@ def _offer_store(p, rq, k, r, tr):
                 return  # blocks still written after a fence: retried at the next pass
         else:
             tr.wdep[r] = -1
-    res, tid = prepare_store_nb(ht, k, r, tr.keys, n)
+    kbase = key_span(rq, r)[0]
+    for i in range(n):
+        tr.hashes[i] = tr.dhash[kbase + c0 + i]
+    res, tid = prepare_store_nb(ht, k, r, tr.keys, tr.hashes, n)
     if res == PREPARED:
-        kbase = key_span(rq, r)[0]
         sbase = k * p.cap
         for i in range(n):
             if tr.miss[i]:
                 tr.pin[sbase + rq.bslot[kbase + c0 + i]] = tid + 1
         tr.last_store[r] = tid
         tr.cursor[r] = end
-    elif (res == NEEDS_EVICTION or res == LOG_FULL) and tr.flag[STOP] == 0:
+        n_prompt = fill_keys(rq, np.int64(r), np.int64(0), rq.isl[r] // p.block_size, tr.keys)
+        _touch_prompt(tr, k, r, n_prompt)  # then the prompt's blocks are touched, last first
+    elif res == LOG_FULL and tr.flag[STOP] == 0:
         tr.flag[STOP] = res
         tr.flag[STOP_RANK] = k
+    # RETRY_CAPACITY: too few blocks to evict; the cursor stays and the next pass tries again
 
 
 # ----------------------------------------------------------------------------- transfers

@@ -6,12 +6,14 @@ knows nothing of the GPU pool, the scheduler or the clock's events, which call i
 * **Entries.** A block key is absent, *pending* (a store of it was prepared or is being copied:
   the transfer id says which) or *resident*. A store cohort takes its missing blocks whole or not
   at all; entries count against the capacity from the moment they are prepared.
-* **No eviction.** When a cohort's missing blocks do not fit the free entries, Dynamo evicts the
-  least recently used resident blocks, in an order that depends on its block hash values within
-  one completion (0350, "Host LRU"); fastsim keeps the equality of those hashes, not their
-  values. ``prepare_store_nb`` therefore answers ``NEEDS_EVICTION`` and changes nothing: the
-  caller stops the run with a clear refusal. Entries are never removed, so the key table needs
-  no deletion and the recency of resident blocks is never read (touches are not kept).
+* **Eviction (LRU).** When a cohort's missing blocks do not fit the free entries, the least
+  recently used resident blocks that no load is reading and that are not in the cohort make
+  room; if there are not enough of them, nothing changes and the caller retries at its next
+  pass (``RETRY_CAPACITY``, Dynamo's ``RetryCapacity``). Recency is an epoch: a touch gives one
+  block a new epoch, a completed transfer gives its blocks one epoch together, ordered inside it
+  by Dynamo's sequence hash of the block (``thash``; decision 0354). The LRU is a ring per rank
+  of (key, hash, epoch) items in (epoch, hash) order; an item is live while its entry is
+  resident with that epoch (a later touch, a load or an eviction leaves it dead in place).
 * **Lanes.** Each direction is one FIFO lane: a transfer of ``n`` blocks takes
   ``n * block_bytes / (GB/s * 1e6)`` ms (0 GB/s: no time) and starts at the later of the lane's
   previous end and its ready time (submission, or a later fence, plus the first-byte latency).
@@ -25,7 +27,9 @@ knows nothing of the GPU pool, the scheduler or the clock's events, which call i
 
 Transfers live in a ring per rank (``n_live`` slots, indexed by id modulo the ring), their block
 keys in a ring of keys per rank; a transfer that would overwrite a live one answers ``LOG_FULL``
-(the caller reruns with larger rings). Rank ``k`` owns table entries ``[k * tsize, (k+1) * tsize)``.
+(the caller reruns with larger rings). Rank ``k`` owns table entries ``[k * tsize, (k+1) * tsize)``
+(linear probing; an evicted entry's followers shift back, so no table position is kept across
+calls).
 """
 
 from typing import NamedTuple
@@ -37,13 +41,13 @@ from fastsim.kernels.jit import inner, kernel, kernel_noalloc
 # lookup answers (Dynamo's ``Lookup``)
 MISS, PENDING, HIT = 0, 1, 2
 # prepare_store_nb / schedule_load_nb answers
-PREPARED, ALREADY_PRESENT, NEEDS_EVICTION, LOG_FULL = 0, 1, 2, 3
+PREPARED, ALREADY_PRESENT, RETRY_CAPACITY, LOG_FULL = 0, 1, 2, 3
 # transfer kinds, in Dynamo's same-deadline completion order
 STORE, LOAD = 0, 1
 _RESIDENT = np.int64(-1)  # entry state; > 0: pending store (transfer id + 1); 0: empty slot
 # per-rank integer meta columns
 (ENTRIES, NEXT_ID, D2H_HEAD, D2H_SUBMITTED, D2H_TAIL, H2D_HEAD, H2D_TAIL, KEY_HEAD,
- KEY_TAIL) = range(9)
+ KEY_TAIL, LRU_HEAD, LRU_TAIL, CLOCK, EVICTED) = range(13)
 # per-rank float meta columns
 D2H_END, H2D_END = 0, 1
 
@@ -63,6 +67,13 @@ class HostTier(NamedTuple):
     # when the entry's store completed (inf: not resident): Dynamo publishes a host block's
     # stored KV event then, and its kv_router counts the block from that event on (0353)
     tres: np.ndarray  # float64[R * tsize]
+    thash: np.ndarray  # uint64[R * tsize]: Dynamo's sequence hash of the entry's block
+    tepoch: np.ndarray  # int64[R * tsize]: its LRU epoch (0: not in the LRU: pending or loading)
+    tprot: np.ndarray  # int8[R * tsize]: scratch: in the cohort being admitted (not a victim)
+    # the LRU ring of each rank, ``n_lru`` items a rank (module docstring)
+    lkey: np.ndarray  # uint64[R * n_lru]
+    lhash: np.ndarray  # uint64[R * n_lru]
+    lep: np.ndarray  # int64[R * n_lru]
     # transfers, slot = id % n_live per rank: kind, request row, first key (in the key ring),
     # blocks, deadline (inf until submitted)
     xkind: np.ndarray  # int8[R * n_live]
@@ -73,7 +84,7 @@ class HostTier(NamedTuple):
     d2h: np.ndarray  # int64[R * n_live]: ring of store ids in submission order
     h2d: np.ndarray  # int64[R * n_live]: ring of load ids
     keys: np.ndarray  # uint64[R * n_keys]: ring of the transfers' block keys
-    meta: np.ndarray  # int64[R, 9]
+    meta: np.ndarray  # int64[R, 13]
     fmeta: np.ndarray  # float64[R, 2]: each lane's end
 
 
@@ -89,7 +100,8 @@ def make_host_tier(n_ranks, cap, block_size, kv_cache_bytes_per_token, d2h_gbps,
     tsize = 1
     while tsize < 2 * cap:
         tsize *= 2
-    meta = np.zeros((n_ranks, 9), dtype=np.int64)
+    meta = np.zeros((n_ranks, 13), dtype=np.int64)
+    n_lru = 4 * cap + 64  # live items are at most ``cap``: the ring compacts when it is full
     return HostTier(
         cap=cap, tmask=tsize - 1, block_bytes=float(block_size * kv_cache_bytes_per_token),
         d2h_bpms=bytes_per_ms(d2h_gbps), h2d_bpms=bytes_per_ms(h2d_gbps),
@@ -98,6 +110,12 @@ def make_host_tier(n_ranks, cap, block_size, kv_cache_bytes_per_token, d2h_gbps,
         tstate=np.zeros(n_ranks * tsize, dtype=np.int64),
         tload=np.zeros(n_ranks * tsize, dtype=np.int64),
         tres=np.full(n_ranks * tsize, np.inf),
+        thash=np.zeros(n_ranks * tsize, dtype=np.uint64),
+        tepoch=np.zeros(n_ranks * tsize, dtype=np.int64),
+        tprot=np.zeros(n_ranks * tsize, dtype=np.int8),
+        lkey=np.zeros(n_ranks * n_lru, dtype=np.uint64),
+        lhash=np.zeros(n_ranks * n_lru, dtype=np.uint64),
+        lep=np.zeros(n_ranks * n_lru, dtype=np.int64),
         xkind=np.zeros(n_ranks * n_live, dtype=np.int8),
         xrow=np.zeros(n_ranks * n_live, dtype=np.int64),
         xfirst=np.zeros(n_ranks * n_live, dtype=np.int64),
@@ -197,25 +215,212 @@ def _key_at(ht, k, tid, i):
     return k * n_ring + (ht.xfirst[k * n_live + tid % n_live] + i) % n_ring
 
 
+# ----------------------------------------------------------------------------- the LRU
+@inner
+def _compact(ht, k):
+    """Keep the live items of rank ``k``'s LRU ring, in order, at its front."""
+    meta = ht.meta
+    base = k * (ht.lkey.shape[0] // meta.shape[0])
+    j = np.int64(0)
+    for i in range(meta[k, LRU_HEAD], meta[k, LRU_TAIL]):
+        if _live(ht, k, base + i):
+            ht.lkey[base + j] = ht.lkey[base + i]
+            ht.lhash[base + j] = ht.lhash[base + i]
+            ht.lep[base + j] = ht.lep[base + i]
+            j += 1
+    meta[k, LRU_HEAD] = 0
+    meta[k, LRU_TAIL] = j
+
+
+@inner
+def _lru_push(ht, k, key, h, epoch):
+    """Append one item to rank ``k``'s LRU ring (compacting it first when it is full)."""
+    meta = ht.meta
+    n_lru = ht.lkey.shape[0] // meta.shape[0]
+    base = k * n_lru
+    if meta[k, LRU_TAIL] == n_lru:
+        _compact(ht, k)
+    i = base + meta[k, LRU_TAIL]
+    ht.lkey[i] = key
+    ht.lhash[i] = h
+    ht.lep[i] = epoch
+    meta[k, LRU_TAIL] += 1
+
+
+@inner
+def _live(ht, k, i):
+    """True if ring item ``i`` is its block's current recency (resident, in the LRU, same epoch)."""
+    if ht.lep[i] <= 0:
+        return False
+    p = _pos(ht, k, ht.lkey[i])
+    return ht.tstate[p] == _RESIDENT and ht.tepoch[p] == ht.lep[i]
+
+
 @kernel_noalloc
-def prepare_store_nb(ht, k, row, keys, n):
+def touch_nb(ht, k, key):
+    """A recency of its own for ``key`` on rank ``k`` if it is resident and no load reads it
+    (Dynamo's ``touch``: other blocks ignore it)."""
+    p = _pos(ht, k, key)
+    if ht.tstate[p] != _RESIDENT or ht.tload[p] != 0:
+        return
+    ht.meta[k, CLOCK] += 1
+    ht.tepoch[p] = ht.meta[k, CLOCK]
+    _lru_push(ht, k, key, ht.thash[p], ht.meta[k, CLOCK])
+
+
+@inner
+def _sift(h, kk, e, lo, root, end):
+    """Heap sift-down of the (hash, key, epoch) items ``lo + root .. lo + end - 1`` by hash."""
+    while True:
+        child = 2 * root + 1
+        if child >= end:
+            return
+        if child + 1 < end and h[lo + child + 1] > h[lo + child]:
+            child += 1
+        if h[lo + root] >= h[lo + child]:
+            return
+        a = lo + root
+        b = lo + child
+        h[a], h[b] = h[b], h[a]
+        kk[a], kk[b] = kk[b], kk[a]
+        e[a], e[b] = e[b], e[a]
+        root = child
+
+
+@inner
+def _touch_cohort_end(ht, k, first):
+    """The ring items pushed since ``first`` (one transfer's blocks) share one epoch, ordered
+    by their sequence hash (Dynamo's ``touch_cohort``)."""
+    meta = ht.meta
+    n_lru = ht.lkey.shape[0] // meta.shape[0]
+    lo = k * n_lru + first
+    n = meta[k, LRU_TAIL] - first
+    for root in range(n // 2 - 1, -1, -1):  # heapsort by hash, in place
+        _sift(ht.lhash, ht.lkey, ht.lep, lo, root, n)
+    for end in range(n - 1, 0, -1):
+        ht.lhash[lo], ht.lhash[lo + end] = ht.lhash[lo + end], ht.lhash[lo]
+        ht.lkey[lo], ht.lkey[lo + end] = ht.lkey[lo + end], ht.lkey[lo]
+        ht.lep[lo], ht.lep[lo + end] = ht.lep[lo + end], ht.lep[lo]
+        _sift(ht.lhash, ht.lkey, ht.lep, lo, 0, end)
+
+
+@inner
+def _cohort_room(ht, k, n_new):
+    """Room in rank ``k``'s ring for ``n_new`` items pushed together (compacted if needed), so
+    that a cohort's items stay contiguous; returns the ring index of the first."""
+    meta = ht.meta
+    if meta[k, LRU_TAIL] + n_new > ht.lkey.shape[0] // meta.shape[0]:
+        _compact(ht, k)
+    return meta[k, LRU_TAIL]
+
+
+@inner
+def _delete(ht, k, p):
+    """Remove the entry at table position ``p`` of rank ``k`` (linear probing: the entries after it
+    in its probe run shift back to keep every key reachable)."""
+    base = k * (ht.tmask + 1)
+    i = p - base
+    j = i
+    while True:
+        j = (j + 1) & ht.tmask
+        if ht.tstate[base + j] == 0:
+            break
+        home = _home(ht, ht.tkey[base + j])
+        # the entry at j may move to i unless its home lies cyclically in (i, j]
+        if (i <= j and (i < home <= j)) or (i > j and (home <= j or home > i)):
+            continue
+        a = base + i
+        b = base + j
+        ht.tkey[a] = ht.tkey[b]
+        ht.tstate[a] = ht.tstate[b]
+        ht.tload[a] = ht.tload[b]
+        ht.tres[a] = ht.tres[b]
+        ht.thash[a] = ht.thash[b]
+        ht.tepoch[a] = ht.tepoch[b]
+        ht.tprot[a] = ht.tprot[b]
+        i = j
+    a = base + i
+    ht.tkey[a] = 0
+    ht.tstate[a] = 0
+    ht.tload[a] = 0
+    ht.tres[a] = np.inf
+    ht.thash[a] = 0
+    ht.tepoch[a] = 0
+    ht.tprot[a] = 0
+
+
+@inner
+def _evict(ht, k, keys, n, needed):
+    """Evict ``needed`` least recently used blocks of rank ``k`` that are not among ``keys[:n]``:
+    True, or False (nothing changed) when fewer than ``needed`` are evictable."""
+    meta = ht.meta
+    n_lru = ht.lkey.shape[0] // meta.shape[0]
+    base = k * n_lru
+    for i in range(n):
+        p = _pos(ht, k, keys[i])
+        if ht.tstate[p] != 0:
+            ht.tprot[p] = 1
+    found = np.int64(0)
+    i = meta[k, LRU_HEAD]
+    while found < needed and i < meta[k, LRU_TAIL]:
+        if not _live(ht, k, base + i):
+            if i == meta[k, LRU_HEAD]:
+                meta[k, LRU_HEAD] += 1
+        elif ht.tprot[_pos(ht, k, ht.lkey[base + i])] == 0:
+            found += 1
+        i += 1
+    ok = found == needed
+    if ok:  # the same walk again, evicting
+        i = meta[k, LRU_HEAD]
+        left = needed
+        while left > 0:
+            if _live(ht, k, base + i):
+                p = _pos(ht, k, ht.lkey[base + i])
+                if ht.tprot[p] == 0:
+                    ht.lep[base + i] = 0
+                    _delete(ht, k, p)
+                    meta[k, ENTRIES] -= 1
+                    meta[k, EVICTED] += 1
+                    left -= 1
+            i += 1
+    for i in range(n):
+        p = _pos(ht, k, keys[i])
+        if ht.tstate[p] != 0:
+            ht.tprot[p] = 0
+    return ok
+
+
+@kernel_noalloc
+def prepare_store_nb(ht, k, row, keys, hashes, n):
     """Admit the missing blocks of request ``row``'s store cohort ``keys[:n]`` (distinct keys, as
-    a request's chained block keys are) on rank ``k``, whole or not at all: returns (PREPARED, id), (ALREADY_PRESENT, -1), (NEEDS_EVICTION, -1) when
-    they do not fit the free entries (nothing changes: see the module docstring) or (LOG_FULL,
-    -1). The prepared store is submitted at the pass end (``submit_prepared_nb``)."""
+    a request's chained block keys are; ``hashes[:n]`` their Dynamo sequence hashes) on rank
+    ``k``, whole or not at all, evicting least recently used blocks outside the cohort to make
+    room: returns (PREPARED, id), (ALREADY_PRESENT, -1), (RETRY_CAPACITY, -1) when not enough
+    blocks can be evicted (nothing changes) or (LOG_FULL, -1). The prepared store is submitted
+    at the pass end (``submit_prepared_nb``)."""
     missing = 0
     for i in range(n):
         if ht.tstate[_pos(ht, k, keys[i])] == 0:
             missing += 1
     if missing == 0:
         return ALREADY_PRESENT, np.int64(-1)
-    if missing > ht.cap - ht.meta[k, ENTRIES]:
-        return NEEDS_EVICTION, np.int64(-1)
+    if missing > ht.cap:
+        return RETRY_CAPACITY, np.int64(-1)
     meta = ht.meta
-    tid = _new_transfer(ht, k, STORE, row, missing)
-    if tid < 0:
-        return LOG_FULL, np.int64(-1)
     n_live = ht.xkind.shape[0] // meta.shape[0]
+    # the transfer slot first: a full ring must leave the tier as it was (the run restarts)
+    oldest = meta[k, NEXT_ID]
+    if meta[k, D2H_TAIL] > meta[k, D2H_HEAD]:
+        oldest = min(oldest, ht.d2h[k * n_live + meta[k, D2H_HEAD] % n_live])
+    if meta[k, H2D_TAIL] > meta[k, H2D_HEAD]:
+        oldest = min(oldest, ht.h2d[k * n_live + meta[k, H2D_HEAD] % n_live])
+    n_ring = ht.keys.shape[0] // meta.shape[0]
+    if meta[k, NEXT_ID] - oldest >= n_live or meta[k, KEY_TAIL] + missing - meta[k, KEY_HEAD] > n_ring:
+        return LOG_FULL, np.int64(-1)
+    if missing > ht.cap - meta[k, ENTRIES]:
+        if not _evict(ht, k, keys, n, missing - (ht.cap - meta[k, ENTRIES])):
+            return RETRY_CAPACITY, np.int64(-1)
+    tid = _new_transfer(ht, k, STORE, row, missing)
     j = 0
     for i in range(n):  # the transfer's blocks: the missing ones, in cohort order
         p = _pos(ht, k, keys[i])
@@ -224,6 +429,8 @@ def prepare_store_nb(ht, k, row, keys, n):
             j += 1
             ht.tkey[p] = keys[i]
             ht.tstate[p] = tid + 1
+            ht.thash[p] = hashes[i]
+            ht.tepoch[p] = 0
             meta[k, ENTRIES] += 1
     ht.d2h[k * n_live + meta[k, D2H_TAIL] % n_live] = tid
     meta[k, D2H_TAIL] += 1
@@ -274,8 +481,10 @@ def schedule_load_nb(ht, k, row, keys, n, now, not_before):
     end = _lane_end(start, float(n * ht.block_bytes), ht.h2d_bpms)
     ht.fmeta[k, H2D_END] = end
     ht.xdead[x] = end
-    for i in range(n):
-        ht.tload[_pos(ht, k, keys[i])] = tid + 1
+    for i in range(n):  # a block a load reads leaves the LRU until the load completes
+        q = _pos(ht, k, keys[i])
+        ht.tload[q] = tid + 1
+        ht.tepoch[q] = 0
     ht.h2d[k * n_live + meta[k, H2D_TAIL] % n_live] = tid
     meta[k, H2D_TAIL] += 1
     return PREPARED, tid
@@ -338,13 +547,23 @@ def pop_due_nb(ht, k, now):
     n_live = ht.xkind.shape[0] // meta.shape[0]
     x = k * n_live + tid % n_live
     kind = np.int64(ht.xkind[x])
+    # the transfer's blocks that enter the LRU share one epoch, ordered by hash (0354)
+    first = _cohort_room(ht, k, ht.xn[x])
+    meta[k, CLOCK] += 1
+    epoch = meta[k, CLOCK]
     for i in range(ht.xn[x]):
-        p = _pos(ht, k, ht.keys[_key_at(ht, k, tid, i)])
+        key = ht.keys[_key_at(ht, k, tid, i)]
+        p = _pos(ht, k, key)
         if kind == STORE:
             ht.tstate[p] = _RESIDENT
             ht.tres[p] = now
         elif ht.tload[p] == tid + 1:
             ht.tload[p] = 0
+        else:
+            continue
+        ht.tepoch[p] = epoch
+        _lru_push(ht, k, key, ht.thash[p], epoch)
+    _touch_cohort_end(ht, k, first)
     if kind == STORE:
         meta[k, D2H_HEAD] += 1
     else:
