@@ -17,6 +17,10 @@ from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, DP_PRESSURE, OK, OUTCOME
                                    SIM_CAP)
 
 
+# False: every decode pass one request at a time (the tests compare the two; ``kernels/sglang_steady.py``)
+STEADY_DECODING = True
+
+
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(f"{what} with engine_type=sglang is not supported yet by fastsim "
                              "(the SGLang engine runs aggregated round-robin replays of Dynamo 1.6.1 and 1.4.2)")
@@ -65,7 +69,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         def build(log_size=None, ring=0, gap_skip=None):
             return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
                                       float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip,
-                                      int(replay_concurrency or 0))
+                                      int(replay_concurrency or 0), STEADY_DECODING)
 
         state = build()
         # load (or compile) the loop before the clock starts, as the vLLM path does
@@ -74,7 +78,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         v142 = sglang_state.table_142(workload) if cfg.v142 else None  # (None: 1.6.1's loop, compiled apart)
         # a run without a cap or a closed loop passes no SgLoop: its loop is compiled without them
         looped = max_sim_time_ms is not None or bool(replay_concurrency)
-        run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142)))
+        run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142,
+                                                        state[8])))
     t0 = time.perf_counter()
     if reference:  # the plain-Python engine (slow; the tests compare the two)
         cols, gap_list, committed, _ = sglang_ref.simulate(
@@ -84,13 +89,13 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     else:
         log_size, ring, gap_skip = None, 0, None
         while True:
-            q, pr, fp, s, t, k, tl, lp = state
+            q, pr, fp, s, t, k, tl, lp, sd = state
             if not looped:
                 lp = None
-            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142)
+            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, sd)
             while status == RECORDS_FULL:
                 tl = grow_records(tl)
-                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142)
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, sd)
             if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif tl.st[LOST]:  # a request's token times left its worker's ring: a wider one
