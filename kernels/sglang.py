@@ -659,7 +659,7 @@ def _steady_step_nb(q, pr, fp, s, t, k, sd, tl, r, start_t, perf):
         return -1.0
     if need > t.free[r]:
         evict_nb(t, r, need - t.free[r])
-    if need > t.free[r]:  # (one request that does not fit: no token this pass)
+    if need > t.free[r] or k.rn[r] == 0:  # (one request that does not fit, or none: no token this pass)
         return start_t
     cnt = k.rn[r]
     total = sd.tsum[r]
