@@ -441,7 +441,9 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl):
     steady = sd.on[r] != 0
     if not defer:
         exact = True
-        if steady and k.wn[r] > 0:
+        if k.wn[r] == 0:
+            reserved = 0.0  # (nothing to admit: the reservation is not read)
+        elif steady:
             # the members' sum of remaining outputs stands in for the sum of their rounded
             # reservations, unless a budget check comes out too close to tell (reserve_close)
             reserved = sd.rsum[r] * ratio
@@ -724,7 +726,7 @@ def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v, sd):
     total_isl = 0
     total_prefix = 0
     reserved = 0.0
-    row = k.rh[r]
+    row = k.rh[r] if k.wn[r] > 0 else -1  # (nothing to admit: the reservation is not read)
     while row != -1:
         reserved += min(q.osl[row] - q.gen[row], pr[P_CLIP]) * ratio
         row = q.rnext[row]
