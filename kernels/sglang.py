@@ -246,7 +246,7 @@ def _ceil(t, ps):
     return -(-t // ps) * ps
 
 
-@inner
+@llvm_inline
 def _alloc_new_nb(q, pr, s, t, r, row, end):
     ps = pr[P_PS]
     npg = end // ps
@@ -646,7 +646,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl):
     return end_t
 
 
-@inner
+@llvm_inline
 def _steady_step_nb(q, pr, fp, s, t, k, sd, tl, r, start_t, perf):
     """The decode step of steady rank ``r`` from ``start_t``, by its members' sums: the same as the
     pass-at-a-time decode step when nothing is retracted (every member one token, new pages by
@@ -866,7 +866,7 @@ def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf):
     return end_t, nret
 
 
-@inner
+@llvm_inline
 def _first_tokens_nb(q, pr, s, t, k, r, nf):
     """The first tokens of the ``nf`` fresh rows in ``s.rows``: no time, no retraction."""
     ps = pr[P_PS]

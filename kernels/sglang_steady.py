@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim.kernels.jit import inline, inner
+from fastsim.kernels.jit import inline, inner, llvm_inline
 from fastsim.kernels.timelines import _append
 
 DUE = 1024  # due wheel width per rank (a member is filed under its last step mod DUE)
@@ -111,7 +111,7 @@ def due_step(sd, q, row):
     return sd.base[row] + q.osl[row] - sd.g0[row] - 1
 
 
-@inner
+@llvm_inline
 def join_nb(sd, q, ps, r, row):
     """Running request ``row`` of rank ``r`` (laid out, last in running order among the members)
     becomes a fresh steady member from the rank's next decode step."""
@@ -176,7 +176,7 @@ def unfile_fill_nb(sd, q, ps, r, row):
         sd.iprev[b] = a
 
 
-@inner
+@llvm_inline
 def take_due_nb(sd, q, r, D):
     """The members whose last token is rank ``r``'s step ``D``, in running order, into
     ``sd.due``; returns how many."""
