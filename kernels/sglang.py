@@ -246,7 +246,7 @@ def _ceil(t, ps):
     return -(-t // ps) * ps
 
 
-@llvm_inline
+@inner
 def _alloc_new_nb(q, pr, s, t, r, row, end):
     ps = pr[P_PS]
     npg = end // ps
@@ -1078,17 +1078,22 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, sd):
                 run_n = 0
                 for i in range(s.cnt[CNT_EMIT]):
                     row = s.emit[i]
-                    if row < 0:  # the settled members of a steady rank: one gap each, since its last step
-                        rr = -1 - row
-                        gap = end - sd_last_end[rr]
-                        if run_n > 0 and gap != run_gap:
-                            _pool_gap_nb(s, run_gap, run_n)
-                            run_n = 0
-                        run_gap = gap
-                        run_n += sd_settled[rr]
-                        continue
+                    # (1.4.2's loop is compiled without the steady members' branches: every token
+                    # of its passes is a decode step's)
+                    if v142 is None:
+                        if row < 0:  # the settled members of a steady rank: one gap each, since its last step
+                            rr = -1 - row
+                            gap = end - sd_last_end[rr]
+                            if run_n > 0 and gap != run_gap:
+                                _pool_gap_nb(s, run_gap, run_n)
+                                run_n = 0
+                            run_gap = gap
+                            run_n += sd_settled[rr]
+                            continue
                     rr = q.rank[row]
-                    if not sd_dec[rr]:  # a first token of a prefill pass
+                    if v142 is not None:
+                        note_token(tl, row, rr, sd_step[rr] - 1, end, np.int64(-1), q.gen[row])
+                    elif not sd_dec[rr]:  # a first token of a prefill pass
                         note_tokens_at(tl, row, end, 1)
                     elif sd_base[row] < 0 or sd_step[rr] - 1 < sd_base[row]:
                         # (a steady member's tokens from its base step on are one run, noted when it leaves)
@@ -1119,9 +1124,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, sd):
                 for i in range(s.cnt[CNT_FIN]):
                     row = s.fin[i]
                     q.terminal[row] = end
-                    if sd_base[row] >= 0:  # a member's last token
-                        q.last_token[row] = end
-                        sd_base[row] = -1
+                    if v142 is None:
+                        if sd_base[row] >= 0:  # a member's last token
+                            q.last_token[row] = end
+                            sd_base[row] = -1
                     q.done_next[row] = s.done_head[g]
                     s.done_head[g] = row
                 went = end > now or s.cnt[CNT_EMIT] > 0 or s.cnt[CNT_FIN] > 0
