@@ -5,21 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from fastsim.kernels.fleet import ACTIVE
 from fastsim.kernels.radix import new_radix
 from fastsim.kernels.sglang import (CNT_COMMITTED, CNT_HEAP, CNT_NEXTSESS, CNT_READMISSIONS, Sg142, SgLoop, SgRanks,
                                     SgReqs, SgScratch)
+from fastsim.kernels.sglang_steady import new_steady
 from fastsim.kernels.stats import dd_new_hist
 from fastsim.kernels.timelines import ITL, OTPU, new_timelines, ring_width
 
 
 def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None, ring=0, cap_ms=None,
-          gap_skip=None, concurrency=0, n_events=0):
-    """(q, pr, fp, s, t, k, tl, lp) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
+          gap_skip=None, concurrency=0, n_events=0, steady=True):
+    """(q, pr, fp, s, t, k, tl, lp, sd) for ``kernels.sglang.run_sglang_nb``; ``log_size``: room for that many
     readmissions after retractions (default: one per request); ``ring``: the width of the pass-end
     rings (default: from the longest output); ``cap_ms``: the time cap (None: none); ``gap_skip``:
     the rows whose inter-token gaps the pooled statistics leave out (None: none); ``concurrency``:
     a closed loop of that many sessions at a time (0: the trace's arrival times); ``n_events``: room
-    for that many KV events a rank (a kv_router's feed, 0: none)."""
+    for that many KV events a rank (a kv_router's feed, 0: none); ``steady``: False runs every
+    decode pass one request at a time (steady decoding also needs 1.6.1's rules, an open loop
+    without a cap and ``clip_max_new_tokens`` at or above every output length)."""
     n = workload.n_requests
     log_size = n + 16 if log_size is None else log_size
     isl = np.ascontiguousarray(workload.isl, dtype=np.int64)
@@ -54,7 +58,8 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     mn = init * 0.14
     k = SgRanks(np.full(n_ranks, -1, np.int64), np.full(n_ranks, -1, np.int64), np.zeros(n_ranks, np.int64),
                 np.full(n_ranks, -1, np.int64), np.full(n_ranks, -1, np.int64), np.zeros(n_ranks, np.int64),
-                np.full(n_ranks, init), np.zeros(n_ranks, np.int64), np.zeros(n_ranks, np.int64))
+                np.full(n_ranks, init), np.zeros(n_ranks, np.int64), np.zeros(n_ranks, np.int64),
+                np.full(n_ranks, ACTIVE, np.int64))
     pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
                    min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
                    hashed, concurrency, gap_skip is not None, not cfg.caching, cfg.max_model_len],
@@ -85,10 +90,12 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
         heap[:first.shape[0]] = first[order]
     s.cnt[CNT_HEAP] = first.shape[0]
     t = new_radix(n_ranks, cfg.total_pages, n_events)
-    # the requests' token times: each worker's pass ends in a ring, a few records per request in flight
-    tl = new_timelines(n, num_workers, ring or ring_width(int(osl.max(initial=1))),
+    # the requests' token times: each rank's decode steps end in a ring, a few records per request in flight
+    tl = new_timelines(n, n_ranks, ring or ring_width(int(osl.max(initial=1))),
                        4 * min(n, n_ranks * min(cfg.max_running, n)) + 1024)
-    return q, pr, fp, s, t, k, tl, lp
+    sd = new_steady(n, n_ranks, cfg.ps, steady and not cfg.v142 and cap_ms is None and concurrency == 0
+                    and cfg.clip >= int(osl.max(initial=0)))
+    return q, pr, fp, s, t, k, tl, lp, sd
 
 
 def table_142(workload):

@@ -18,6 +18,10 @@ from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, O
 from fastsim.kernels.router import OVERFLOW
 
 
+# False: every decode pass one request at a time (the tests compare the two; ``kernels/sglang_steady.py``)
+STEADY_DECODING = True
+
+
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(f"{what} with engine_type=sglang is not supported yet by fastsim "
                              "(the SGLang engine runs aggregated round-robin replays of Dynamo 1.6.1 and 1.4.2)")
@@ -114,7 +118,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         def build(log_size=None, ring=0, gap_skip=None):
             return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
                                       float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip,
-                                      int(replay_concurrency or 0), n_events)
+                                      int(replay_concurrency or 0), n_events,
+                                      # (speculative decoding draws every step's tokens: no request decodes by sums)
+                                      STEADY_DECODING and not engine.aic_nextn)
 
         state = build()
         table = _union_table_size(workload, cfg.ps, num_workers * dp) if kv else 0
@@ -128,7 +134,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         looped = max_sim_time_ms is not None or bool(replay_concurrency)
         spec = _speculation(engine, num_workers * dp, workload.n_requests)
         run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142, rt,
-                                                        spec)))
+                                                        state[8], spec)))
     t0 = time.perf_counter()
     if reference:  # the plain-Python engine (slow; the tests compare the two)
         cols, gap_list, committed, _ = sglang_ref.simulate(
@@ -138,13 +144,13 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     else:
         log_size, ring, gap_skip = None, 0, None
         while True:
-            q, pr, fp, s, t, k, tl, lp = state
+            q, pr, fp, s, t, k, tl, lp, sd = state
             if not looped:
                 lp = None
-            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, spec)
+            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec)
             while status == RECORDS_FULL:
                 tl = grow_records(tl)
-                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, spec)
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec)
             if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif kv and t.ev_meta[:, 2].any():  # a rank's KV events outgrew their ring: a larger one

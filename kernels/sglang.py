@@ -25,13 +25,15 @@ import numpy as np
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
                                    OUTCOME_REJECTED, RECORDS_FULL, SIM_CAP)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.jit import inline, inner, kernel, llvm_inline
+from fastsim.kernels.jit import inline, inner, kernel_noalloc, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 from fastsim.kernels.kvpool import seal_feed_nb
+from fastsim.kernels.mtp import sample_burst_nb
 from fastsim.kernels.radix import chain_key_nb, dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
 from fastsim.kernels.sglang_route import note_first_token_nb, pass_end_nb, request_done_nb, route_nb
+from fastsim.kernels.sglang_steady import (DIAG_STEPS, HOLD_MAX, close_run_nb, join_nb, laid_out, materialize_nb, reserve_close,
+                                           reserve_exact_nb, restore_nb, take_due_nb, try_enter_nb, unfile_fill_nb)
 from fastsim.kernels.stats import dd_index_nb
-from fastsim.kernels.mtp import sample_burst_nb
 from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, note_tokens_at, ring_put
 
 # Params indices (int64 array)
@@ -107,6 +109,7 @@ class SgRanks(NamedTuple):
     ratio: np.ndarray
     prefilled: np.ndarray
     rejects: np.ndarray    # int64[R]: waiting rows over max_model_len, rejected at the rank's next pass
+    gstate: np.ndarray     # int64[R]: every rank active (kernels/fleet.py's ACTIVE), as kv_router reads them
 
 
 class SgScratch(NamedTuple):
@@ -504,9 +507,10 @@ def _burst_tokens_nb(q, pr, s, t, k, r, spec):
 
 
 @llvm_inline
-def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec):
-    """One pass of rank ``r`` at ``now``; returns its end time (``spec``: an ``SgSpec`` with
-    speculative decoding, else None)."""
+def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl, spec):
+    """One pass of rank ``r`` at ``now``; returns its end time. A steady rank
+    (``kernels/sglang_steady.py``) decodes its members by their sums; ``tl`` takes the token runs
+    of the members that leave; ``spec``: an ``SgSpec`` with speculative decoding, else None."""
     ps = pr[P_PS]
     if pr[P_LPM]:
         _lpm_nb(q, pr, s, t, k, r)
@@ -516,14 +520,21 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec):
     n = 0
     total_isl = 0
     total_prefix = 0
+    steady = sd.on[r] != 0
     if not defer:
-        reserved = 0.0
-        row = k.rh[r]
-        while row != -1:
-            rem = q.osl[row] - q.gen[row]
-            reserved += min(rem, pr[P_CLIP]) * ratio
-            row = q.rnext[row]
-        rem_total = float((t.free[r] + t.evictable[r]) * ps) - reserved
+        exact = True
+        if k.wn[r] == 0:
+            reserved = 0.0  # (nothing to admit: the reservation is not read)
+        elif steady:
+            # the members' sum of remaining outputs stands in for the sum of their rounded
+            # reservations, unless a budget check comes out too close to tell (reserve_close)
+            reserved = sd.rsum[r] * ratio
+            exact = False
+        else:
+            reserved = reserve_exact_nb(sd, q, k, r, pr[P_CLIP], ratio)
+        avail = float((t.free[r] + t.evictable[r]) * ps)
+        rem_total = avail - reserved
+        nsub = 0
         rem_input = float(pr[P_MAXPREFILL])
         rem_chunk = float(pr[P_CHUNK])
         slots = max(pr[P_MAXRUN] - k.rn[r], 0)
@@ -552,6 +563,12 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec):
                 chunk = min(chunk, extend)
             charged = float(_ceil(chunk, ps))
             out_res = 0 if chunk < extend else min(q.osl[row] - q.gen[row], pr[P_CLIP])
+            if not exact and reserve_close(charged + out_res, rem_total, avail, reserved, k.rn[r], nsub):
+                reserved = reserve_exact_nb(sd, q, k, r, pr[P_CLIP], ratio)
+                rem_total = avail - reserved
+                for j in range(nsub):
+                    rem_total -= sd.subs[j]
+                exact = True
             if charged + out_res >= rem_total or charged > rem_input or charged > rem_chunk:
                 _w_push_front(q, k, r, row)
                 break
@@ -585,6 +602,9 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec):
             total_isl += end
             total_prefix += prefix
             rem_total -= charged + out_res
+            if not exact:
+                sd.subs[nsub] = charged + out_res
+                nsub += 1
             rem_input -= charged
             rem_chunk -= charged
             s.rows[n] = row
@@ -613,8 +633,30 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec):
     fin0 = s.cnt[CNT_FIN]  # this pass's completions are cached after its tokens, in order
     if n > 0:
         _first_tokens_nb(q, pr, s, t, k, r, nf)
+        if steady:  # the new running requests join the members, or the rank turns explicit
+            joined = True
+            for i in range(nf):
+                row = s.rows[i]
+                if q.osl[row] - q.gen[row] > 0 and not laid_out(q, ps, row):
+                    joined = False
+            if joined:
+                for i in range(nf):
+                    row = s.rows[i]
+                    if q.osl[row] - q.gen[row] > 0:
+                        join_nb(sd, q, ps, r, row)
+            else:
+                # (the new ones are explicit already: the members before them are restored)
+                materialize_nb(sd, q, k, tl, ps, r)
+                steady = False
     else:
         idle = defer and k.rn[r] == 0
+        if steady:
+            e = _steady_step_nb(q, pr, fp, s, t, k, sd, tl, r, start_t, perf)
+            if e >= 0.0:
+                end_t = e
+            else:  # a retraction is coming: the members are explicit again
+                steady = False
+    if n == 0 and not steady:
         # decode step over the running requests
         row = k.rh[r]
         while row != -1:  # requests with nothing left (zero-output) complete now
@@ -658,6 +700,8 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec):
                     else:
                         _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
                     row = nxt
+            sd.dec[r] = 1  # (a decode step of the rank: its tokens are the next slot of its ring)
+            sd.step[r] += 1
     for i in range(fin0, s.cnt[CNT_FIN]):
         _finish_nb(q, pr, s, t, r, s.fin[i])
     if n == 0:
@@ -677,11 +721,80 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec):
             k.ratio[r] = est
         elif not idle:
             k.ratio[r] = max(k.ratio[r] - fp[F_STEP], fp[F_MIN])
+    if sd.enabled[0] and not steady and k.rn[r] > 0:
+        if sd.hold[r] > 0:
+            sd.hold[r] -= 1
+        elif not try_enter_nb(sd, q, k, ps, r):
+            sd.hold[r] = sd.holdlen[r]
+            sd.holdlen[r] = min(2 * sd.holdlen[r], HOLD_MAX)
     return end_t
 
 
 @llvm_inline
-def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v):
+def _steady_step_nb(q, pr, fp, s, t, k, sd, tl, r, start_t, perf):
+    """The decode step of steady rank ``r`` from ``start_t``, by its members' sums: the same as the
+    pass-at-a-time decode step when nothing is retracted (every member one token, new pages by
+    count, filled pages into the cache in running order, the last tokens' requests complete in
+    running order). Returns its end time, or -1.0 when the next tokens do not fit (a retraction:
+    the members are made explicit first and the caller runs the step one request at a time)."""
+    ps = pr[P_PS]
+    D = sd.step[r]
+    need = sd.acnt[r * ps + D % ps]  # members whose token starts a page
+    if (t.free[r] + t.evictable[r]) * ps < need * ps and k.rn[r] > 1:
+        materialize_nb(sd, q, k, tl, ps, r)
+        return -1.0
+    if need > t.free[r]:
+        evict_nb(t, r, need - t.free[r])
+    if need > t.free[r] or k.rn[r] == 0:  # (one request that does not fit, or none: no token this pass)
+        return start_t
+    cnt = k.rn[r]
+    total = sd.tsum[r]
+    end_t = start_t + modeled_ms_nb(
+        decode_time_nb(perf, min(total, pr[P_PAGES] * ps), total // cnt, pr[P_PAGES] * ps),
+        fp[F_SPEED] * fp[F_DSPEED])
+    t.free[r] -= need
+    # the emissions in running order: the settled members (one marker), then the fresh ones
+    settled = cnt - sd.nfresh[r]
+    sd.settled[r] = settled
+    if settled > 0:
+        _emit_nb(s, -1 - r)
+    row = sd.fresh[r]
+    while row != -1:
+        q.gen[row] += 1
+        _emit_nb(s, row)
+        row = q.rnext[row]
+    m = take_due_nb(sd, q, r, D)
+    # filled pages into the cache, in running order (the members completing now cache theirs when
+    # they finish)
+    row = sd.ihead[r * ps + D % ps]
+    while row != -1:
+        if sd.base[row] + q.osl[row] - sd.g0[row] - 1 != D:
+            mat = q.isl[row] + sd.g0[row] + D + 1 - sd.base[row]
+            q.mat[row] = mat
+            q.own[row] = -(-mat // ps) - q.cached[row] // ps
+            _cache_prefix_nb(q, pr, s, t, r, row, mat)
+        row = sd.inext[row]
+    sd.tsum[r] += cnt
+    sd.rsum[r] -= cnt
+    for i in range(m):  # the completions, in running order
+        row = sd.due[i]
+        restore_nb(sd, q, ps, row, D + 1)
+        close_run_nb(sd, tl, row, r, D + 1)
+        unfile_fill_nb(sd, q, ps, r, row)
+        sd.acnt[r * ps + (sd.base[row] - q.isl[row] - sd.g0[row]) % ps] -= 1
+        sd.tsum[r] -= q.isl[row] + q.osl[row]
+        _r_remove(q, k, r, row)
+        _fin_nb(s, row)  # (its base stays set until the loop has stamped its last token)
+    sd.fresh[r] = -1
+    sd.nfresh[r] = 0
+    sd.dec[r] = 1
+    sd.step[r] = D + 1
+    sd.diag[DIAG_STEPS] += 1
+    return end_t
+
+
+@llvm_inline
+def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v, sd):
     """One pass of rank ``r`` at ``now`` under Dynamo 1.4.2's SGLang core: a prefill batch, then
     a decode step over every running request, those whose prompt the batch finished included
     (their first token), timed after the prefill. Admission matches no cached prefix first: a
@@ -699,7 +812,7 @@ def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v):
     total_isl = 0
     total_prefix = 0
     reserved = 0.0
-    row = k.rh[r]
+    row = k.rh[r] if k.wn[r] > 0 else -1  # (nothing to admit: the reservation is not read)
     while row != -1:
         reserved += min(q.osl[row] - q.gen[row], pr[P_CLIP]) * ratio
         row = q.rnext[row]
@@ -771,7 +884,11 @@ def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v):
             _r_push_back(q, k, r, row)
     k.prefilled[r] = 1 if n > 0 else 0  # (a pass that only admitted is followed by the next at once)
     fin0 = s.cnt[CNT_FIN]
+    emit0 = s.cnt[CNT_EMIT]
     end_t, nret = _decode_step_nb(q, pr, fp, s, t, k, r, now + prefill, perf)
+    if s.cnt[CNT_EMIT] > emit0:  # a decode step of the rank: its tokens are the next slot of its ring
+        sd.dec[r] = 1
+        sd.step[r] += 1
     for i in range(fin0, s.cnt[CNT_FIN]):
         _finish_nb(q, pr, s, t, r, s.fin[i])
     for i in range(nret - 1, -1, -1):  # retracted requests go to the front, in retraction order
@@ -835,7 +952,7 @@ def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf):
     return end_t, nret
 
 
-@inner
+@llvm_inline
 def _first_tokens_nb(q, pr, s, t, k, r, nf):
     """The first tokens of the ``nf`` fresh rows in ``s.rows``: no time, no retraction."""
     ps = pr[P_PS]
@@ -1012,14 +1129,17 @@ def _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping):
         _pool_gap_nb(s, 0.0, zeros)
 
 
-@kernel
-def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, spec):
+@kernel_noalloc
+def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
     """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, SIM_CAP (the time cap
     ``fp[F_CAP]`` stopped it; ``fp[F_NOW]``: the last event processed; ``lp``: an ``SgLoop`` with a cap or
     a closed loop, else None), or RECORDS_FULL: grow ``tl``'s
     records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
-    worker's pass are runs of its passes, its pass ends in ``tl.ring``). ``rt``: the kv_router
-    (``kernels/router.py``'s Router), or None for round robin (its loop is compiled without it)."""
+    rank's decode steps are runs of those steps, whose ends are in the rank's ring ``tl.ring``; a
+    first token of a 1.6.1 prefill pass is a time of its own). ``rt``: the kv_router
+    (``kernels/router.py``'s Router), or None for round robin (its loop is compiled without it);
+    ``sd``: the steady-decoding state (``kernels/sglang_steady.py``); ``spec``: an ``SgSpec`` with
+    speculative decoding, else None."""
     n = q.isl.shape[0]
     W = pr[P_WORKERS]
     dp = pr[P_DP]
@@ -1029,7 +1149,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, spec):
     last = False
     t_last = 0.0  # the last event processed (fp[F_NOW] when the cap stops the loop)
     skipping = pr[P_SKIP] != 0  # (read once: the per-token check costs nothing on other runs)
-    gstate = np.full(W * dp, 2, np.int64)  # (kv_router: every rank active)
+    gstate = k.gstate  # (kv_router: every rank active)
+    # (the steady state's arrays read once: a table field read per token costs a reference count)
+    sd_base, sd_dec, sd_step, sd_settled, sd_last_end = sd.base, sd.dec, sd.step, sd.settled, sd.last_end
     while s.cnt[CNT_DONE] < n:
         if tl.st[FREE_RECORDS] < room:
             return RECORDS_FULL
@@ -1125,9 +1247,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, spec):
                 for r in range(g * dp, (g + 1) * dp):
                     if k.wn[r] > 0 or k.rn[r] > 0:
                         if v142 is None:
-                            e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, spec)
+                            e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl, spec)
                         else:
-                            e = rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v142)
+                            e = rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v142, sd)
                         if e < 0.0:
                             return ADMIT_OOM
                         end = max(end, e)
@@ -1142,12 +1264,30 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, spec):
                         seal_feed_nb(t, r, end)
                 run_gap = 0.0
                 run_n = 0
-                P = tl.ring_hi[g]  # the worker's pass, in its ring of pass ends
                 if spec is not None:
                     _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping)
                 for i in range(s.cnt[CNT_EMIT] if spec is None else 0):
                     row = s.emit[i]
-                    note_token(tl, row, np.int64(g), P, end, np.int64(-1), q.gen[row])
+                    # (1.4.2's loop is compiled without the steady members' branches: every token
+                    # of its passes is a decode step's)
+                    if v142 is None:
+                        if row < 0:  # the settled members of a steady rank: one gap each, since its last step
+                            rr = -1 - row
+                            gap = end - sd_last_end[rr]
+                            if run_n > 0 and gap != run_gap:
+                                _pool_gap_nb(s, run_gap, run_n)
+                                run_n = 0
+                            run_gap = gap
+                            run_n += sd_settled[rr]
+                            continue
+                    rr = q.rank[row]
+                    if v142 is not None:
+                        note_token(tl, row, rr, sd_step[rr] - 1, end, np.int64(-1), q.gen[row])
+                    elif not sd_dec[rr]:  # a first token of a prefill pass
+                        note_tokens_at(tl, row, end, 1)
+                    elif sd_base[row] < 0 or sd_step[rr] - 1 < sd_base[row]:
+                        # (a steady member's tokens from its base step on are one run, noted when it leaves)
+                        note_token(tl, row, rr, sd_step[rr] - 1, end, np.int64(-1), q.gen[row])
                     if q.gen[row] == 1:
                         q.first_token[row] = end
                         if rt is not None:
@@ -1168,11 +1308,18 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, spec):
                     q.last_token[row] = end
                 if run_n > 0:
                     _pool_gap_nb(s, run_gap, run_n)
-                if s.cnt[CNT_EMIT] > 0:
-                    ring_put(tl, np.int64(g), P, end)
+                for r in range(g * dp, (g + 1) * dp):
+                    if sd_dec[r]:
+                        ring_put(tl, np.int64(r), sd_step[r] - 1, end)
+                        sd_last_end[r] = end
+                        sd_dec[r] = 0
                 for i in range(s.cnt[CNT_FIN]):
                     row = s.fin[i]
                     q.terminal[row] = end
+                    if v142 is None:
+                        if sd_base[row] >= 0:  # a member's last token
+                            q.last_token[row] = end
+                            sd_base[row] = -1
                     q.done_next[row] = s.done_head[g]
                     s.done_head[g] = row
                 went = end > now or s.cnt[CNT_EMIT] > 0 or s.cnt[CNT_FIN] > 0

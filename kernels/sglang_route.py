@@ -10,7 +10,6 @@ token, its blocks at its completion, both when the worker's pass that made them 
 (decision 0295).
 """
 
-import numpy as np
 
 from fastsim.kernels.jit import inner
 from fastsim.kernels.router import (choose_target_nb, commit_route_nb, note_route_nb, release_blocks_nb,
@@ -59,8 +58,3 @@ def request_done_nb(rt, keys, nfull, nshare, row, k):
     """Request ``row`` ended on rank ``k``: it leaves the router's loads."""
     release_prefill_nb(rt, row, k)
     release_blocks_nb(rt, keys, nfull, nshare, k)
-
-
-def gstate_all_active(n_targets):
-    """Every target active (``fleet.ACTIVE``): the SGLang engine's fleet is fixed."""
-    return np.full(n_targets, 2, dtype=np.int64)
