@@ -28,7 +28,7 @@ import numpy as np
 from fastsim import reuse, rust_rng
 from fastsim.errors import InputError, NotSupportedError, TraceWarning
 from fastsim.trace_checks import (MAX_RAW_TIME_MS, MAX_TOKENS, DuplicateKeyError, azure_counts, azure_timestamps_ns, check_output_length,
-                                  check_request_tokens, check_synthetic_size, check_time_value, check_workload,
+                                  check_synthetic_size, check_time_value, check_workload,
                                   no_duplicate_keys)
 
 __all__ = [

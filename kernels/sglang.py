@@ -237,17 +237,23 @@ def _w_pop_front(q, k, r):
 
 
 @inline
-def _w_remove(q, k, r, row):
-    a, b = q.wprev[row], q.wnext[row]
+def _unlink(prev, nxt, head, tail, count, r, row):
+    """Take ``row`` out of list ``r`` of a doubly linked queue (as ``_push_back``'s)."""
+    a, b = prev[row], nxt[row]
     if a == -1:
-        k.wh[r] = b
+        head[r] = b
     else:
-        q.wnext[a] = b
+        nxt[a] = b
     if b == -1:
-        k.wt[r] = a
+        tail[r] = a
     else:
-        q.wprev[b] = a
-    k.wn[r] -= 1
+        prev[b] = a
+    count[r] -= 1
+
+
+@inline
+def _w_remove(q, k, r, row):
+    _unlink(q.wprev, q.wnext, k.wh, k.wt, k.wn, r, row)
 
 
 @inline
@@ -257,16 +263,7 @@ def _r_push_back(q, k, r, row):
 
 @inline
 def _r_remove(q, k, r, row):
-    a, b = q.rprev[row], q.rnext[row]
-    if a == -1:
-        k.rh[r] = b
-    else:
-        q.rnext[a] = b
-    if b == -1:
-        k.rt[r] = a
-    else:
-        q.rprev[b] = a
-    k.rn[r] -= 1
+    _unlink(q.rprev, q.rnext, k.rh, k.rt, k.rn, r, row)
 
 
 # ---------------------------------------------------------------- KV lease operations

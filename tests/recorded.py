@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import warnings
 
 import numpy as np
 import pytest
@@ -140,3 +142,49 @@ def band_misses(got, runs, skip=()):
         if bad:
             misses.append(f"{m}: fastsim {v}, Dynamo {lo}..{hi}")
     return misses
+
+
+def assert_matches_dynamo(folder, name, args, **extra):
+    """Case ``name`` of ``folder`` replayed: every report field within 1e-9 of Dynamo's, every
+    request's admission, first and last token times and reused tokens to the ns (a multi-turn
+    synthetic case's session K turn t is row K * turns + t)."""
+    rep = replay(args, folder, **extra)
+    assert_summary_matches(rep.summary, json.loads((folder / f"{name}.json").read_text()))
+    rows = per_request(folder, name)
+    order = None
+    if rows[0]["session_id"] is not None:
+        turns = int(args.split("--turns-per-session")[1].split()[0]) if "--turns-per-session" in args else 1
+        order = ([int(r["session_id"].split("_")[1]) * turns + r["turn_index"] for r in rows], list(range(len(rows))))
+    assert_timelines_match(rep.requests, rows,
+                           ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens"), order)
+
+
+def replay_capped(args, folder, **extra):
+    """:func:`replay` of Dynamo's flags ``args`` with a time cap (seconds) and a closed loop's
+    concurrency passed as the API's keywords (its warnings about requests rejected or left in
+    flight at the cap silenced)."""
+    flags = args.split()
+    for flag, key, convert in (("--max-sim-time-seconds", "max_sim_time_ms", lambda v: float(v) * 1000.0),
+                               ("--replay-concurrency", "replay_concurrency", int)):
+        if flag in flags:
+            i = flags.index(flag)
+            extra[key] = convert(flags[i + 1])
+            del flags[i:i + 2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return replay(" ".join(flags), folder, **extra)
+
+
+def assert_refused_by_name(folder, args, words, capsys):
+    """The command line refuses Dynamo's flags ``args`` (run from ``folder``) with exit status 2 and
+    a "not supported yet" message containing ``words``."""
+    from fastsim import cli
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        assert cli.main(["replay", *args, "--dynamo-version", "1.6.1"]) == 2
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err
+    assert words in err and "not supported yet" in err, err

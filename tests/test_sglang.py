@@ -58,15 +58,7 @@ def test_speculative_engine_equals_reference(name, monkeypatch):
 
 
 def compare_with_dynamo(folder, name, args):
-    rep = recorded.replay(args, folder)
-    recorded.assert_summary_matches(rep.summary, json.loads((folder / f"{name}.json").read_text()))
-    rows = recorded.per_request(folder, name)
-    order = None
-    if rows[0]["session_id"] is not None:  # multi-turn synthetic: session K's turn t is row K * turns + t
-        turns = int(args.split("--turns-per-session")[1].split()[0]) if "--turns-per-session" in args else 1
-        order = ([int(r["session_id"].split("_")[1]) * turns + r["turn_index"] for r in rows], list(range(len(rows))))
-    recorded.assert_timelines_match(rep.requests, rows,
-                                    ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens"), order)
+    recorded.assert_matches_dynamo(folder, name, args)
 
 
 def test_config_forms():

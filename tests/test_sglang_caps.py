@@ -19,7 +19,6 @@ Dynamo's records nor fastsim's.
 """
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
@@ -36,25 +35,10 @@ TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_t
 MOONCAKE = Path(__file__).parent.parent / "examples" / "mooncake_trace_1000.jsonl"
 
 
-def _replay(args, folder, version):
-    """``recorded.replay`` of Dynamo's flags ``args``, the cap (seconds) and the concurrency passed
-    as the API's keywords."""
-    flags, extra = args.split(), {}
-    for flag, key, convert in (("--max-sim-time-seconds", "max_sim_time_ms", lambda v: float(v) * 1000.0),
-                               ("--replay-concurrency", "replay_concurrency", int)):
-        if flag in flags:
-            i = flags.index(flag)
-            extra[key] = convert(flags[i + 1])
-            del flags[i:i + 2]
-    with warnings.catch_warnings():  # (the warning about the requests left in flight at the cap)
-        warnings.simplefilter("ignore")
-        return recorded.replay(" ".join(flags), folder, dynamo_version=version, **extra)
-
-
 @pytest.mark.parametrize("folder,name,args", CASES, ids=[f"{c[0]}/{c[1]}" for c in CASES])
 def test_case_matches_dynamo(folder, name, args):
     d = DATA / folder
-    rep = _replay(args, d, FOLDERS[folder])
+    rep = recorded.replay_capped(args, d, dynamo_version=FOLDERS[folder])
     recorded.assert_summary_matches(rep.summary, json.loads((d / f"{name}.json").read_text()))
     if not (d / f"{name}.per_request.jsonl.gz").exists():  # (Dynamo 1.4.2's synthetic runs write none)
         return

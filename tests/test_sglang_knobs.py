@@ -8,7 +8,6 @@ the ns; the compiled engine against the plain-Python one on two of them.
 """
 
 import functools
-import json
 from pathlib import Path
 
 import pytest
@@ -26,21 +25,9 @@ NOCACHE_142 = Path(__file__).parent / "data" / "sglang_nocache_142"
 NOCACHE_142_CASES = recorded.cases(NOCACHE_142)
 
 
-def _check(folder, name, args, **extra):
-    rep = recorded.replay(args, folder, **extra)
-    recorded.assert_summary_matches(rep.summary, json.loads((folder / f"{name}.json").read_text()))
-    rows = recorded.per_request(folder, name)
-    order = None
-    if rows[0]["session_id"] is not None:  # multi-turn synthetic: session K's turn t is row K * turns + t
-        turns = int(args.split("--turns-per-session")[1].split()[0]) if "--turns-per-session" in args else 1
-        order = ([int(r["session_id"].split("_")[1]) * turns + r["turn_index"] for r in rows], list(range(len(rows))))
-    recorded.assert_timelines_match(rep.requests, rows,
-                                    ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens"), order)
-
-
 @pytest.mark.parametrize("name,args", NOCACHE_CASES, ids=[c[0] for c in NOCACHE_CASES])
 def test_no_prefix_caching_matches_dynamo_161(name, args):
-    _check(NOCACHE, name, args)
+    recorded.assert_matches_dynamo(NOCACHE, name, args)
 
 
 # Recorded cases fastsim does not reproduce yet (decision 0294)
@@ -51,7 +38,7 @@ MML_DIFFERS = {"lpm_tight_trace"}  # lpm with rejections and tight KV: 27 reques
 def test_max_model_len_matches_dynamo_161(name, args):
     if name in MML_DIFFERS:
         pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0294")
-    _check(MML, name, args)
+    recorded.assert_matches_dynamo(MML, name, args)
     rows = recorded.per_request(MML, name)
     rep = recorded.replay(args, MML)
     assert sorted(rep.requests["status"].tolist()) == sorted(r["terminal_status"] for r in rows)
@@ -63,13 +50,13 @@ def test_failed_allocation_waits_matches_dynamo_161(name, args):
     0295); the records' reused tokens are the most over a request's admissions."""
     if name in OOM_DIFFERS:
         pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0295")
-    _check(OOM, name, args)
+    recorded.assert_matches_dynamo(OOM, name, args)
 
 
 @pytest.mark.parametrize("name,args", NOCACHE_142_CASES, ids=[c[0] for c in NOCACHE_142_CASES])
 def test_no_prefix_caching_is_ignored_by_142(name, args):
     """Dynamo 1.4.2's SGLang engine ignores enable_prefix_caching: its radix cache still reuses."""
-    _check(NOCACHE_142, name, args, dynamo_version="1.4.2")
+    recorded.assert_matches_dynamo(NOCACHE_142, name, args, dynamo_version="1.4.2")
 
 
 @pytest.mark.parametrize("name", ["tight_page16", "lpm_2w_trace"])

@@ -11,7 +11,6 @@ of the seeds 0-2, the report equals one of Dynamo's runs or falls within their b
 """
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
@@ -54,7 +53,7 @@ def _check_random(args, folder, runs, **extra):
     convention), fastsim's report equals one of Dynamo's runs or falls within their band."""
     misses = []
     for seed in range(3):
-        summary = _replay(args, folder, seed=seed, **extra).summary
+        summary = recorded.replay_capped(args, folder, seed=seed, **extra).summary
         if any(_same_report(summary, r) for r in runs):
             return
         miss = recorded.band_misses(summary, runs)
@@ -62,21 +61,6 @@ def _check_random(args, folder, runs, **extra):
             return
         misses.append(miss)
     raise AssertionError(f"no seed within Dynamo's band: {misses}")
-
-
-def _replay(args, folder, **extra):
-    """``recorded.replay`` of Dynamo's flags ``args``, a time cap (seconds) and a closed loop's
-    concurrency passed as the API's keywords."""
-    flags = args.split()
-    for flag, key, convert in (("--max-sim-time-seconds", "max_sim_time_ms", lambda v: float(v) * 1000.0),
-                               ("--replay-concurrency", "replay_concurrency", int)):
-        if flag in flags:
-            i = flags.index(flag)
-            extra[key] = convert(flags[i + 1])
-            del flags[i:i + 2]
-    with warnings.catch_warnings():  # (the warnings about rejected requests or requests left at the cap)
-        warnings.simplefilter("ignore")
-        return recorded.replay(" ".join(flags), folder, **extra)
 
 
 def _key(r):
@@ -99,7 +83,7 @@ def test_kv_router_matches_dynamo_161(name, args, tmp_path):
     if not _agree(runs):
         _check_random(args, DATA, runs)
         return
-    rep = _replay(args, DATA)
+    rep = recorded.replay_capped(args, DATA)
     recorded.assert_summary_matches(rep.summary, runs[0])
     rep.to_jsonl(tmp_path / "r.jsonl")
     mine = sorted(map(json.loads, open(tmp_path / "r.jsonl")), key=_key)
@@ -129,7 +113,7 @@ def test_kv_router_matches_dynamo_142(name, args):
     if not _agree(runs):
         _check_random(args, DATA_142, runs, dynamo_version="1.4.2")
         return
-    rep = _replay(args, DATA_142, dynamo_version="1.4.2")
+    rep = recorded.replay_capped(args, DATA_142, dynamo_version="1.4.2")
     recorded.assert_summary_matches(rep.summary, runs[0])
     if (DATA_142 / f"{name}.per_request.jsonl.gz").exists():
         recorded.assert_timelines_match(rep.requests, recorded.per_request(DATA_142, name),
