@@ -386,13 +386,19 @@ def _lpm(rank):
     rank.waiting[:] = [x[2] for x in scored]
 
 
-def _prefill_batch(rank):
-    c, tr, ps = rank.c, rank.tree, rank.c.ps
+def _budgets(rank):
+    """A prefill batch's budgets at its start: KV tokens (free and evictable pages, less the running
+    requests' clipped outputs times the new-token ratio), prompt tokens and the chunk."""
+    c, tr = rank.c, rank.tree
     reserved = 0.0
     for r in rank.running:
         reserved += min(r.remaining, c.clip) * rank.ratio
-    rem_total = float((tr.free + tr.evictable) * ps) - reserved
-    rem_input, rem_chunk = float(c.max_prefill), float(c.chunk)
+    return float((tr.free + tr.evictable) * c.ps) - reserved, float(c.max_prefill), float(c.chunk)
+
+
+def _prefill_batch(rank):
+    c, tr, ps = rank.c, rank.tree, rank.c.ps
+    rem_total, rem_input, rem_chunk = _budgets(rank)
     can_run, adm, rejected = [], [], []
     total_isl = total_prefix = 0
     slots = max(c.max_running - len(rank.running), 0)
@@ -596,12 +602,8 @@ def _prefill_batch_142(rank):
     remaining prompt, rounded up to pages); it goes whole into the batch when it fits the
     configured chunk size, else a page-aligned chunk of the chunk budget left; a whole prompt also
     reserves its (clipped) output in the KV budget."""
-    c, tr, ps = rank.c, rank.tree, rank.c.ps
-    reserved = 0.0
-    for r in rank.running:
-        reserved += min(r.remaining, c.clip) * rank.ratio
-    rem_total = float((tr.free + tr.evictable) * ps) - reserved
-    rem_input, rem_chunk = float(c.max_prefill), float(c.chunk)
+    c, ps = rank.c, rank.c.ps
+    rem_total, rem_input, rem_chunk = _budgets(rank)
     can_run, adm, rejected = [], [], []
     oom = False
     total_isl = total_prefix = 0

@@ -32,10 +32,8 @@ DIFFERS_MTP = {"k2_dp2_tight"}
 DIFFERS = set()
 
 
-@pytest.mark.parametrize("name,args", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,args", recorded.with_known_differences(CASES, DIFFERS, "0290"))
 def test_case_matches_dynamo_161(name, args):
-    if name in DIFFERS:
-        pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0290")
     compare_with_dynamo(DATA, name, args)
 
 
@@ -44,10 +42,8 @@ def test_dp_pressure_case_matches_dynamo_161(name, args):
     compare_with_dynamo(DATA_DP, name, args)
 
 
-@pytest.mark.parametrize("name,args", CASES_MTP, ids=[c[0] for c in CASES_MTP])
+@pytest.mark.parametrize("name,args", recorded.with_known_differences(CASES_MTP, DIFFERS_MTP, "0279"))
 def test_speculative_case_matches_dynamo_161(name, args):
-    if name in DIFFERS_MTP:
-        pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0279")
     compare_with_dynamo(DATA_MTP, name, args)
 
 

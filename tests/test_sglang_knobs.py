@@ -34,22 +34,18 @@ def test_no_prefix_caching_matches_dynamo_161(name, args):
 MML_DIFFERS = {"lpm_tight_trace"}  # lpm with rejections and tight KV: 27 requests late from 54,030 ms on
 
 
-@pytest.mark.parametrize("name,args", MML_CASES, ids=[c[0] for c in MML_CASES])
+@pytest.mark.parametrize("name,args", recorded.with_known_differences(MML_CASES, MML_DIFFERS, "0294"))
 def test_max_model_len_matches_dynamo_161(name, args):
-    if name in MML_DIFFERS:
-        pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0294")
     recorded.assert_matches_dynamo(MML, name, args)
     rows = recorded.per_request(MML, name)
     rep = recorded.replay(args, MML)
     assert sorted(rep.requests["status"].tolist()) == sorted(r["terminal_status"] for r in rows)
 
 
-@pytest.mark.parametrize("name,args", OOM_CASES, ids=[c[0] for c in OOM_CASES])
+@pytest.mark.parametrize("name,args", recorded.with_known_differences(OOM_CASES, OOM_DIFFERS, "0295"))
 def test_failed_allocation_waits_matches_dynamo_161(name, args):
     """An admission whose allocation fails after its budget check waits at the head (decision
     0295); the records' reused tokens are the most over a request's admissions."""
-    if name in OOM_DIFFERS:
-        pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0295")
     recorded.assert_matches_dynamo(OOM, name, args)
 
 

@@ -70,15 +70,12 @@ def _key(r):
 
 # Recorded cases fastsim does not reproduce yet (decision 0295)
 DIFFERS = {
-    "kv_notrack_3w",  # router_track_prefill_tokens false: Dynamo's runs spread, fastsim's is below them
     "kv_tight_p16_2w",  # pages of 16, 4000 a rank: worker 1 admits a request a pass late at 27,069.96 ms
 }
 
 
-@pytest.mark.parametrize("name,args", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,args", recorded.with_known_differences(CASES, DIFFERS, "0295"))
 def test_kv_router_matches_dynamo_161(name, args, tmp_path):
-    if name in DIFFERS:
-        pytest.xfail("known difference from Dynamo 1.6.1, see docs/decisions/0295")
     runs = _runs(name)
     if not _agree(runs):
         _check_random(args, DATA, runs)
