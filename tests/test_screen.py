@@ -139,8 +139,11 @@ def test_long_replay_reports_progress_and_ctrl_c_still_interrupts(tmp_path):
     then ends it with status 130 and no traceback, as before."""
     argv = ["replay", "--input-tokens", "512", "--output-tokens", "16000", "--request-count", "1000000",
             "--request-rate", "1500", "--num-workers", "16", "--router-mode", "kv_router"]
+    # (a suite started in the background of a shell inherits SIGINT ignored, and so would the run:
+    # the child starts with the default disposition, as from a terminal)
     p = subprocess.Popen([sys.executable, "-m", "fastsim", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = p.stderr.readline()  # blocks until the first progress line (or the end)
         while line and "requests done" not in line:  # a cold kernel cache says so first, say
