@@ -542,11 +542,11 @@ RETRACT_DECODE_STEPS = 20
 
 def _retract_ratio(running):
     """The new-token ratio re-estimated at a retraction from the requests that stay: their output
-    tokens before the step (``step``: the tokens each took in it) plus 20 steps each, over their
-    output lengths."""
+    tokens before the step (``step``: the tokens each took in it) plus 20 steps each, over the
+    sum of their output lengths plus one."""
     decoded = sum(r.gen - r.step for r in running)
     max_new = sum(r.osl for r in running)
-    return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / max_new) if max_new else 1.0
+    return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / (max_new + 1)) if max_new else 1.0
 
 
 def run_pass(rank, now, modeled, emit, admit, defer=False):

@@ -714,7 +714,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl, spec):
                 row = q.rnext[row]
             est = 1.0
             if max_new > 0:
-                est = min(1.0, (decoded + RETRACT_DECODE_STEPS * k.rn[r]) / max_new)
+                est = min(1.0, (decoded + RETRACT_DECODE_STEPS * k.rn[r]) / (max_new + 1))
             k.ratio[r] = est
         elif not idle:
             k.ratio[r] = max(k.ratio[r] - fp[F_STEP], fp[F_MIN])

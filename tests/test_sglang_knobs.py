@@ -20,7 +20,7 @@ MML = Path(__file__).parent / "data" / "sglang_mml_161"
 MML_CASES = recorded.cases(MML)
 OOM = Path(__file__).parent / "data" / "sglang_oom_161"
 OOM_CASES = recorded.cases(OOM)
-OOM_DIFFERS = {"oom_trace_1w_p16"}  # pages of 16, chunks of 4096: 19 requests off from 279,531 ms on
+OOM_DIFFERS = {"oom_trace_1w_p16"}  # pages of 16, chunks of 4096: 19 requests off from 278,630 ms on
 NOCACHE_142 = Path(__file__).parent / "data" / "sglang_nocache_142"
 NOCACHE_142_CASES = recorded.cases(NOCACHE_142)
 
