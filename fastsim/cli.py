@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import gc
 import os
+import signal
 import sys
 import textwrap
 import warnings
@@ -917,6 +918,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     collecting = gc.isenabled()
     if args.command in ("replay", "predict"):
         gc.disable()
+    sigint = _noting_ctrl_c()
     try:
         _skip_numba_blas_probe()  # (after the parse: --help, --version and usage errors import no numba)
         with small_pages():  # the whole command: loading the workload and writing results too
@@ -930,10 +932,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         return 130
+    except Exception:
+        if _ctrl_c_seen:  # (a Ctrl-C that a library turned into another error: numba compiling, say)
+            sys.stderr.write(f"{prog}: interrupted\n")
+            return 130
+        raise
     finally:
+        if sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
         warnings.showwarning = saved
         if collecting:
             gc.enable()
+
+
+_ctrl_c_seen = False
+
+
+def _noting_ctrl_c():
+    """Note every Ctrl-C before Python raises its KeyboardInterrupt; returns the handler to put
+    back (None: SIGINT is not Python's to handle here, e.g. ignored in a background job)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        return None
+
+    def handler(signum, frame):
+        global _ctrl_c_seen
+        _ctrl_c_seen = True
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, handler)
+    return previous
 
 
 _COMMANDS = ("replay", "predict", "sweep", "plot", "plan", "warmup")

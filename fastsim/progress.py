@@ -18,12 +18,13 @@ import sys
 import threading
 import time
 
-__all__ = ["reporting", "track", "untrack", "DELAY_S", "LINE_EVERY_S", "plain_line"]
+__all__ = ["reporting", "hidden", "track", "untrack", "DELAY_S", "LINE_EVERY_S", "plain_line"]
 
 DELAY_S = 2.0
 LINE_EVERY_S = 10.0
 _sink = None  # (stream, delay) while reporting() is active
 _target = None  # (total, read, start time) of the simulation running, set by track()
+_hidden = 0  # (how many hidden() blocks are open)
 
 
 @contextlib.contextmanager
@@ -47,12 +48,24 @@ def reporting(stream=None, *, delay_s: float = DELAY_S):
         untrack()
 
 
+@contextlib.contextmanager
+def hidden():
+    """Simulations run inside this block are not shown: the one-request runs that load or compile
+    the kernels, whose progress ("0 of 1 requests done") would only mislead while they compile."""
+    global _hidden
+    _hidden += 1
+    try:
+        yield
+    finally:
+        _hidden -= 1
+
+
 def track(total, read):
     """A simulation of ``total`` requests starts; ``read()`` returns ``(requests done, simulated
     ms)`` and is called from the watcher thread while the compiled loop runs. A no-op unless
-    :func:`reporting` is active."""
+    :func:`reporting` is active, and inside :func:`hidden`."""
     global _target
-    if _sink is not None and total > 0:
+    if _sink is not None and total > 0 and not _hidden:
         _target = (int(total), read, time.monotonic())
 
 

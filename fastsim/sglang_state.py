@@ -70,7 +70,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
     heap = np.zeros(max(n, 1), np.int64)
     s = SgScratch(np.zeros(max_pages, np.uint64), np.zeros(n + 300, np.int64), np.zeros(2 * n + 300, np.int64),
                   np.zeros(2 * n + 300, np.int64), np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64), heap,
-                  np.zeros(8, np.int64), np.full(num_workers, np.inf), np.zeros(num_workers, np.int64),
+                  np.zeros(9, np.int64), np.full(num_workers, np.inf), np.zeros(num_workers, np.int64),
                   np.full(num_workers, -1, np.int64), np.zeros(16), dd_new_hist(), dd_new_hist(),
                   np.zeros(num_workers, np.int64), np.zeros(log_size, np.int64), np.zeros(log_size),
                   np.zeros(log_size, np.int64))

@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fastsim import interrupt
 from fastsim.errors import InputError
 from fastsim.run_config import RunConfig
 from fastsim.state import build_state, router_state, settle_unarrived, sharing_groups
@@ -341,8 +342,8 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
     them), a fleet record for ``results.fleet_frame``, the cluster's worker-seconds, the shards'
     final states (for the invariant checks) and the requests left in flight (a dead end)."""
     from fastsim.dynamo_version import timing_rules
-    from fastsim.kernels.codes import DEAD_END, OK, TICKS_FULL
-    from fastsim.kernels.loop import NDONE, NARRIVED, NTICKS, run_loop_nb
+    from fastsim.kernels.codes import DEAD_END, INTERRUPTED, OK, TICKS_FULL
+    from fastsim.kernels.loop import CTRL_C, NDONE, NARRIVED, NTICKS, run_loop_nb
     from fastsim.kernels.codes import RECORDS_FULL
     from fastsim.kernels.timelines import LOST, LOST_RECORDS, grow_records
 
@@ -366,6 +367,11 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
                         sharing=sharing_groups(sub, "round_robin", n_workers[s]))
         states[s] = build_state(sub, engine, run)
 
+    def stop_all():
+        for x in states:
+            if x is not None:
+                x.cluster.state[CTRL_C] = 1
+
     def run(s):
         try:
             st = states[s]
@@ -374,11 +380,14 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
             out = np.zeros(4)
             while True:
                 (params, perf, pool, requests, ranks, sessions, cluster, gaps, fleet, scratch) = st.tables()
-                status = run_loop_nb(params, perf, pool, requests, ranks, sessions, cluster, gaps, rt, fleet,
-                                     scratch, out, None)
+                with interrupt.on_ctrl_c(stop_all):  # (the shard of the main thread stops them all)
+                    status = run_loop_nb(params, perf, pool, requests, ranks, sessions, cluster, gaps, rt, fleet,
+                                         scratch, out, None)
                 if status == RECORDS_FULL:
                     st = states[s] = st._replace(gaps=st.gaps._replace(tl=grow_records(st.gaps.tl)))
                     continue
+                if status == INTERRUPTED:  # (re-raised by the caller)
+                    raise KeyboardInterrupt
                 if status != TICKS_FULL:
                     break
                 fold.offer(s, st.cluster.tlog[:int(st.cluster.state[NTICKS])].copy(), False, fold=s < k - 1,
@@ -407,6 +416,8 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
                 fold.help()  # (the shard in the calling thread is usually the last to finish)
         except BaseException as exc:  # re-raised by the caller
             results[s] = exc
+            if isinstance(exc, KeyboardInterrupt):
+                stop_all()
             with fold.cond:  # a shard waiting on this one must not wait forever
                 fold.done[s] = True
                 fold.cond.notify_all()
@@ -429,16 +440,22 @@ def simulate_shards(workload, engine, k, *, num_workers, dp, steady_decode, ligh
 
     scatter_lock = threading.Lock()
     threads = []
-    for s in range(k):
-        prepare(s)  # (here: the shards' set-up is Python, which holds the GIL anyway)
-        if s < k - 1:
-            th = threading.Thread(target=run, args=(s,), name=f"fastsim-shard-{s}", daemon=True)
-            th.start()
-            threads.append(th)
-        else:
-            run(s)
-    for th in threads:
-        th.join()
+    try:
+        for s in range(k):
+            prepare(s)  # (here: the shards' set-up is Python, which holds the GIL anyway)
+            if s < k - 1:
+                th = threading.Thread(target=run, args=(s,), name=f"fastsim-shard-{s}", daemon=True)
+                th.start()
+                threads.append(th)
+            else:
+                run(s)
+        for th in threads:
+            th.join()
+    except KeyboardInterrupt:  # (raised in this thread outside a shard's loop: the others stop too)
+        stop_all()
+        for th in threads:
+            th.join()
+        raise
     for r in results:
         if isinstance(r, BaseException):
             raise r

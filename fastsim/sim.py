@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim import progress
+from fastsim import interrupt, progress
 from fastsim.dead_end import dead_end_error
 from fastsim.errors import InputError
 from fastsim.kernels.rank_state import COMMITTED_TOKENS, READMISSIONS
@@ -48,7 +48,8 @@ def load_split_kernels():
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
 
-    simulate(synthetic(16, 2, 4, arrival_interval_ms=1.0), EngineArgs(block_size=16), num_workers=2, threads=2)
+    with progress.hidden():
+        simulate(synthetic(16, 2, 4, arrival_interval_ms=1.0), EngineArgs(block_size=16), num_workers=2, threads=2)
 
 
 def load_kernels(speculative: bool = False):
@@ -61,9 +62,14 @@ def load_kernels(speculative: bool = False):
     excludes loading its extension module); the one-time load of cached machine code is not part
     of a simulation.
     """
-    global _KERNELS_LOADED, _SPECULATIVE_LOADED
     if _SPECULATIVE_LOADED if speculative else _KERNELS_LOADED:
         return
+    with progress.hidden():  # (a one-request run, compiling the first time: not the user's)
+        _load_kernels(speculative)
+
+
+def _load_kernels(speculative):
+    global _KERNELS_LOADED, _SPECULATIVE_LOADED
     from fastsim import warmup
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
@@ -165,6 +171,7 @@ def simulate(
     from fastsim.kernels.codes import (
         DEAD_END,
         HOST_TIER_STOP,
+        INTERRUPTED,
         LOG_FULL,
         PLANNER_TICK,
         RECORDS_FULL,
@@ -173,7 +180,7 @@ def simulate(
         TELEMETRY_FULL,
         TIMING_161,
     )
-    from fastsim.kernels.loop import NARRIVED, NDONE, run_loop_nb
+    from fastsim.kernels.loop import CTRL_C, NARRIVED, NDONE, run_loop_nb
     from fastsim.kernels.timelines import LOST, LOST_RECORDS, grow_records
     from fastsim.trtllm_config import check_release
 
@@ -279,8 +286,9 @@ def simulate(
             if tier is not None:  # its loop variant is not part of the simulation's own time (load_kernels)
                 t0 += _load_tier_kernels(run_loop_nb, (params, perf, pool, requests, ranks, sessions, cluster,
                                                        gaps, rt, fleet, scratch, out, tier))
-            status = run_loop_nb(params, perf, pool, requests, ranks, sessions, cluster, gaps, rt, fleet, scratch,
-                                 out, tier)
+            with interrupt.on_ctrl_c(interrupt.flag((cluster.state, CTRL_C))):
+                status = run_loop_nb(params, perf, pool, requests, ranks, sessions, cluster, gaps, rt, fleet, scratch,
+                                     out, tier)
             if status == TELEMETRY_FULL:
                 st = st._replace(fleet=grow_telemetry(st.fleet, tel_cap, telemetry_interval_ms))
             elif status == RECORDS_FULL:
@@ -294,6 +302,8 @@ def simulate(
                     if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or target < 1:
                         raise InputError(f"planner returned {target!r}; it must be a positive worker count or None")
                     st.fleet.fs[TARGET] = min(int(target), g_cap)
+            elif status == INTERRUPTED:
+                raise KeyboardInterrupt  # (if Python has not raised the pending one already)
             else:
                 break
         if status == HOST_TIER_STOP:

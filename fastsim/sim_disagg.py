@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from fastsim import arena
+from fastsim import arena, interrupt, progress
 from fastsim.errors import InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.workload import session_labels
@@ -82,10 +82,10 @@ def simulate_disagg(
     from fastsim.dynamo_version import check_version, timing_rules
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.kvpool import make_pool
-    from fastsim.kernels.codes import (COMPLETED, DEAD_END, DECODE, FAILED, NOT_ARRIVED, OUTCOME_FAILED,
+    from fastsim.kernels.codes import (COMPLETED, DEAD_END, DECODE, FAILED, INTERRUPTED, NOT_ARRIVED, OUTCOME_FAILED,
                                        OUTCOME_IN_FLIGHT, PREFILL, REJECTED, SIM_CAP, outcome_of)
     from fastsim.kernels.fleet import make_fleet
-    from fastsim.kernels.loop import NARRIVED, NDONE, make_cluster, new_gaps
+    from fastsim.kernels.loop import CTRL_C, NARRIVED, NDONE, make_cluster, new_gaps
     from fastsim.kernels.timelines import LOST
     from fastsim.kernels.rank_state import COMMITTED_TOKENS, READMISSIONS, make_pass_acc, make_ranks
     from fastsim.perf import engine_perf_model
@@ -205,10 +205,16 @@ def simulate_disagg(
     fl_p = make_fleet(P, P0, prefill_engine.startup_time, schedule=schedules["prefill"])
     fl_d = make_fleet(D, D0, decode_engine.startup_time, schedule=schedules["decode"])
     rk_p, rk_d = ranks(P, pp.cap, pp.budget, prefill_engine), ranks(D, pd.cap, pd.budget, decode_engine, 0)
-    status = run_disagg_nb(pp, pd, engine_perf_model(prefill_engine),
-                           engine_perf_model(decode_engine),
-                           make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,
-                           ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
+    # (read by a watcher thread while the loop runs, fastsim/progress.py)
+    progress.track(n, lambda: (int(cl.state[NDONE]), float(np.fmax.reduce(cl.last_stamp, initial=np.nan))))
+    with interrupt.on_ctrl_c(interrupt.flag((cl.state, CTRL_C))):
+        status = run_disagg_nb(pp, pd, engine_perf_model(prefill_engine),
+                               engine_perf_model(decode_engine),
+                               make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,
+                               ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
+    progress.untrack()
+    if status == INTERRUPTED:
+        raise KeyboardInterrupt  # (if Python has not raised the pending one already)
     if history and int(pa.alog_n[READMISSIONS]) > _readmission_log:
         # more readmissions than the log holds: run again with room for every one of them
         return simulate_disagg(**dict(args, _readmission_log=int(pa.alog_n[READMISSIONS])))
@@ -342,7 +348,7 @@ def load_disagg_kernels(prefill_speculative: bool = False, decode_speculative: b
         load_kernels()
         name = "disaggregated-speculative-" + "-".join("yes" if x else "no" for x in key)
         with warmup.variant(name, "the disaggregated simulation kernels with speculative decoding",
-                            "about a minute"):
+                            "about a minute"), progress.hidden():
             simulate_disagg(synthetic(16, 2, 1, arrival_interval_ms=1.0),
                             EngineArgs(block_size=16, worker_type="prefill", aic_nextn=1 if key[0] else None),
                             EngineArgs(block_size=16, worker_type="decode", aic_nextn=1 if key[1] else None))
@@ -351,6 +357,7 @@ def load_disagg_kernels(prefill_speculative: bool = False, decode_speculative: b
         if not warmup.cached("run_disagg_nb"):
             warmup.announce_compile("the disaggregated simulation kernels", "about a minute")
         load_kernels()
-        simulate_disagg(synthetic(16, 2, 1, arrival_interval_ms=1.0),
-                        EngineArgs(block_size=16, worker_type="prefill"),
-                        EngineArgs(block_size=16, worker_type="decode"))
+        with progress.hidden():
+            simulate_disagg(synthetic(16, 2, 1, arrival_interval_ms=1.0),
+                            EngineArgs(block_size=16, worker_type="prefill"),
+                            EngineArgs(block_size=16, worker_type="decode"))

@@ -12,9 +12,10 @@ import time
 
 import numpy as np
 
+from fastsim import interrupt, progress
 from fastsim.errors import InputError, NotSupportedError
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   OUTCOME_REJECTED, SIM_CAP)
+                                   INTERRUPTED, OUTCOME_REJECTED, SIM_CAP)
 from fastsim.kernels.router import OVERFLOW
 
 
@@ -109,7 +110,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     if not reference:
         from fastsim import sglang_state
         from fastsim.kernels.codes import RECORDS_FULL
-        from fastsim.kernels.sglang import CNT_READMISSIONS, run_sglang_nb
+        from fastsim.kernels.sglang import CNT_CTRL_C, CNT_READMISSIONS, run_sglang_nb
         from fastsim.kernels.timelines import LOST, grow_records
 
         # (prompts without hash ids are unique to their request: no overlap to read, no events to keep)
@@ -143,14 +144,18 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         gaps = make_gap_stats(gap_list)
     else:
         log_size, ring, gap_skip = None, 0, None
+        progress.track(workload.n_requests, lambda: _progress_of(state))  # (read by a watcher thread)
         while True:
             q, pr, fp, s, t, k, tl, lp, sd = state
             if not looped:
                 lp = None
-            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec)
-            while status == RECORDS_FULL:
-                tl = grow_records(tl)
+            with interrupt.on_ctrl_c(interrupt.flag((s.cnt, CNT_CTRL_C))):
                 status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec)
+                while status == RECORDS_FULL:
+                    tl = grow_records(tl)
+                    status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec)
+            if status == INTERRUPTED:
+                raise KeyboardInterrupt  # (if Python has not raised the pending one already)
             if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif kv and t.ev_meta[:, 2].any():  # a rank's KV events outgrew their ring: a larger one
@@ -172,6 +177,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             if kv:
                 rt = _router(router_config, workload, cfg, num_workers * dp, num_workers, table, seed,
                              kv_event_lag_ms, version)
+        progress.untrack()
         if status == ADMIT_OOM:
             raise NotSupportedError(sglang_ref._NOT_EXACT)
         if status == DEAD_END:
@@ -216,6 +222,15 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
+
+
+def _progress_of(state):
+    """(requests finished, the latest pass end scheduled, in ms) of a running SGLang loop."""
+    from fastsim.kernels.sglang import CNT_DONE
+
+    s = state[3]
+    busy = s.busy[np.isfinite(s.busy)]
+    return int(s.cnt[CNT_DONE]), float(busy.max()) if busy.size else float("nan")
 
 
 def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_concurrency):

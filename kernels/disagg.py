@@ -48,12 +48,13 @@ from fastsim.kernels.fleet import (
     retire_drained_nb,
 )
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
-from fastsim.kernels.jit import inline, inner, kernel_noalloc
+from fastsim.kernels.jit import inline, inner, loop_kernel
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
 from fastsim.kernels.trtllm import completion_blocks_nb
 from fastsim.kernels.codes import (
     COMPLETED,
     DEAD_END,
+    INTERRUPTED,
     FAILED,
     HANDED,
     KV_ROUTER,
@@ -65,6 +66,7 @@ from fastsim.kernels.codes import (
     TIMING_161,
 )
 from fastsim.kernels.loop import (
+    CTRL_C,
     NDONE,
     fill_prompt_keys,
     next_arrival,
@@ -710,7 +712,7 @@ def _steady_run_decode(pd, perf_d, pool_d, rq_d, rk_d, ss, cl, gaps, dg, g, now)
                  np.int64(0))
 
 
-@kernel_noalloc
+@loop_kernel
 def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps,
                   rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out):
     """Run a disaggregated simulation. ``out`` receives [prefill_ws, decode_ws, now, -]."""
@@ -727,6 +729,9 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
             _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
                    rt_d, rt_none, fl_p, fl_d, dg, pa, now)
         if cl.state[NDONE] >= n_rows:
+            break
+        if cl.state[CTRL_C] != 0:  # (set from another thread: fastsim/interrupt.py)
+            status = INTERRUPTED
             break
         t = np.inf
         if fl_p.fs[NSTARTING] > 0 or fl_p.fs[SCHEDPOS] < fl_p.sched_t.shape[0]:

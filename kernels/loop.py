@@ -28,6 +28,7 @@ from fastsim.kernels.codes import (
     HOST_TIER_STOP,
     KV_ROUTER,
     LOG_FULL,
+    INTERRUPTED,
     OK,
     PLANNER_TICK,
     RECORDS_FULL,
@@ -146,7 +147,7 @@ class Cluster(NamedTuple):
     # prompt tokens the group's last pass commits (``committed_prefill_tokens``): Dynamo 1.6.1
     # counts them when the pass ends, so a run stopped at its time cap leaves out a pass in flight
     pass_commit: np.ndarray  # int64[G]
-    state: np.ndarray  # int64[7]: [rr, n_heap, static_pos, next_session, n_arrived, n_done, n_ticks]
+    state: np.ndarray  # int64[8]: [rr, n_heap, static_pos, next_session, n_arrived, n_done, n_ticks, ctrl_c]
     light: np.ndarray  # int64[G]: the group's pass ends in a row that were not light ticks (run_loop_nb)
     # phantom events (``_steady_run``): a ring of pass ends per group, and a tournament of the
     # groups' earliest ones
@@ -160,7 +161,7 @@ class Cluster(NamedTuple):
     tlog: np.ndarray  # float64[cap]; state[NTICKS] entries used
 
 
-RR, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE, NTICKS = range(7)
+RR, NHEAP, STATIC, NEXTSESS, NARRIVED, NDONE, NTICKS, CTRL_C = range(8)
 
 
 def make_cluster(groups, dp=1, concurrency=0, single_path=False, max_sim_time_ms=None, tick_log=0):
@@ -187,7 +188,7 @@ def make_cluster(groups, dp=1, concurrency=0, single_path=False, max_sim_time_ms
         dwork=np.zeros(groups, dtype=np.int64),
         last_stamp=np.full(groups, np.nan),
         pass_commit=np.zeros(groups, dtype=np.int64),
-        state=np.zeros(7, dtype=np.int64),
+        state=np.zeros(8, dtype=np.int64),
         light=np.zeros(groups, dtype=np.int64),
         ph=np.zeros(groups * _PH),
         ph_head=np.zeros(groups, dtype=np.int64),
@@ -1300,9 +1301,9 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out, tier):
     router's block table was too small: re-run with a larger one), or a pause the caller resumes by
     calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers), LOG_FULL (grow
     the readmission log ``pa.alog``), PLANNER_TICK
-    (a planner may set ``fl.fs[TARGET]``) or TICKS_FULL (empty the tick log ``cl.tlog``: a shard
+    (a planner may set ``fl.fs[TARGET]``), TICKS_FULL (empty the tick log ``cl.tlog``: a shard
     of a split run, ``fastsim/shards.py``), HOST_TIER_STOP (the host tier would have to evict:
-    ``tier.flag``). It releases the GIL while it runs.
+    ``tier.flag``) or INTERRUPTED (``cl.state[CTRL_C]`` was set). It releases the GIL while it runs.
 
     The loop itself is ``_loop``, called once through a pointer: this kernel is the Python entry
     point numba generates (it unboxes every array of every table), compiled apart from the loop.
@@ -1352,6 +1353,9 @@ def _loop(tabs, tier, out):
             break
         if _tick_room(cl) < 0 or not log_room(gaps.tl):
             status = TICKS_FULL  # the caller empties the logs and calls again
+            break
+        if cl.state[CTRL_C] != 0:  # (set from another thread: fastsim/interrupt.py)
+            status = INTERRUPTED
             break
         if keeping(gaps.tl) and gaps.tl.st[FREE_RECORDS] < 2 * (cl.state[NARRIVED] - cl.state[NDONE]) + 64:
             # a tick takes at most two token-time records per request in flight: the caller grows them

@@ -23,9 +23,9 @@ import math
 import numpy as np
 
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   OUTCOME_REJECTED, RECORDS_FULL, SIM_CAP)
+                                   INTERRUPTED, OUTCOME_REJECTED, RECORDS_FULL, SIM_CAP)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.jit import inline, inner, kernel_noalloc, llvm_inline
+from fastsim.kernels.jit import inline, inner, llvm_inline, loop_kernel
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 from fastsim.kernels.kvpool import seal_feed_nb
 from fastsim.kernels.mtp import sample_burst_nb
@@ -47,8 +47,9 @@ P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WOR
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
 
 # ``SgState.cnt`` slots: heap entries, this pass's emissions and completions, committed prefill
-# tokens, requests done, the round-robin counter, the closed loop's next session, readmissions logged
-CNT_HEAP, CNT_EMIT, CNT_FIN, CNT_COMMITTED, CNT_DONE, CNT_RR, CNT_NEXTSESS, CNT_READMISSIONS = range(8)
+# tokens, requests done, the round-robin counter, the closed loop's next session, readmissions logged,
+# and a Ctrl-C to stop at (set from another thread: fastsim/interrupt.py)
+CNT_HEAP, CNT_EMIT, CNT_FIN, CNT_COMMITTED, CNT_DONE, CNT_RR, CNT_NEXTSESS, CNT_READMISSIONS, CNT_CTRL_C = range(9)
 
 LPM_FALLBACK = 128
 IN_BATCH_CHECK = 32
@@ -1126,12 +1127,12 @@ def _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping):
         _pool_gap_nb(s, 0.0, zeros)
 
 
-@kernel_noalloc
+@loop_kernel
 def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
     """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, SIM_CAP (the time cap
     ``fp[F_CAP]`` stopped it; ``fp[F_NOW]``: the last event processed; ``lp``: an ``SgLoop`` with a cap or
-    a closed loop, else None), or RECORDS_FULL: grow ``tl``'s
-    records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
+    a closed loop, else None), INTERRUPTED (``s.cnt[CNT_CTRL_C]`` was set), or RECORDS_FULL: grow
+    ``tl``'s records and call again (the requests' token times, ``kernels/timelines.py``: the tokens of a
     rank's decode steps are runs of those steps, whose ends are in the rank's ring ``tl.ring``; a
     first token of a 1.6.1 prefill pass is a time of its own). ``rt``: the kv_router
     (``kernels/router.py``'s Router), or None for round robin (its loop is compiled without it);
@@ -1144,14 +1145,17 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
     room = 2 * min(n, W * dp * min(pr[P_MAXRUN], n)) + 64  # (two records a token, in one tick)
     cap = fp[F_CAP]
     last = False
-    t_last = 0.0  # the last event processed (fp[F_NOW] when the cap stops the loop)
+    t_last = fp[F_NOW]  # the last event processed (fp[F_NOW] when the cap stops the loop or it pauses)
     skipping = pr[P_SKIP] != 0  # (read once: the per-token check costs nothing on other runs)
     gstate = k.gstate  # (kv_router: every rank active)
     # (the steady state's arrays read once: a table field read per token costs a reference count)
     sd_base, sd_dec, sd_step, sd_settled, sd_last_end = sd.base, sd.dec, sd.step, sd.settled, sd.last_end
     while s.cnt[CNT_DONE] < n:
         if tl.st[FREE_RECORDS] < room:
+            fp[F_NOW] = t_last
             return RECORDS_FULL
+        if s.cnt[CNT_CTRL_C] != 0:  # (set from another thread: fastsim/interrupt.py)
+            return INTERRUPTED
         t_arr = q.ready[s.heap[0]] if s.cnt[CNT_HEAP] > 0 else inf
         t_end = inf
         for g in range(W):
