@@ -71,10 +71,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     if (max_sim_time_ms is not None or replay_concurrency) and reference:
         raise NotSupportedError("a time cap or a closed loop with the plain-Python SGLang reference engine is not "
                                 "supported yet")
-    for value, what in ((scaling_schedule, "a scaling schedule"), (planner, "a planner"),
-                        (telemetry_interval_ms, "telemetry")):
-        if value:
-            raise _not_yet(what)
+    _check_fleet(scaling_schedule, planner)
+    if telemetry_interval_ms and reference:
+        raise NotSupportedError("telemetry with the plain-Python SGLang reference engine is not supported yet")
     s = sglang_settings(engine)
     mml = int(engine.max_model_len or 0)
     if mml and version == "1.4.2":
@@ -107,22 +106,26 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                          interval=s.prefill_decode_interval, dp=dp, v142=version == "1.4.2")
     perf = engine_perf_model(engine)
     if not reference:
-        from fastsim import sglang_state
-        from fastsim.kernels.codes import RECORDS_FULL
+        from fastsim import sglang_state, sglang_telemetry
+        from fastsim.kernels.codes import RECORDS_FULL, TELEMETRY_FULL
         from fastsim.kernels.sglang import CNT_READMISSIONS, run_sglang_nb
         from fastsim.kernels.timelines import LOST, grow_records
 
         # (prompts without hash ids are unique to their request: no overlap to read, no events to keep)
         n_events = 4 * cfg.total_pages + 1024 if kv and workload.hash_ptr is not None else 0
 
+        tel_cap = sglang_telemetry.check_run(telemetry_interval_ms, workload, num_workers)
+
         def build(log_size=None, ring=0, gap_skip=None):
             return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
                                       float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip,
                                       int(replay_concurrency or 0), n_events,
-                                      # (speculative decoding draws every step's tokens: no request decodes by sums)
-                                      STEADY_DECODING and not engine.aic_nextn)
+                                      # (speculative decoding draws every step's tokens: no request decodes by
+                                      # sums; telemetry reads every rank's pages at its ticks: none either)
+                                      STEADY_DECODING and not engine.aic_nextn and not telemetry_interval_ms)
 
         state = build()
+        tel = sglang_telemetry.new_buffers(telemetry_interval_ms, num_workers)
         table = _union_table_size(workload, cfg.ps, num_workers * dp) if kv else 0
         rt = _router(router_config, workload, cfg, num_workers * dp, num_workers, table, seed, kv_event_lag_ms,
                      version) if kv else None
@@ -134,7 +137,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         looped = max_sim_time_ms is not None or bool(replay_concurrency)
         spec = _speculation(engine, num_workers * dp, workload.n_requests)
         run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142, rt,
-                                                        state[8], spec)))
+                                                        state[8], spec, tel)))
     t0 = time.perf_counter()
     if reference:  # the plain-Python engine (slow; the tests compare the two)
         cols, gap_list, committed, _ = sglang_ref.simulate(
@@ -147,10 +150,13 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             q, pr, fp, s, t, k, tl, lp, sd = state
             if not looped:
                 lp = None
-            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec)
-            while status == RECORDS_FULL:
-                tl = grow_records(tl)
-                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec)
+            status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel)
+            while status in (RECORDS_FULL, TELEMETRY_FULL):
+                if status == RECORDS_FULL:
+                    tl = grow_records(tl)
+                else:
+                    tel = sglang_telemetry.grow(tel, tel_cap, telemetry_interval_ms)
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel)
             if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif kv and t.ev_meta[:, 2].any():  # a rank's KV events outgrew their ring: a larger one
@@ -167,6 +173,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             else:
                 break
             state = build(log_size, ring, gap_skip)
+            tel = sglang_telemetry.new_buffers(telemetry_interval_ms, num_workers)
             v142 = sglang_state.table_142(workload) if cfg.v142 else None
             spec = _speculation(engine, num_workers * dp, workload.n_requests)  # (its generators from the start)
             if kv:
@@ -211,11 +218,29 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             cols["session_id"], cols["turn_index"] = labels
     else:
         cols.update(identity_columns(workload, bool(replay_concurrency)))  # 1.6.1's session names and uuids
-    return build_report(cols, gaps, {
+    report = build_report(cols, gaps, {
         "num_workers": num_workers, "single_path": single, "decode_worker_seconds": worker_seconds,
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
+    if telemetry_interval_ms and not reference:
+        from fastsim import sglang_telemetry
+
+        report.workers = lambda: sglang_telemetry.frame(tel)
+    return report
+
+
+def _check_fleet(scaling_schedule, planner):
+    """A changing fleet on SGLang workers, refused until it is built (decision 0380)."""
+    if scaling_schedule:
+        raise NotSupportedError(
+            "a scaling schedule (scaling_schedule, --scaling-schedule) with engine_type=sglang is not supported "
+            "yet by fastsim: SGLang workers are a fixed fleet of num_workers for now (Dynamo has no scaling "
+            "schedule of its own; fastsim runs one on the vLLM engine)")
+    if planner is not None:
+        raise NotSupportedError(
+            "a planner (planner=, planner_interval_ms) with engine_type=sglang is not supported yet by fastsim: "
+            "SGLang workers are a fixed fleet of num_workers for now (the planner runs on the vLLM engine)")
 
 
 def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_concurrency):

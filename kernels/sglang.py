@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   OUTCOME_REJECTED, RECORDS_FULL, SIM_CAP)
+                                   OUTCOME_REJECTED, RECORDS_FULL, SIM_CAP, TELEMETRY_FULL)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel_noalloc, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
@@ -31,6 +31,7 @@ from fastsim.kernels.kvpool import seal_feed_nb
 from fastsim.kernels.mtp import sample_burst_nb
 from fastsim.kernels.radix import chain_key_nb, dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
 from fastsim.kernels.sglang_route import note_first_token_nb, pass_end_nb, request_done_nb, route_nb
+from fastsim.kernels.sglang_telemetry import sample_ticks_nb
 from fastsim.kernels.sglang_steady import (DIAG_STEPS, HOLD_MAX, close_run_nb, join_nb, laid_out, materialize_nb, reserve_close,
                                            reserve_exact_nb, restore_nb, take_due_nb, try_enter_nb, unfile_fill_nb)
 from fastsim.kernels.stats import dd_index_nb
@@ -1127,7 +1128,7 @@ def _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping):
 
 
 @kernel_noalloc
-def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
+def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None):
     """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, SIM_CAP (the time cap
     ``fp[F_CAP]`` stopped it; ``fp[F_NOW]``: the last event processed; ``lp``: an ``SgLoop`` with a cap or
     a closed loop, else None), or RECORDS_FULL: grow ``tl``'s
@@ -1136,7 +1137,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
     first token of a 1.6.1 prefill pass is a time of its own). ``rt``: the kv_router
     (``kernels/router.py``'s Router), or None for round robin (its loop is compiled without it);
     ``sd``: the steady-decoding state (``kernels/sglang_steady.py``); ``spec``: an ``SgSpec`` with
-    speculative decoding, else None."""
+    speculative decoding, else None; ``tel``: the telemetry buffers (``kernels/fleet.py``'s Fleet,
+    ``kernels/sglang_telemetry.py``) or None. TELEMETRY_FULL: grow ``tel``'s buffers and call again."""
     n = q.isl.shape[0]
     W = pr[P_WORKERS]
     dp = pr[P_DP]
@@ -1144,13 +1146,14 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
     room = 2 * min(n, W * dp * min(pr[P_MAXRUN], n)) + 64  # (two records a token, in one tick)
     cap = fp[F_CAP]
     last = False
-    t_last = 0.0  # the last event processed (fp[F_NOW] when the cap stops the loop)
+    t_last = fp[F_NOW]  # the last event processed (fp[F_NOW] when the cap stops the loop)
     skipping = pr[P_SKIP] != 0  # (read once: the per-token check costs nothing on other runs)
     gstate = k.gstate  # (kv_router: every rank active)
     # (the steady state's arrays read once: a table field read per token costs a reference count)
     sd_base, sd_dec, sd_step, sd_settled, sd_last_end = sd.base, sd.dec, sd.step, sd.settled, sd.last_end
     while s.cnt[CNT_DONE] < n:
         if tl.st[FREE_RECORDS] < room:
+            fp[F_NOW] = t_last  # (where a call again resumes)
             return RECORDS_FULL
         t_arr = q.ready[s.heap[0]] if s.cnt[CNT_HEAP] > 0 else inf
         t_end = inf
@@ -1160,6 +1163,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
         now = min(t_arr, t_end)
         if now == inf:
             return DEAD_END
+        if tel is not None and not sample_ticks_nb(tel, k, t, W, dp, pr[P_PAGES], now):
+            fp[F_NOW] = t_last  # (where a call again resumes)
+            return TELEMETRY_FULL
         if lp is not None:
             if cap >= 0.0 and now > cap:
                 # Dynamo 1.4.2's single-worker runtime (one worker, no DP) still processes the first
@@ -1325,6 +1331,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
                         went = True  # all cached, is followed by the next pass at once)
                 if went:
                     s.busy[g] = end
+                    if tel is not None:
+                        tel.passes[g] += 1
                     if lp is not None:
                         lp.pass_commit[g] = s.cnt[CNT_COMMITTED] - committed
                     if end <= now:

@@ -1,0 +1,44 @@
+"""Per-worker telemetry of the SGLang engine's loop, in compiled code.
+
+The rows are the vLLM path's (``kernels/fleet.py``'s ``Fleet`` buffers, read by
+``fastsim/results.py``'s ``telemetry_frame``), with the SGLang meanings of decision 0380: a
+worker's running and waiting requests are its DP ranks' running and waiting queues,
+``kv_blocks_used`` the radix pages no one can evict (held by requests or locked in the tree),
+``kv_blocks_cached`` the evictable pages of unlocked radix nodes.
+"""
+
+from fastsim.kernels.fleet import NEXTTEL, TELN
+from fastsim.kernels.jit import inner
+
+
+@inner
+def sample_ticks_nb(fl, k, t, n_workers, dp, pages_per_rank, now):
+    """Record one row per worker for every tick before ``now`` (the state is constant between the
+    loop's events, so a tick in ``[last event, now)`` sees it as the last event left it); False
+    if the buffers are full (the caller grows them and calls the loop again)."""
+    while fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < now:
+        n = fl.fs[TELN]
+        if n + n_workers > fl.tel_t.shape[0]:
+            return False
+        tick = fl.ff[NEXTTEL]
+        for g in range(n_workers):
+            run = 0
+            wait = 0
+            used = 0
+            cached = 0
+            for r in range(g * dp, (g + 1) * dp):
+                run += k.rn[r]
+                wait += k.wn[r]
+                used += pages_per_rank - t.free[r] - t.evictable[r]
+                cached += t.evictable[r]
+            fl.tel_t[n] = tick
+            fl.tel_w[n] = g
+            fl.tel_run[n] = run
+            fl.tel_wait[n] = wait
+            fl.tel_kv[n] = used
+            fl.tel_cached[n] = cached
+            fl.tel_passes[n] = fl.passes[g]
+            n += 1
+        fl.fs[TELN] = n
+        fl.ff[NEXTTEL] = tick + fl.tel_ms
+    return True
