@@ -1163,7 +1163,7 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
         now = min(t_arr, t_end)
         if now == inf:
             return DEAD_END
-        if tel is not None and not sample_ticks_nb(tel, k, t, W, dp, pr[P_PAGES], now):
+        if tel is not None and not sample_ticks_nb(tel, q, s, k, t, W, dp, pr[P_PAGES], now):
             fp[F_NOW] = t_last  # (where a call again resumes)
             return TELEMETRY_FULL
         if lp is not None:

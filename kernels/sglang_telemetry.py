@@ -2,9 +2,13 @@
 
 The rows are the vLLM path's (``kernels/fleet.py``'s ``Fleet`` buffers, read by
 ``fastsim/results.py``'s ``telemetry_frame``), with the SGLang meanings of decision 0380: a
-worker's running and waiting requests are its DP ranks' running and waiting queues,
-``kv_blocks_used`` the radix pages no one can evict (held by requests or locked in the tree),
-``kv_blocks_cached`` the evictable pages of unlocked radix nodes.
+worker's running requests are the ones it has started: its DP ranks' running queues, the partly
+prefilled requests back in their waiting queues between chunks, and the requests its pass in
+flight completes at its end (the engine computes a pass at its start: they have left the queue,
+but they finish only at the end); its waiting ones the rest of the ranks' waiting queues; ``kv_blocks_used`` the
+radix pages no one can evict (held by requests or locked in the tree), ``kv_blocks_cached`` the
+evictable pages of unlocked radix nodes, both as the pass start left them (the requests a pass
+completes have released theirs into the radix cache then).
 """
 
 from fastsim.kernels.fleet import NEXTTEL, TELN
@@ -12,7 +16,7 @@ from fastsim.kernels.jit import inner
 
 
 @inner
-def sample_ticks_nb(fl, k, t, n_workers, dp, pages_per_rank, now):
+def sample_ticks_nb(fl, q, s, k, t, n_workers, dp, pages_per_rank, now):
     """Record one row per worker for every tick before ``now`` (the state is constant between the
     loop's events, so a tick in ``[last event, now)`` sees it as the last event left it); False
     if the buffers are full (the caller grows them and calls the loop again)."""
@@ -28,9 +32,19 @@ def sample_ticks_nb(fl, k, t, n_workers, dp, pages_per_rank, now):
             cached = 0
             for r in range(g * dp, (g + 1) * dp):
                 run += k.rn[r]
-                wait += k.wn[r]
+                row = k.wh[r]
+                while row != -1:  # (a partly prefilled request has started: it runs between chunks)
+                    if 0 < q.mat[row] < q.isl[row] + q.gen[row]:
+                        run += 1
+                    else:
+                        wait += 1
+                    row = q.wnext[row]
                 used += pages_per_rank - t.free[r] - t.evictable[r]
                 cached += t.evictable[r]
+            row = s.done_head[g]  # (the chain of the rows the pass in flight completes)
+            while row != -1:
+                run += 1
+                row = q.done_next[row]
             fl.tel_t[n] = tick
             fl.tel_w[n] = g
             fl.tel_run[n] = run
