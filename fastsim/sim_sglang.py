@@ -251,7 +251,11 @@ def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_
     if reference:
         raise NotSupportedError("kv_router on the plain-Python SGLang reference engine is not supported yet")
     if cfg.router_queue_threshold is not None:
-        raise _not_yet("kv_router's router_queue_threshold")
+        raise NotSupportedError(
+            "kv_router's router_queue_threshold with engine_type=sglang is not supported yet by fastsim (Dynamo "
+            "1.6.1 and 1.4.2 run it; which loads and overlaps the router scores a queued request with when it "
+            "releases it to SGLang workers is not settled: decisions 0295, 0380); leave router_queue_threshold "
+            "unset, or use the vLLM engine")
 
 
 def _union_table_size(workload, ps, n_ranks):
