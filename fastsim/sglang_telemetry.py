@@ -1,5 +1,7 @@
-"""Telemetry on the SGLang engine (``telemetry_interval_ms``, decision 0380): the buffers its
-compiled loop fills (``kernels/sglang_telemetry.py``) and the frame the report shows."""
+"""Telemetry and scaling schedules on the SGLang engine (``telemetry_interval_ms``,
+``scaling_schedule``, decision 0380): the fleet its compiled loop keeps (``kernels/fleet.py``'s
+Fleet, with ``kernels/sglang_telemetry.py`` and ``kernels/sglang_fleet.py``) and the frames the
+report shows."""
 
 from __future__ import annotations
 
@@ -11,15 +13,31 @@ def check_run(telemetry_interval_ms, workload, num_workers):
     return check_telemetry(workload, num_workers, telemetry_interval_ms)
 
 
-def new_buffers(telemetry_interval_ms, num_workers):
-    """The loop's telemetry buffers (``kernels/fleet.py``'s Fleet: every worker active from the
-    start), or None without telemetry (the loop is then compiled without it)."""
-    if not telemetry_interval_ms:
+def new_fleet(telemetry_interval_ms, num_workers, rows, schedule, startup_s):
+    """The loop's fleet: ``rows`` workers, the first ``num_workers`` active from the start, the
+    scaling ``schedule`` (validated steps) and telemetry buffers; None for a fixed fleet without
+    telemetry (the loop is then compiled without it)."""
+    if not telemetry_interval_ms and not schedule:
         return None
     from fastsim.kernels.fleet import make_fleet
 
-    return make_fleet(num_workers, num_workers, telemetry_ms=float(telemetry_interval_ms),
-                      telemetry_rows=max(4096, 64 * num_workers))
+    return make_fleet(rows, num_workers, startup_s=startup_s if schedule else None,
+                      telemetry_ms=float(telemetry_interval_ms or 0.0), schedule=schedule,
+                      telemetry_rows=max(4096, 64 * rows) if telemetry_interval_ms else 0)
+
+
+def worker_seconds(fl):
+    """The worker-seconds a changing fleet ran (summed at every event over the live workers)."""
+    from fastsim.kernels.sglang_fleet import WS
+
+    return float(fl.ff[WS])
+
+
+def fleet_frame(fl):
+    """The report's ``fleet`` frame: every worker ever created, its final state and passes."""
+    from fastsim.results import fleet_frame as frame_of
+
+    return frame_of(fl)
 
 
 def grow(fl, cap, telemetry_interval_ms):

@@ -71,7 +71,12 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     if (max_sim_time_ms is not None or replay_concurrency) and reference:
         raise NotSupportedError("a time cap or a closed loop with the plain-Python SGLang reference engine is not "
                                 "supported yet")
-    _check_fleet(scaling_schedule, planner)
+    _check_fleet(scaling_schedule, planner, kv, version, reference)
+    rows = num_workers  # (a scaling schedule: a row for every worker it ever creates)
+    if scaling_schedule:
+        from fastsim.run_config import worker_rows
+
+        rows = worker_rows(num_workers, scaling_schedule, None, None)
     if telemetry_interval_ms and reference:
         raise NotSupportedError("telemetry with the plain-Python SGLang reference engine is not supported yet")
     s = sglang_settings(engine)
@@ -117,15 +122,21 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         tel_cap = sglang_telemetry.check_run(telemetry_interval_ms, workload, num_workers)
 
         def build(log_size=None, ring=0, gap_skip=None):
-            return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
+            return sglang_state.build(workload, cfg, rows, dp, float(engine.speedup_ratio),
                                       float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip,
                                       int(replay_concurrency or 0), n_events,
                                       # (speculative decoding draws every step's tokens: no request decodes by
-                                      # sums; telemetry reads every rank's pages at its ticks: none either)
-                                      STEADY_DECODING and not engine.aic_nextn and not telemetry_interval_ms)
+                                      # sums; telemetry reads every rank's pages at its ticks, and scaling
+                                      # moves requests between workers: none either)
+                                      STEADY_DECODING and not engine.aic_nextn and not telemetry_interval_ms
+                                      and not scaling_schedule)
+
+        def fleet():
+            return sglang_telemetry.new_fleet(telemetry_interval_ms, num_workers, rows, scaling_schedule,
+                                              engine.startup_time)
 
         state = build()
-        tel = sglang_telemetry.new_buffers(telemetry_interval_ms, num_workers)
+        tel = fleet()
         table = _union_table_size(workload, cfg.ps, num_workers * dp) if kv else 0
         rt = _router(router_config, workload, cfg, num_workers * dp, num_workers, table, seed, kv_event_lag_ms,
                      version) if kv else None
@@ -173,7 +184,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             else:
                 break
             state = build(log_size, ring, gap_skip)
-            tel = sglang_telemetry.new_buffers(telemetry_interval_ms, num_workers)
+            tel = fleet()
             v142 = sglang_state.table_142(workload) if cfg.v142 else None
             spec = _speculation(engine, num_workers * dp, workload.n_requests)  # (its generators from the start)
             if kv:
@@ -183,20 +194,24 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             raise NotSupportedError(sglang_ref._NOT_EXACT)
         if status == DEAD_END:
             raise _dead_end(workload, q, cfg)
-        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl, v142)
+        cols, gaps, committed = sglang_state.columns(q, s, rows, dp, tl, v142)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if mml:  # the engine ran the lengths max_model_len allows; the records keep the requested ones
         cols["requested_output_length"] = np.ascontiguousarray(workload.osl, dtype=np.int64)
     # (the workers' time runs to the last completion or max_model_len rejection)
     term = cols["terminal_ms"][(cols["status"] == OUTCOME_COMPLETED) | (cols["status"] == OUTCOME_REJECTED)]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
-    single = num_workers == 1 and dp == 1
+    single = num_workers == 1 and dp == 1 and not scaling_schedule
+    if scaling_schedule and status != SIM_CAP:  # (the live workers summed at every event)
+        worker_seconds = sglang_telemetry.worker_seconds(tel)
     if not reference and status == SIM_CAP:
         from fastsim.kernels.sglang import F_NOW
 
         # the workers' time so far is the last event at or before the cap (decision 0025), and
         # the passes still in flight there have not committed their prompt tokens
         worker_seconds = num_workers * float(fp[F_NOW]) / 1000.0
+        if scaling_schedule:
+            worker_seconds = sglang_telemetry.worker_seconds(tel)
         committed -= int(lp.pass_commit[s.busy < np.inf].sum())
         if not cfg.v142:  # 1.6.1's single worker stops at the cap like a cluster, with those seconds
             single = False
@@ -223,20 +238,22 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
-    if telemetry_interval_ms and not reference:
-        from fastsim import sglang_telemetry
-
+    if telemetry_interval_ms:
         report.workers = lambda: sglang_telemetry.frame(tel)
+    if scaling_schedule:
+        report.fleet = lambda: sglang_telemetry.fleet_frame(tel)
     return report
 
 
-def _check_fleet(scaling_schedule, planner):
-    """A changing fleet on SGLang workers, refused until it is built (decision 0380)."""
+def _check_fleet(scaling_schedule, planner, kv, version, reference):
+    """What of a changing fleet on SGLang workers is not built yet, refused by name (decision 0380)."""
     if scaling_schedule:
-        raise NotSupportedError(
-            "a scaling schedule (scaling_schedule, --scaling-schedule) with engine_type=sglang is not supported "
-            "yet by fastsim: SGLang workers are a fixed fleet of num_workers for now (Dynamo has no scaling "
-            "schedule of its own; fastsim runs one on the vLLM engine)")
+        where = ("with kv_router" if kv else "with --dynamo-version 1.4.2" if version == "1.4.2"
+                 else "on the plain-Python reference engine" if reference else None)
+        if where:
+            raise NotSupportedError(
+                f"a scaling schedule (scaling_schedule, --scaling-schedule) with engine_type=sglang {where} is "
+                "not supported yet by fastsim (it runs with round_robin routing for Dynamo 1.6.1)")
     if planner is not None:
         raise NotSupportedError(
             "a planner (planner=, planner_interval_ms) with engine_type=sglang is not supported yet by fastsim: "

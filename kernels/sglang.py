@@ -31,6 +31,8 @@ from fastsim.kernels.kvpool import seal_feed_nb
 from fastsim.kernels.mtp import sample_burst_nb
 from fastsim.kernels.radix import chain_key_nb, dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
 from fastsim.kernels.sglang_route import note_first_token_nb, pass_end_nb, request_done_nb, route_nb
+from fastsim.kernels.fleet import NSTARTING, SCHEDPOS, apply_schedule_nb, mark_ready_nb, next_fleet_event_nb
+from fastsim.kernels.sglang_fleet import add_worker_seconds_nb, pick_worker_nb, retire_drained_nb
 from fastsim.kernels.sglang_telemetry import sample_ticks_nb
 from fastsim.kernels.sglang_steady import (DIAG_STEPS, HOLD_MAX, close_run_nb, join_nb, laid_out, materialize_nb, reserve_close,
                                            reserve_exact_nb, restore_nb, take_due_nb, try_enter_nb, unfile_fill_nb)
@@ -1028,6 +1030,12 @@ def _pool_gap_nb(s, v, c):
 def _arrive_nb(q, pr, s, k, row, now):
     g = s.cnt[CNT_RR] % pr[P_WORKERS]
     s.cnt[CNT_RR] += 1
+    _arrive_on_nb(q, pr, s, k, g, row, now)
+
+
+@inner
+def _arrive_on_nb(q, pr, s, k, g, row, now):
+    """Request ``row`` arrives at worker ``g`` (its next DP rank in turn)."""
     d = s.dpnext[g]
     s.dpnext[g] = (d + 1) % pr[P_DP]
     r = g * pr[P_DP] + d
@@ -1137,8 +1145,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
     first token of a 1.6.1 prefill pass is a time of its own). ``rt``: the kv_router
     (``kernels/router.py``'s Router), or None for round robin (its loop is compiled without it);
     ``sd``: the steady-decoding state (``kernels/sglang_steady.py``); ``spec``: an ``SgSpec`` with
-    speculative decoding, else None; ``tel``: the telemetry buffers (``kernels/fleet.py``'s Fleet,
-    ``kernels/sglang_telemetry.py``) or None. TELEMETRY_FULL: grow ``tel``'s buffers and call again."""
+    speculative decoding, else None; ``tel``: the fleet (``kernels/fleet.py``'s Fleet: telemetry
+    buffers, ``kernels/sglang_telemetry.py``, and a scaling schedule, ``kernels/sglang_fleet.py``)
+    or None for a fixed fleet without telemetry. TELEMETRY_FULL: grow ``tel``'s buffers and call
+    again."""
     n = q.isl.shape[0]
     W = pr[P_WORKERS]
     dp = pr[P_DP]
@@ -1161,11 +1171,15 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
             if s.busy[g] < t_end:
                 t_end = s.busy[g]
         now = min(t_arr, t_end)
+        if tel is not None:
+            now = min(now, next_fleet_event_nb(tel))
         if now == inf:
             return DEAD_END
-        if tel is not None and not sample_ticks_nb(tel, q, s, k, t, W, dp, pr[P_PAGES], now):
-            fp[F_NOW] = t_last  # (where a call again resumes)
-            return TELEMETRY_FULL
+        if tel is not None:
+            if not sample_ticks_nb(tel, q, s, k, t, W, dp, pr[P_PAGES], now):
+                fp[F_NOW] = t_last  # (where a call again resumes)
+                return TELEMETRY_FULL
+            add_worker_seconds_nb(tel, now)
         if lp is not None:
             if cap >= 0.0 and now > cap:
                 # Dynamo 1.4.2's single-worker runtime (one worker, no DP) still processes the first
@@ -1212,6 +1226,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                             q.ready[nt] = now
                             heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
                     row = nxt
+        if tel is not None and tel.fs[NSTARTING] > 0:  # workers that finished starting
+            mark_ready_nb(tel, now)
         # 2. arrivals
         while s.cnt[CNT_HEAP] > 0 and q.ready[s.heap[0]] <= now:
             row = heap_pop_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie)
@@ -1221,10 +1237,12 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                     # Dynamo 1.4.2's single-worker runtime releases a closed loop's requests only
                     # between passes: one ready mid-pass arrives at the pass's end (decision 0240)
                     t_arr = s.busy[0]
-            if rt is None:
-                _arrive_nb(q, pr, s, k, row, t_arr)
-            else:
+            if rt is not None:
                 _arrive_kv_nb(q, pr, s, t, k, rt, gstate, row, t_arr)
+            elif tel is not None:  # round robin over the active workers
+                _arrive_on_nb(q, pr, s, k, pick_worker_nb(s.cnt, CNT_RR, tel), row, t_arr)
+            else:
+                _arrive_nb(q, pr, s, k, row, t_arr)
         # 3. idle workers with work run a pass on each rank with work
         progress = True
         while progress:
@@ -1337,6 +1355,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                         lp.pass_commit[g] = s.cnt[CNT_COMMITTED] - committed
                     if end <= now:
                         progress = True
+        if tel is not None:  # drained workers retire, then the schedule's steps due now apply
+            retire_drained_nb(tel, s.busy, k, s.done_head, dp)
+            if tel.fs[SCHEDPOS] < tel.sched_t.shape[0] and apply_schedule_nb(tel, now):
+                retire_drained_nb(tel, s.busy, k, s.done_head, dp)
         if lp is not None:
             if last:
                 fp[F_NOW] = t_last

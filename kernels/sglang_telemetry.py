@@ -11,7 +11,7 @@ evictable pages of unlocked radix nodes, both as the pass start left them (the r
 completes have released theirs into the radix cache then).
 """
 
-from fastsim.kernels.fleet import NEXTTEL, TELN
+from fastsim.kernels.fleet import ACTIVE, DRAINING, NCREATED, NEXTTEL, NLIVE, STARTING, TELN
 from fastsim.kernels.jit import inner
 
 
@@ -22,10 +22,13 @@ def sample_ticks_nb(fl, q, s, k, t, n_workers, dp, pages_per_rank, now):
     if the buffers are full (the caller grows them and calls the loop again)."""
     while fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < now:
         n = fl.fs[TELN]
-        if n + n_workers > fl.tel_t.shape[0]:
+        if n + fl.fs[NLIVE] > fl.tel_t.shape[0]:
             return False
         tick = fl.ff[NEXTTEL]
-        for g in range(n_workers):
+        for g in range(fl.fs[NCREATED]):
+            st = fl.gstate[g]
+            if st != ACTIVE and st != DRAINING and st != STARTING:
+                continue  # (one row per live worker: retired and cancelled ones have none)
             run = 0
             wait = 0
             used = 0

@@ -54,7 +54,7 @@ def replay(flags, folder, **extra):
             i += 1
             continue
         key, val = a[i][2:].replace("-", "_"), a[i + 1]
-        kw[key] = json.loads(val) if key.endswith("engine_args") else val
+        kw[key] = json.loads(val) if key.endswith("engine_args") or key == "scaling_schedule" else val
         i += 2
     for k in _INT_FLAGS:
         if k in kw:

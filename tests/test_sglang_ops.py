@@ -151,7 +151,8 @@ def test_telemetry_under_a_cap_or_in_a_closed_loop(folder, name):
 
 
 @pytest.mark.parametrize("kw,words", [
-    (dict(scaling_schedule=[[0, 1], [100, 2]]), "scaling schedule"),
+    (dict(scaling_schedule=[[0, 1], [100, 2]], router_mode="kv_router"), "scaling schedule"),
+    (dict(scaling_schedule=[[0, 1], [100, 2]], dynamo_version="1.4.2"), "scaling schedule"),
     (dict(planner=lambda s: None, planner_interval_ms=100.0), "planner"),
     (dict(router_mode="kv_router", num_workers=2, router_config={"router_queue_threshold": 1.0}),
      "router_queue_threshold"),
@@ -160,3 +161,24 @@ def test_refused_by_name(kw, words):
     with pytest.raises(NotSupportedError, match=words) as e:
         run_synthetic_trace_replay(256, 8, 10, arrival_interval_ms=10.0, extra_engine_args=SGLANG, **kw)
     assert "not supported yet" in str(e.value)
+
+
+DATA_SCALING = Path(__file__).parent / "data" / "sglang_scaling_161"
+CASES_SCALING = recorded.cases(DATA_SCALING)
+
+
+@pytest.mark.parametrize("name,args", CASES_SCALING, ids=[c[0] for c in CASES_SCALING])
+def test_scaling_case_matches_dynamo_161(name, args):
+    """A scaling schedule on SGLang workers (tests/data/sglang_scaling_161, recorded by its
+    record_scaling.py through Dynamo 1.6.1's scaling-policy hook): every report field within 1e-9
+    (the worker-seconds too), every request's times to the ns and the worker it went to."""
+    recorded.assert_matches_dynamo(DATA_SCALING, name, args)
+    rep = recorded.replay(args, DATA_SCALING)
+    rows = recorded.per_request(DATA_SCALING, name)
+    order = sorted(range(len(rows)), key=lambda i: (rows[i]["arrival_time_ms"], rows[i]["input_length"], i))
+    req = rep.requests
+    mine = sorted(range(len(req)), key=lambda i: (req.arrival_time_ms.iat[i], req.input_length.iat[i], i))
+    want = [rows[i]["routing_history"][0]["logical_worker_id"] for i in order]
+    dp = json.loads(args.split("--extra-engine-args ")[1].split(" --")[0]).get("dp_size", 1)
+    got = (req.decode_worker_idx.to_numpy()[mine] // dp).tolist()
+    assert got == want
