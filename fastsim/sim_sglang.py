@@ -51,7 +51,7 @@ def _speculation(engine, n_ranks, n_requests):
 
 def simulate_sglang(workload, engine, *, num_workers, router_mode, version, replay_concurrency,
                     max_sim_time_ms, scaling_schedule, planner, telemetry_interval_ms, sla, router_config=None,
-                    seed=0, kv_event_lag_ms=0.0, reference=False):
+                    seed=0, kv_event_lag_ms=0.0, reference=False, planner_interval_ms=None, max_workers=None):
     """The :class:`fastsim.report.Report` of ``workload`` on SGLang workers (``reference``: run the
     plain-Python engine instead of the compiled one; ``router_config``, ``seed``, ``kv_event_lag_ms``:
     the kv_router's, decision 0295)."""
@@ -72,11 +72,13 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         raise NotSupportedError("a time cap or a closed loop with the plain-Python SGLang reference engine is not "
                                 "supported yet")
     _check_fleet(scaling_schedule, planner, kv, version, reference)
-    rows = num_workers  # (a scaling schedule: a row for every worker it ever creates)
-    if scaling_schedule:
+    # a changing fleet: a scaling schedule or a planner (a row for every worker it can create)
+    scaling = bool(scaling_schedule) or planner is not None
+    rows = num_workers
+    if scaling:
         from fastsim.run_config import worker_rows
 
-        rows = worker_rows(num_workers, scaling_schedule, None, None)
+        rows = worker_rows(num_workers, scaling_schedule, planner, max_workers)
     if telemetry_interval_ms and reference:
         raise NotSupportedError("telemetry with the plain-Python SGLang reference engine is not supported yet")
     s = sglang_settings(engine)
@@ -112,7 +114,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     perf = engine_perf_model(engine)
     if not reference:
         from fastsim import sglang_state, sglang_telemetry
-        from fastsim.kernels.codes import RECORDS_FULL, TELEMETRY_FULL
+        from fastsim.kernels.codes import PLANNER_TICK, RECORDS_FULL, TELEMETRY_FULL
+        from fastsim.kernels.fleet import TARGET
         from fastsim.kernels.sglang import CNT_READMISSIONS, run_sglang_nb
         from fastsim.kernels.timelines import LOST, grow_records
 
@@ -129,11 +132,11 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                                       # sums; telemetry reads every rank's pages at its ticks, and scaling
                                       # moves requests between workers: none either)
                                       STEADY_DECODING and not engine.aic_nextn and not telemetry_interval_ms
-                                      and not scaling_schedule)
+                                      and not scaling)
 
         def fleet():
             return sglang_telemetry.new_fleet(telemetry_interval_ms, num_workers, rows, scaling_schedule,
-                                              engine.startup_time)
+                                              engine.startup_time, planner_interval_ms if planner else None)
 
         state = build()
         tel = fleet()
@@ -162,11 +165,13 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             if not looped:
                 lp = None
             status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel)
-            while status in (RECORDS_FULL, TELEMETRY_FULL):
+            while status in (RECORDS_FULL, TELEMETRY_FULL, PLANNER_TICK):
                 if status == RECORDS_FULL:
                     tl = grow_records(tl)
-                else:
+                elif status == TELEMETRY_FULL:
                     tel = sglang_telemetry.grow(tel, tel_cap, telemetry_interval_ms)
+                else:
+                    tel.fs[TARGET] = sglang_telemetry.planner_target(planner, tel, q, s, t, k, pr, fp, rows)
                 status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel)
             if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
                 log_size = int(s.cnt[CNT_READMISSIONS])
@@ -201,8 +206,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     # (the workers' time runs to the last completion or max_model_len rejection)
     term = cols["terminal_ms"][(cols["status"] == OUTCOME_COMPLETED) | (cols["status"] == OUTCOME_REJECTED)]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
-    single = num_workers == 1 and dp == 1 and not scaling_schedule
-    if scaling_schedule and status != SIM_CAP:  # (the live workers summed at every event)
+    single = num_workers == 1 and dp == 1 and not scaling
+    if scaling and status != SIM_CAP:  # (the live workers summed at every event)
         worker_seconds = sglang_telemetry.worker_seconds(tel)
     if not reference and status == SIM_CAP:
         from fastsim.kernels.sglang import F_NOW
@@ -210,7 +215,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         # the workers' time so far is the last event at or before the cap (decision 0025), and
         # the passes still in flight there have not committed their prompt tokens
         worker_seconds = num_workers * float(fp[F_NOW]) / 1000.0
-        if scaling_schedule:
+        if scaling:
             worker_seconds = sglang_telemetry.worker_seconds(tel)
         committed -= int(lp.pass_commit[s.busy < np.inf].sum())
         if not cfg.v142:  # 1.6.1's single worker stops at the cap like a cluster, with those seconds
@@ -240,24 +245,23 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
     if telemetry_interval_ms:
         report.workers = lambda: sglang_telemetry.frame(tel)
-    if scaling_schedule:
+    if scaling:
         report.fleet = lambda: sglang_telemetry.fleet_frame(tel)
     return report
 
 
 def _check_fleet(scaling_schedule, planner, kv, version, reference):
     """What of a changing fleet on SGLang workers is not built yet, refused by name (decision 0380)."""
-    if scaling_schedule:
+    for value, what in ((scaling_schedule, "a scaling schedule (scaling_schedule, --scaling-schedule)"),
+                        (planner, "a planner (planner=, planner_interval_ms)")):
+        if not value:
+            continue
         where = ("with kv_router" if kv else "with --dynamo-version 1.4.2" if version == "1.4.2"
                  else "on the plain-Python reference engine" if reference else None)
         if where:
             raise NotSupportedError(
-                f"a scaling schedule (scaling_schedule, --scaling-schedule) with engine_type=sglang {where} is "
-                "not supported yet by fastsim (it runs with round_robin routing for Dynamo 1.6.1)")
-    if planner is not None:
-        raise NotSupportedError(
-            "a planner (planner=, planner_interval_ms) with engine_type=sglang is not supported yet by fastsim: "
-            "SGLang workers are a fixed fleet of num_workers for now (the planner runs on the vLLM engine)")
+                f"{what} with engine_type=sglang {where} is not supported yet by fastsim (it runs with "
+                "round_robin routing for Dynamo 1.6.1)")
 
 
 def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_concurrency):

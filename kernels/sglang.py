@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   OUTCOME_REJECTED, RECORDS_FULL, SIM_CAP, TELEMETRY_FULL)
+                                   OUTCOME_REJECTED, PLANNER_TICK, RECORDS_FULL, SIM_CAP, TELEMETRY_FULL)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, kernel_noalloc, llvm_inline
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
@@ -31,7 +31,8 @@ from fastsim.kernels.kvpool import seal_feed_nb
 from fastsim.kernels.mtp import sample_burst_nb
 from fastsim.kernels.radix import chain_key_nb, dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
 from fastsim.kernels.sglang_route import note_first_token_nb, pass_end_nb, request_done_nb, route_nb
-from fastsim.kernels.fleet import NSTARTING, SCHEDPOS, apply_schedule_nb, mark_ready_nb, next_fleet_event_nb
+from fastsim.kernels.fleet import (NEXTPLAN, NSTARTING, SCHEDPOS, TARGET, apply_schedule_nb, apply_target_nb,
+                                   mark_ready_nb, next_fleet_event_nb)
 from fastsim.kernels.sglang_fleet import add_worker_seconds_nb, pick_worker_nb, retire_drained_nb
 from fastsim.kernels.sglang_telemetry import sample_ticks_nb
 from fastsim.kernels.sglang_steady import (DIAG_STEPS, HOLD_MAX, close_run_nb, join_nb, laid_out, materialize_nb, reserve_close,
@@ -1148,7 +1149,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
     speculative decoding, else None; ``tel``: the fleet (``kernels/fleet.py``'s Fleet: telemetry
     buffers, ``kernels/sglang_telemetry.py``, and a scaling schedule, ``kernels/sglang_fleet.py``)
     or None for a fixed fleet without telemetry. TELEMETRY_FULL: grow ``tel``'s buffers and call
-    again."""
+    again; PLANNER_TICK (at ``fp[F_NOW]``): set ``tel.fs[TARGET]`` to the planner's target worker
+    count (or leave it at -1) and call again."""
     n = q.isl.shape[0]
     W = pr[P_WORKERS]
     dp = pr[P_DP]
@@ -1161,6 +1163,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
     gstate = k.gstate  # (kv_router: every rank active)
     # (the steady state's arrays read once: a table field read per token costs a reference count)
     sd_base, sd_dec, sd_step, sd_settled, sd_last_end = sd.base, sd.dec, sd.step, sd.settled, sd.last_end
+    if tel is not None and tel.fs[TARGET] >= 0:  # a planner's decision at its tick, ``fp[F_NOW]``
+        apply_target_nb(tel, fp[F_NOW], tel.fs[TARGET])
+        tel.fs[TARGET] = -1
+        retire_drained_nb(tel, s.busy, k, s.done_head, dp)
     while s.cnt[CNT_DONE] < n:
         if tl.st[FREE_RECORDS] < room:
             fp[F_NOW] = t_last  # (where a call again resumes)
@@ -1359,6 +1365,10 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
             retire_drained_nb(tel, s.busy, k, s.done_head, dp)
             if tel.fs[SCHEDPOS] < tel.sched_t.shape[0] and apply_schedule_nb(tel, now):
                 retire_drained_nb(tel, s.busy, k, s.done_head, dp)
+            if tel.planner_ms > 0.0 and tel.ff[NEXTPLAN] <= now:  # the planner sees the settled state
+                tel.ff[NEXTPLAN] = now + tel.planner_ms
+                fp[F_NOW] = now
+                return PLANNER_TICK
         if lp is not None:
             if last:
                 fp[F_NOW] = t_last

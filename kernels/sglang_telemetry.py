@@ -12,12 +12,37 @@ completes have released theirs into the radix cache then).
 """
 
 from fastsim.kernels.fleet import ACTIVE, DRAINING, NCREATED, NEXTTEL, NLIVE, STARTING, TELN
-from fastsim.kernels.jit import inner
+from fastsim.kernels.jit import inner, kernel_noalloc
+
+
+@inner
+def worker_counts_nb(q, s, k, t, g, dp, pages_per_rank):
+    """Worker ``g``'s (running, waiting, KV pages used, KV pages cached), as the rows read them."""
+    run = 0
+    wait = 0
+    used = 0
+    cached = 0
+    for r in range(g * dp, (g + 1) * dp):
+        run += k.rn[r]
+        row = k.wh[r]
+        while row != -1:  # (a partly prefilled request has started: it runs between chunks)
+            if 0 < q.mat[row] < q.isl[row] + q.gen[row]:
+                run += 1
+            else:
+                wait += 1
+            row = q.wnext[row]
+        used += pages_per_rank - t.free[r] - t.evictable[r]
+        cached += t.evictable[r]
+    row = s.done_head[g]  # (the chain of the rows the pass in flight completes)
+    while row != -1:
+        run += 1
+        row = q.done_next[row]
+    return run, wait, used, cached
 
 
 @inner
 def sample_ticks_nb(fl, q, s, k, t, n_workers, dp, pages_per_rank, now):
-    """Record one row per worker for every tick before ``now`` (the state is constant between the
+    """Record one row per live worker for every tick before ``now`` (the state is constant between the
     loop's events, so a tick in ``[last event, now)`` sees it as the last event left it); False
     if the buffers are full (the caller grows them and calls the loop again)."""
     while fl.tel_ms > 0.0 and fl.ff[NEXTTEL] < now:
@@ -29,25 +54,7 @@ def sample_ticks_nb(fl, q, s, k, t, n_workers, dp, pages_per_rank, now):
             st = fl.gstate[g]
             if st != ACTIVE and st != DRAINING and st != STARTING:
                 continue  # (one row per live worker: retired and cancelled ones have none)
-            run = 0
-            wait = 0
-            used = 0
-            cached = 0
-            for r in range(g * dp, (g + 1) * dp):
-                run += k.rn[r]
-                row = k.wh[r]
-                while row != -1:  # (a partly prefilled request has started: it runs between chunks)
-                    if 0 < q.mat[row] < q.isl[row] + q.gen[row]:
-                        run += 1
-                    else:
-                        wait += 1
-                    row = q.wnext[row]
-                used += pages_per_rank - t.free[r] - t.evictable[r]
-                cached += t.evictable[r]
-            row = s.done_head[g]  # (the chain of the rows the pass in flight completes)
-            while row != -1:
-                run += 1
-                row = q.done_next[row]
+            run, wait, used, cached = worker_counts_nb(q, s, k, t, g, dp, pages_per_rank)
             fl.tel_t[n] = tick
             fl.tel_w[n] = g
             fl.tel_run[n] = run
@@ -59,3 +66,16 @@ def sample_ticks_nb(fl, q, s, k, t, n_workers, dp, pages_per_rank, now):
         fl.fs[TELN] = n
         fl.ff[NEXTTEL] = tick + fl.tel_ms
     return True
+
+
+@kernel_noalloc
+def live_totals_nb(fl, q, s, k, t, dp, pages_per_rank, out):
+    """``out[:3]``: running, waiting and KV pages used over the live workers (a planner's view)."""
+    out[0] = out[1] = out[2] = 0
+    for g in range(fl.fs[NCREATED]):
+        st = fl.gstate[g]
+        if st == ACTIVE or st == DRAINING or st == STARTING:
+            run, wait, used, _ = worker_counts_nb(q, s, k, t, g, dp, pages_per_rank)
+            out[0] += run
+            out[1] += wait
+            out[2] += used

@@ -153,7 +153,8 @@ def test_telemetry_under_a_cap_or_in_a_closed_loop(folder, name):
 @pytest.mark.parametrize("kw,words", [
     (dict(scaling_schedule=[[0, 1], [100, 2]], router_mode="kv_router"), "scaling schedule"),
     (dict(scaling_schedule=[[0, 1], [100, 2]], dynamo_version="1.4.2"), "scaling schedule"),
-    (dict(planner=lambda s: None, planner_interval_ms=100.0), "planner"),
+    (dict(planner=lambda s: None, planner_interval_ms=100.0, router_mode="kv_router"), "planner"),
+    (dict(planner=lambda s: None, planner_interval_ms=100.0, dynamo_version="1.4.2"), "planner"),
     (dict(router_mode="kv_router", num_workers=2, router_config={"router_queue_threshold": 1.0}),
      "router_queue_threshold"),
 ])
@@ -182,3 +183,38 @@ def test_scaling_case_matches_dynamo_161(name, args):
     dp = json.loads(args.split("--extra-engine-args ")[1].split(" --")[0]).get("dp_size", 1)
     got = (req.decode_worker_idx.to_numpy()[mine] // dp).tolist()
     assert got == want
+
+
+DATA_PLANNER = Path(__file__).parent / "data" / "sglang_planner_161"
+CASES_PLANNER = recorded.cases(DATA_PLANNER)
+
+
+def _policies():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sglang_planner_policies", DATA_PLANNER / "policies.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.POLICIES
+
+
+@pytest.mark.parametrize("name,args", CASES_PLANNER, ids=[c[0] for c in CASES_PLANNER])
+def test_planner_case_matches_dynamo_161(name, args):
+    """A planner callable on SGLang workers (tests/data/sglang_planner_161, recorded by its
+    record_planner.py through Dynamo 1.6.1's scaling-policy hook with the same policy, ticks every
+    interval from the first): every report field within 1e-9, every request's times to the ns."""
+    flags = args.split()
+    i = flags.index("--planner-policy")
+    policy = _policies()[flags[i + 1]]
+    del flags[i:i + 2]
+    i = flags.index("--planner-interval-ms")
+    interval = float(flags[i + 1])
+    del flags[i:i + 2]
+
+    def planner(st):
+        return policy(st.now_ms, st.active_workers, st.starting_workers, st.draining_workers)
+
+    # (max_workers: room for every worker the policy creates; the sawtooth creates 16 over the run,
+    # more than the default four times num_workers)
+    recorded.assert_matches_dynamo(DATA_PLANNER, name, " ".join(flags), planner=planner,
+                                   planner_interval_ms=interval, max_workers=32)
