@@ -1185,7 +1185,6 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
             if not sample_ticks_nb(tel, q, s, k, t, W, dp, pr[P_PAGES], now):
                 fp[F_NOW] = t_last  # (where a call again resumes)
                 return TELEMETRY_FULL
-            add_worker_seconds_nb(tel, now)
         if lp is not None:
             if cap >= 0.0 and now > cap:
                 # Dynamo 1.4.2's single-worker runtime (one worker, no DP) still processes the first
@@ -1195,6 +1194,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                     return SIM_CAP
                 last = True
             t_last = now
+        if tel is not None:  # (an event processed: the live workers' seconds up to it)
+            add_worker_seconds_nb(tel, now)
         # 1. pass completions
         for g in range(W):
             if s.busy[g] <= now:
