@@ -1,4 +1,5 @@
-"""Telemetry on the SGLang engine, and what of a changing fleet it refuses (decision 0380).
+"""Telemetry, scaling schedules and planners on the SGLang engine, and what of them it refuses
+(decision 0380).
 
 tests/data/sglang_ops_161 (cases.tsv with ``--telemetry-interval-ms``, recorded by
 tests/data/record_tsv.py; each case's Dynamo 1.6.1 telemetry samples by its record_telemetry.py):
@@ -6,6 +7,8 @@ with telemetry on, every report field within 1e-9 of Dynamo's and every request'
 ns, as without it; each telemetry row's running and waiting requests are the ones Dynamo's
 per-request records put on that worker at that tick, and the ticks are Dynamo's sample times.
 tests/data/sglang_ops_142: the same for Dynamo 1.4.2, which has no telemetry of its own.
+tests/data/sglang_scaling_161 and sglang_planner_161: scaling schedules and planner policies run by
+Dynamo 1.6.1's scaling-policy hook (their record_scaling.py and record_planner.py).
 """
 
 import gzip
