@@ -227,7 +227,8 @@ def simulate(
                                replay_concurrency=replay_concurrency, max_sim_time_ms=max_sim_time_ms,
                                scaling_schedule=schedule, planner=planner,
                                telemetry_interval_ms=telemetry_interval_ms, sla=sla, router_config=router_config,
-                               seed=seed, kv_event_lag_ms=kv_event_lag_ms)
+                               seed=seed, kv_event_lag_ms=kv_event_lag_ms, planner_interval_ms=planner_interval_ms,
+                               max_workers=max_workers)
     tel_cap = check_telemetry(workload, num_workers, telemetry_interval_ms)
     g_cap = worker_rows(num_workers, schedule, planner, max_workers)
     if g_cap < num_workers:

@@ -52,7 +52,7 @@ def _speculation(engine, n_ranks, n_requests):
 
 def simulate_sglang(workload, engine, *, num_workers, router_mode, version, replay_concurrency,
                     max_sim_time_ms, scaling_schedule, planner, telemetry_interval_ms, sla, router_config=None,
-                    seed=0, kv_event_lag_ms=0.0, reference=False):
+                    seed=0, kv_event_lag_ms=0.0, reference=False, planner_interval_ms=None, max_workers=None):
     """The :class:`fastsim.report.Report` of ``workload`` on SGLang workers (``reference``: run the
     plain-Python engine instead of the compiled one; ``router_config``, ``seed``, ``kv_event_lag_ms``:
     the kv_router's, decision 0295)."""
@@ -72,10 +72,16 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     if (max_sim_time_ms is not None or replay_concurrency) and reference:
         raise NotSupportedError("a time cap or a closed loop with the plain-Python SGLang reference engine is not "
                                 "supported yet")
-    for value, what in ((scaling_schedule, "a scaling schedule"), (planner, "a planner"),
-                        (telemetry_interval_ms, "telemetry")):
-        if value:
-            raise _not_yet(what)
+    _check_fleet(scaling_schedule, planner, kv, version, reference)
+    # a changing fleet: a scaling schedule or a planner (a row for every worker it can create)
+    scaling = bool(scaling_schedule) or planner is not None
+    rows = num_workers
+    if scaling:
+        from fastsim.run_config import worker_rows
+
+        rows = worker_rows(num_workers, scaling_schedule, planner, max_workers)
+    if telemetry_interval_ms and reference:
+        raise NotSupportedError("telemetry with the plain-Python SGLang reference engine is not supported yet")
     s = sglang_settings(engine)
     mml = int(engine.max_model_len or 0)
     if mml and version == "1.4.2":
@@ -108,22 +114,33 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                          interval=s.prefill_decode_interval, dp=dp, v142=version == "1.4.2")
     perf = engine_perf_model(engine)
     if not reference:
-        from fastsim import sglang_state
-        from fastsim.kernels.codes import RECORDS_FULL
+        from fastsim import sglang_state, sglang_telemetry
+        from fastsim.kernels.codes import PLANNER_TICK, RECORDS_FULL, TELEMETRY_FULL
+        from fastsim.kernels.fleet import TARGET
         from fastsim.kernels.sglang import CNT_CTRL_C, CNT_READMISSIONS, run_sglang_nb
         from fastsim.kernels.timelines import LOST, grow_records
 
         # (prompts without hash ids are unique to their request: no overlap to read, no events to keep)
         n_events = 4 * cfg.total_pages + 1024 if kv and workload.hash_ptr is not None else 0
 
+        tel_cap = sglang_telemetry.check_run(telemetry_interval_ms, workload, num_workers)
+
         def build(log_size=None, ring=0, gap_skip=None):
-            return sglang_state.build(workload, cfg, num_workers, dp, float(engine.speedup_ratio),
+            return sglang_state.build(workload, cfg, rows, dp, float(engine.speedup_ratio),
                                       float(engine.decode_speedup_ratio), log_size, ring, max_sim_time_ms, gap_skip,
                                       int(replay_concurrency or 0), n_events,
-                                      # (speculative decoding draws every step's tokens: no request decodes by sums)
-                                      STEADY_DECODING and not engine.aic_nextn)
+                                      # (speculative decoding draws every step's tokens: no request decodes by
+                                      # sums; telemetry reads every rank's pages at its ticks, and scaling
+                                      # moves requests between workers: none either)
+                                      STEADY_DECODING and not engine.aic_nextn and not telemetry_interval_ms
+                                      and not scaling)
+
+        def fleet():
+            return sglang_telemetry.new_fleet(telemetry_interval_ms, num_workers, rows, scaling_schedule,
+                                              engine.startup_time, planner_interval_ms if planner else None)
 
         state = build()
+        tel = fleet()
         table = _union_table_size(workload, cfg.ps, num_workers * dp) if kv else 0
         rt = _router(router_config, workload, cfg, num_workers * dp, num_workers, table, seed, kv_event_lag_ms,
                      version) if kv else None
@@ -135,7 +152,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         looped = max_sim_time_ms is not None or bool(replay_concurrency)
         spec = _speculation(engine, num_workers * dp, workload.n_requests)
         run_sglang_nb.compile(tuple(typeof(a) for a in (*state[:7], state[7] if looped else None, perf, v142, rt,
-                                                        state[8], spec)))
+                                                        state[8], spec, tel)))
     t0 = time.perf_counter()
     if reference:  # the plain-Python engine (slow; the tests compare the two)
         cols, gap_list, committed, _ = sglang_ref.simulate(
@@ -150,10 +167,15 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             if not looped:
                 lp = None
             with interrupt.on_ctrl_c(interrupt.flag((s.cnt, CNT_CTRL_C))):
-                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec)
-                while status == RECORDS_FULL:
-                    tl = grow_records(tl)
-                    status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec)
+                status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel)
+                while status in (RECORDS_FULL, TELEMETRY_FULL, PLANNER_TICK):
+                    if status == RECORDS_FULL:
+                        tl = grow_records(tl)
+                    elif status == TELEMETRY_FULL:
+                        tel = sglang_telemetry.grow(tel, tel_cap, telemetry_interval_ms)
+                    else:
+                        tel.fs[TARGET] = sglang_telemetry.planner_target(planner, tel, q, s, t, k, pr, fp, rows)
+                    status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel)
             if status == INTERRUPTED:
                 raise KeyboardInterrupt  # (if Python has not raised the pending one already)
             if status in (OK, SIM_CAP) and s.cnt[CNT_READMISSIONS] > s.rlog_row.shape[0]:  # more readmissions than the log held
@@ -172,6 +194,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             else:
                 break
             state = build(log_size, ring, gap_skip)
+            tel = fleet()
             v142 = sglang_state.table_142(workload) if cfg.v142 else None
             spec = _speculation(engine, num_workers * dp, workload.n_requests)  # (its generators from the start)
             if kv:
@@ -182,20 +205,24 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             raise NotSupportedError(sglang_ref._NOT_EXACT)
         if status == DEAD_END:
             raise _dead_end(workload, q, cfg)
-        cols, gaps, committed = sglang_state.columns(q, s, num_workers, dp, tl, v142)
+        cols, gaps, committed = sglang_state.columns(q, s, rows, dp, tl, v142)
     wall_ms = (time.perf_counter() - t0) * 1000.0
     if mml:  # the engine ran the lengths max_model_len allows; the records keep the requested ones
         cols["requested_output_length"] = np.ascontiguousarray(workload.osl, dtype=np.int64)
     # (the workers' time runs to the last completion or max_model_len rejection)
     term = cols["terminal_ms"][(cols["status"] == OUTCOME_COMPLETED) | (cols["status"] == OUTCOME_REJECTED)]
     worker_seconds = num_workers * (float(term.max()) / 1000.0 if term.shape[0] else 0.0)
-    single = num_workers == 1 and dp == 1
+    single = num_workers == 1 and dp == 1 and not scaling
+    if scaling and status != SIM_CAP:  # (the live workers summed at every event)
+        worker_seconds = sglang_telemetry.worker_seconds(tel)
     if not reference and status == SIM_CAP:
         from fastsim.kernels.sglang import F_NOW
 
         # the workers' time so far is the last event at or before the cap (decision 0025), and
         # the passes still in flight there have not committed their prompt tokens
         worker_seconds = num_workers * float(fp[F_NOW]) / 1000.0
+        if scaling:
+            worker_seconds = sglang_telemetry.worker_seconds(tel)
         committed -= int(lp.pass_commit[s.busy < np.inf].sum())
         if not cfg.v142:  # 1.6.1's single worker stops at the cap like a cluster, with those seconds
             single = False
@@ -217,11 +244,30 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             cols["session_id"], cols["turn_index"] = labels
     else:
         cols.update(identity_columns(workload, bool(replay_concurrency)))  # 1.6.1's session names and uuids
-    return build_report(cols, gaps, {
+    report = build_report(cols, gaps, {
         "num_workers": num_workers, "single_path": single, "decode_worker_seconds": worker_seconds,
         "prefill_worker_seconds": 0.0, "prefill_gpus_per_worker": 0, "decode_gpus_per_worker": dp,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version, "committed_prefill_tokens": committed, "dp": dp})
+    if telemetry_interval_ms:
+        report.workers = lambda: sglang_telemetry.frame(tel)
+    if scaling:
+        report.fleet = lambda: sglang_telemetry.fleet_frame(tel)
+    return report
+
+
+def _check_fleet(scaling_schedule, planner, kv, version, reference):
+    """What of a changing fleet on SGLang workers is not built yet, refused by name (decision 0380)."""
+    for value, what in ((scaling_schedule, "a scaling schedule (scaling_schedule, --scaling-schedule)"),
+                        (planner, "a planner (planner=, planner_interval_ms)")):
+        if not value:
+            continue
+        where = ("with kv_router" if kv else "with --dynamo-version 1.4.2" if version == "1.4.2"
+                 else "on the plain-Python reference engine" if reference else None)
+        if where:
+            raise NotSupportedError(
+                f"{what} with engine_type=sglang {where} is not supported yet by fastsim (it runs with "
+                "round_robin routing for Dynamo 1.6.1)")
 
 
 def _progress_of(state):
@@ -241,7 +287,11 @@ def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_
     if reference:
         raise NotSupportedError("kv_router on the plain-Python SGLang reference engine is not supported yet")
     if cfg.router_queue_threshold is not None:
-        raise _not_yet("kv_router's router_queue_threshold")
+        raise NotSupportedError(
+            "kv_router's router_queue_threshold with engine_type=sglang is not supported yet by fastsim (Dynamo "
+            "1.6.1 and 1.4.2 run it; which loads and overlaps the router scores a queued request with when it "
+            "releases it to SGLang workers is not settled: decisions 0295, 0380); leave router_queue_threshold "
+            "unset, or use the vLLM engine")
 
 
 def _union_table_size(workload, ps, n_ranks):

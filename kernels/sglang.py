@@ -23,7 +23,8 @@ import math
 import numpy as np
 
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
-                                   INTERRUPTED, OUTCOME_REJECTED, RECORDS_FULL, SIM_CAP)
+                                   INTERRUPTED, OUTCOME_REJECTED, PLANNER_TICK, RECORDS_FULL, SIM_CAP,
+                                   TELEMETRY_FULL)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, llvm_inline, loop_kernel
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
@@ -31,6 +32,10 @@ from fastsim.kernels.kvpool import seal_feed_nb
 from fastsim.kernels.mtp import sample_burst_nb
 from fastsim.kernels.radix import chain_key_nb, dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
 from fastsim.kernels.sglang_route import note_first_token_nb, pass_end_nb, request_done_nb, route_nb
+from fastsim.kernels.fleet import (NEXTPLAN, NSTARTING, SCHEDPOS, TARGET, apply_schedule_nb, apply_target_nb,
+                                   mark_ready_nb, next_fleet_event_nb)
+from fastsim.kernels.sglang_fleet import add_worker_seconds_nb, pick_worker_nb, retire_drained_nb
+from fastsim.kernels.sglang_telemetry import sample_ticks_nb
 from fastsim.kernels.sglang_steady import (DIAG_STEPS, HOLD_MAX, close_run_nb, join_nb, laid_out, materialize_nb, reserve_close,
                                            reserve_exact_nb, restore_nb, take_due_nb, try_enter_nb, unfile_fill_nb)
 from fastsim.kernels.stats import dd_index_nb
@@ -1028,6 +1033,12 @@ def _pool_gap_nb(s, v, c):
 def _arrive_nb(q, pr, s, k, row, now):
     g = s.cnt[CNT_RR] % pr[P_WORKERS]
     s.cnt[CNT_RR] += 1
+    _arrive_on_nb(q, pr, s, k, g, row, now)
+
+
+@inner
+def _arrive_on_nb(q, pr, s, k, g, row, now):
+    """Request ``row`` arrives at worker ``g`` (its next DP rank in turn)."""
     d = s.dpnext[g]
     s.dpnext[g] = (d + 1) % pr[P_DP]
     r = g * pr[P_DP] + d
@@ -1128,7 +1139,7 @@ def _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping):
 
 
 @loop_kernel
-def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
+def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None):
     """Run the simulation; returns 0, DEAD_END, ADMIT_OOM, SIM_CAP (the time cap
     ``fp[F_CAP]`` stopped it; ``fp[F_NOW]``: the last event processed; ``lp``: an ``SgLoop`` with a cap or
     a closed loop, else None), INTERRUPTED (``s.cnt[CNT_CTRL_C]`` was set), or RECORDS_FULL: grow
@@ -1137,7 +1148,11 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
     first token of a 1.6.1 prefill pass is a time of its own). ``rt``: the kv_router
     (``kernels/router.py``'s Router), or None for round robin (its loop is compiled without it);
     ``sd``: the steady-decoding state (``kernels/sglang_steady.py``); ``spec``: an ``SgSpec`` with
-    speculative decoding, else None."""
+    speculative decoding, else None; ``tel``: the fleet (``kernels/fleet.py``'s Fleet: telemetry
+    buffers, ``kernels/sglang_telemetry.py``, and a scaling schedule, ``kernels/sglang_fleet.py``)
+    or None for a fixed fleet without telemetry. TELEMETRY_FULL: grow ``tel``'s buffers and call
+    again; PLANNER_TICK (at ``fp[F_NOW]``): set ``tel.fs[TARGET]`` to the planner's target worker
+    count (or leave it at -1) and call again."""
     n = q.isl.shape[0]
     W = pr[P_WORKERS]
     dp = pr[P_DP]
@@ -1150,9 +1165,13 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
     gstate = k.gstate  # (kv_router: every rank active)
     # (the steady state's arrays read once: a table field read per token costs a reference count)
     sd_base, sd_dec, sd_step, sd_settled, sd_last_end = sd.base, sd.dec, sd.step, sd.settled, sd.last_end
+    if tel is not None and tel.fs[TARGET] >= 0:  # a planner's decision at its tick, ``fp[F_NOW]``
+        apply_target_nb(tel, fp[F_NOW], tel.fs[TARGET])
+        tel.fs[TARGET] = -1
+        retire_drained_nb(tel, s.busy, k, s.done_head, dp)
     while s.cnt[CNT_DONE] < n:
         if tl.st[FREE_RECORDS] < room:
-            fp[F_NOW] = t_last
+            fp[F_NOW] = t_last  # (where a call again resumes)
             return RECORDS_FULL
         if s.cnt[CNT_CTRL_C] != 0:  # (set from another thread: fastsim/interrupt.py)
             return INTERRUPTED
@@ -1162,8 +1181,14 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
             if s.busy[g] < t_end:
                 t_end = s.busy[g]
         now = min(t_arr, t_end)
+        if tel is not None:
+            now = min(now, next_fleet_event_nb(tel))
         if now == inf:
             return DEAD_END
+        if tel is not None:
+            if not sample_ticks_nb(tel, q, s, k, t, W, dp, pr[P_PAGES], now):
+                fp[F_NOW] = t_last  # (where a call again resumes)
+                return TELEMETRY_FULL
         if lp is not None:
             if cap >= 0.0 and now > cap:
                 # Dynamo 1.4.2's single-worker runtime (one worker, no DP) still processes the first
@@ -1173,6 +1198,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
                     return SIM_CAP
                 last = True
             t_last = now
+        if tel is not None:  # (an event processed: the live workers' seconds up to it)
+            add_worker_seconds_nb(tel, now)
         # 1. pass completions
         for g in range(W):
             if s.busy[g] <= now:
@@ -1210,6 +1237,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
                             q.ready[nt] = now
                             heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
                     row = nxt
+        if tel is not None and tel.fs[NSTARTING] > 0:  # workers that finished starting
+            mark_ready_nb(tel, now)
         # 2. arrivals
         while s.cnt[CNT_HEAP] > 0 and q.ready[s.heap[0]] <= now:
             row = heap_pop_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie)
@@ -1219,10 +1248,12 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
                     # Dynamo 1.4.2's single-worker runtime releases a closed loop's requests only
                     # between passes: one ready mid-pass arrives at the pass's end (decision 0240)
                     t_arr = s.busy[0]
-            if rt is None:
-                _arrive_nb(q, pr, s, k, row, t_arr)
-            else:
+            if rt is not None:
                 _arrive_kv_nb(q, pr, s, t, k, rt, gstate, row, t_arr)
+            elif tel is not None:  # round robin over the active workers
+                _arrive_on_nb(q, pr, s, k, pick_worker_nb(s.cnt, CNT_RR, tel), row, t_arr)
+            else:
+                _arrive_nb(q, pr, s, k, row, t_arr)
         # 3. idle workers with work run a pass on each rank with work
         progress = True
         while progress:
@@ -1329,10 +1360,20 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec):
                         went = True  # all cached, is followed by the next pass at once)
                 if went:
                     s.busy[g] = end
+                    if tel is not None:
+                        tel.passes[g] += 1
                     if lp is not None:
                         lp.pass_commit[g] = s.cnt[CNT_COMMITTED] - committed
                     if end <= now:
                         progress = True
+        if tel is not None:  # drained workers retire, then the schedule's steps due now apply
+            retire_drained_nb(tel, s.busy, k, s.done_head, dp)
+            if tel.fs[SCHEDPOS] < tel.sched_t.shape[0] and apply_schedule_nb(tel, now):
+                retire_drained_nb(tel, s.busy, k, s.done_head, dp)
+            if tel.planner_ms > 0.0 and tel.ff[NEXTPLAN] <= now:  # the planner sees the settled state
+                tel.ff[NEXTPLAN] = now + tel.planner_ms
+                fp[F_NOW] = now
+                return PLANNER_TICK
         if lp is not None:
             if last:
                 fp[F_NOW] = t_last

@@ -20,7 +20,7 @@ _INT_FLAGS = ("num_workers", "input_tokens", "output_tokens", "request_count", "
               "turns_per_session", "num_prefix_groups", "arrival_seed", "num_prefill_workers",
               "num_decode_workers", "replay_concurrency")
 _FLOAT_FLAGS = ("arrival_interval_ms", "inter_turn_delay_ms", "shared_prefix_ratio", "request_rate",
-                "kv_event_lag_ms")
+                "kv_event_lag_ms", "telemetry_interval_ms")
 # a random case (kv_router ties): fastsim within the range of Dynamo's runs, widened by these
 BAND = {"completed_requests": ("exact", 0), "total_output_tokens": ("exact", 0),
         "duration_ms": ("rel", 0.02), "mean_ttft_ms": ("rel", 0.02), "p99_ttft_ms": ("rel", 0.05),
@@ -54,7 +54,7 @@ def replay(flags, folder, **extra):
             i += 1
             continue
         key, val = a[i][2:].replace("-", "_"), a[i + 1]
-        kw[key] = json.loads(val) if key.endswith("engine_args") else val
+        kw[key] = json.loads(val) if key.endswith("engine_args") or key == "scaling_schedule" else val
         i += 2
     for k in _INT_FLAGS:
         if k in kw:
