@@ -142,7 +142,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
     n = workload.n_requests
     isl, osl = workload.isl, workload.osl
     nan = lambda: np.full(n, np.nan)  # noqa: E731
-    arrival, padmit, held, reserved, activated = nan(), nan(), nan(), nan(), nan()
+    arrival, padmit, held, reserved, activated, released = nan(), nan(), nan(), nan(), nan(), nan()
     first_tok, second_tok, last_tok, terminal = nan(), nan(), nan(), nan()
     gen = np.zeros(n, np.int64)
     reused = np.zeros(n, np.int64)
@@ -214,7 +214,10 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         w.ready = [x for x in w.ready if x[0] > now]
         for _, _, row in due:
             p, c = copies.pop(row)
+            # the source is released by a command its prefill worker applies between passes (its
+            # KV is freed before that worker schedules again either way)
             pre[p].rank.release(c)
+            released[row] = now if pre[p].busy_until is None else pre[p].busy_until
             r = targets.pop(row)
             r.mat = r.isl
             r.alloc = -(-r.isl // w.rank.c.ps) * w.rank.c.ps
@@ -321,7 +324,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         "worker_idx": dec_idx, "preemptions": np.zeros(n, np.int64),
         "prefill_worker_idx": pre_idx, "prefill_admit_ms": padmit, "source_held_ms": held,
         "destination_reserved_ms": reserved, "destination_activated_ms": activated,
-        "decode_admit_ms": activated, "source_released_ms": activated,
+        "decode_admit_ms": activated, "source_released_ms": released,
         "decode_reused_input_tokens": np.where(np.isnan(activated), -1, 0).astype(np.int64),
         "prefill_route_overlap_tokens": np.where(pre_idx >= 0, 0, -1).astype(np.int64),
         "decode_route_overlap_tokens": np.where(dec_idx >= 0, 0, -1).astype(np.int64),
