@@ -115,6 +115,8 @@ class History:
             self.decode_admit = _col(req, "decode_admit_ms", np.float64, np.nan, n)
             self.reported = np.maximum(_col(req, "prefill_route_overlap_tokens", np.int64, 0, n), 0)
             self.decode_reported = np.maximum(_col(req, "decode_route_overlap_tokens", np.int64, 0, n), 0)
+            # the SGLang engine routes a request to its decode worker first (decision 0370)
+            self.decode_first = bool(req.get("decode_routed_first", False))
         self.session = req.get("session_index")
         self.turn = req.get("turn_index")
         self.names = req.get("session_names")
@@ -160,7 +162,7 @@ class History:
             if self.rank[r] >= 0:
                 out.append(self._route("decode", int(self.rank[r]), r,
                                        (int(self.decode_reported[r]), 0, 0)))
-            return out
+            return out[::-1] if self.decode_first else out
         if self.rank[r] < 0:
             return []
         return [self._route("agg", int(self.rank[r]), r,

@@ -330,6 +330,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         "decode_route_overlap_tokens": np.where(dec_idx >= 0, 0, -1).astype(np.int64),
     }
     cols.update(identity_columns(workload, False))
+    cols["decode_routed_first"] = True
     term = terminal[status == OUTCOME_COMPLETED]
     last = float(term.max()) / 1000.0 if term.shape[0] else 0.0
     wall_ms = (time.perf_counter() - t0) * 1000.0
