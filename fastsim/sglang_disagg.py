@@ -37,6 +37,10 @@ def _not_yet(what: str) -> NotSupportedError:
                              "round-robin open-loop replays without decode-side KV pressure)")
 
 
+PRESSURE = True
+PENDING_BLOCKS = True
+
+
 class _Pressure(Exception):
     """A decode worker ran out of KV (a retraction or a reservation that waits): not exact yet."""
 
@@ -116,6 +120,9 @@ class _Worker:
         self.pend = deque()  # decode: requests waiting for their KV reservation
         self.ready = []      # decode: (transfer end, row) transferred, waiting to be taken
         self.tries = 0       # decode: reservation attempts due at this boundary
+        self.gen = 0         # decode: changes of its KV (completions, releases)
+        self.prebuilt = deque()  # decode: taken requests waiting to join the running batch
+        self.failed_gen = -1  # decode: the change at which the queue head last failed to fit
 
 
 def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
@@ -136,13 +143,15 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
     dec = []
     for _ in range(D):
         pm, dm, mod = _timing(decode_engine, cfg_d)
-        dec.append(_Worker(sglang_ref.Rank(cfg_d, pm, dm), mod))
+        # a decode worker's prefill (of a retracted request, again) takes no time in Dynamo
+        dec.append(_Worker(sglang_ref.Rank(cfg_d, lambda t: 0.0, dm), mod))
     kvb, bw = prefill_engine.kv_bytes_per_token, prefill_engine.kv_transfer_bandwidth
 
     n = workload.n_requests
     isl, osl = workload.isl, workload.osl
     nan = lambda: np.full(n, np.nan)  # noqa: E731
     arrival, padmit, held, reserved, activated, released = nan(), nan(), nan(), nan(), nan(), nan()
+    dadmit = nan()
     first_tok, second_tok, last_tok, terminal = nan(), nan(), nan(), nan()
     gen = np.zeros(n, np.int64)
     reused = np.zeros(n, np.int64)
@@ -151,6 +160,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
     dec_idx = np.full(n, -1, np.int64)
     committed = [0]
     gaps = []
+    readmits = []  # (row, time, reused tokens) of the retracted requests prefilled again on decode
     copies = {}   # row -> the prefill copy (its source KV held until the decode worker takes it)
     targets = {}  # row -> the decode-side request
 
@@ -181,16 +191,17 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         queue (one reservation an attempt); each one reserved goes to a prefill worker."""
         tr, ps = w.rank.tree, w.rank.c.ps
         for _ in range(tries):
-            if not w.pend:
+            if not w.pend or w.failed_gen == w.gen:  # (a head that did not fit waits for the KV to change)
                 return
             row = w.pend[0]
             pages = -(-int(isl[row]) // ps)
             if pages > tr.free + tr.evictable:
-                raise _Pressure()
+                if not PRESSURE:
+                    raise _Pressure()
+                w.failed_gen = w.gen
+                return
             if pages > tr.free:
                 tr.evict(pages - tr.free)
-            if pages > tr.free:
-                raise _Pressure()
             w.pend.popleft()
             tr.free -= pages
             r = sglang_ref.Req(row, int(isl[row]), int(osl[row]), keys_of(row, ps))
@@ -222,8 +233,16 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             r.mat = r.isl
             r.alloc = -(-r.isl // w.rank.c.ps) * w.rank.c.ps
             activated[row] = now
-            w.rank.running.append(r)
+            w.prebuilt.append(r)
         return len(due)
+
+    def promote(w, now):
+        """The taken requests join the running batch at the start of a pass (up to max_num_seqs)."""
+        rk = w.rank
+        while w.prebuilt and len(rk.running) < rk.c.max_running:
+            r = w.prebuilt.popleft()
+            dadmit[r.row] = now
+            rk.running.append(r)
 
     def run(w, now, decode_side):
         emitted = []
@@ -234,15 +253,27 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         def admit(r, prefix, computed, readmission):
             committed[0] += computed
             if decode_side:
-                raise _Pressure()  # a retracted request prefilled again on the decode worker
+                if not PRESSURE:
+                    raise _Pressure()  # a retracted request prefilled again on the decode worker
+                readmits.append((r.row, now, prefix))
+                return
             if np.isnan(padmit[r.row]):
                 padmit[r.row] = now
                 reused[r.row] = prefix
 
-        end, completed = sglang_ref.run_pass(w.rank, now, w.modeled, emit, admit)
+        n_wait = len(w.rank.waiting)
+        hold = False
         if decode_side:
-            if w.rank.waiting:
-                raise _Pressure()  # a retraction
+            promote(w, now)
+            # no fresh prefill on a decode worker while taken requests wait for room or a
+            # destination waits for its reservation
+            hold = bool(w.prebuilt) or (PENDING_BLOCKS and bool(w.pend))
+        end, completed = sglang_ref.run_pass(w.rank, now, w.modeled, emit, admit, hold)
+        if decode_side:
+            if len(w.rank.waiting) > n_wait or (w.rank.waiting and not PRESSURE):
+                if not PRESSURE:
+                    raise _Pressure()  # a retraction
+                w.gen += 1
             for row in emitted:
                 gen[row] += 1
                 if gen[row] == 1:
@@ -278,6 +309,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                 if w.busy_until is not None and w.busy_until <= now:
                     w.busy_until = None
                     w.tries += 1  # a pass end attempts one reservation
+                    w.gen += len(w.finished)
                     for row in w.finished:
                         terminal[row] = now
                         status[row] = OUTCOME_COMPLETED
@@ -309,7 +341,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                     if w.busy_until is None and w.rank.busy():
                         progress |= run(w, now, False)
                 for w in dec:
-                    if w.busy_until is None and w.rank.busy():
+                    if w.busy_until is None and (w.rank.busy() or w.prebuilt):
                         progress |= run(w, now, True)
     except _Pressure:
         raise _not_yet("a decode worker short of KV (a reservation that waits, a retraction or a recomputed "
@@ -324,11 +356,16 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         "worker_idx": dec_idx, "preemptions": np.zeros(n, np.int64),
         "prefill_worker_idx": pre_idx, "prefill_admit_ms": padmit, "source_held_ms": held,
         "destination_reserved_ms": reserved, "destination_activated_ms": activated,
-        "decode_admit_ms": activated, "source_released_ms": released,
+        "decode_admit_ms": dadmit, "source_released_ms": released,
         "decode_reused_input_tokens": np.where(np.isnan(activated), -1, 0).astype(np.int64),
         "prefill_route_overlap_tokens": np.where(pre_idx >= 0, 0, -1).astype(np.int64),
         "decode_route_overlap_tokens": np.where(dec_idx >= 0, 0, -1).astype(np.int64),
     }
+    rrow = np.array([x[0] for x in readmits], np.int64)
+    cols.update({"readmit_row": rrow, "readmit_reused": np.array([x[2] for x in readmits], np.int64),
+                 "readmit_stage": np.full(rrow.shape[0], 2, np.int64),  # (kernels/codes.py: the decode stage)
+                 "readmit_ms": np.array([x[1] for x in readmits], np.float64),
+                 "preemptions": np.bincount(rrow, minlength=n).astype(np.int64)})
     cols.update(identity_columns(workload, False))
     cols["decode_routed_first"] = True
     term = terminal[status == OUTCOME_COMPLETED]

@@ -9,29 +9,30 @@ import pathlib
 import pytest
 
 from fastsim.errors import NotSupportedError
-from recorded import assert_matches_dynamo, assert_timelines_match, cases, per_request, replay
+from recorded import (assert_matches_dynamo, assert_timelines_match, cases, per_request, replay,
+                      with_known_differences)
 
 FOLDER = pathlib.Path(__file__).parent / "data" / "sglang_disagg_161"
 # recorded cases fastsim refuses by name (what each reaches is not reproduced yet)
 REFUSED = {
-    "tight_decode": "short of KV", "tight_decode_2d": "short of KV", "tight_prefill": "short of KV",
-    "tight_both": "short of KV", "small_chunk": "short of KV", "page1": "short of KV",
-    "page64_tight": "short of KV", "trace_p1d1": "short of KV", "trace_lpm_tight": "short of KV",
     "dp2_prefill": "attention DP", "dp2_decode": "attention DP",
     "trace_kv_router": "kv_router", "groups_kv_router": "kv_router", "closed_loop": "closed loop",
 }
 HANDOFF = ("prefill_admit_ms", "destination_reserved_ms", "source_held_ms", "destination_activated_ms",
            "decode_admit_ms", "source_released_ms", "terminal_time_ms", "output_length")
+# recorded cases fastsim runs but does not reproduce yet (decision 0370)
+DIFFERS = {"page1", "trace_lpm_tight"}
+HANDOFF_DIFFERS = DIFFERS | {"trace_p1d1"}
 MATCHED = [(n, a) for n, a in cases(FOLDER) if n not in REFUSED]
 
 
-@pytest.mark.parametrize("name,args", MATCHED, ids=[n for n, _ in MATCHED])
+@pytest.mark.parametrize("name,args", with_known_differences(MATCHED, DIFFERS, "0370-sglang-disaggregated.md"))
 def test_matches_dynamo_161(name, args):
     assert_matches_dynamo(FOLDER, name, args)
 
 
-@pytest.mark.parametrize("name,args", [c for c in MATCHED if "turns-per-session" not in c[1]],
-                         ids=[n for n, a in MATCHED if "turns-per-session" not in a])
+@pytest.mark.parametrize("name,args", with_known_differences(
+    [c for c in MATCHED if "turns-per-session" not in c[1]], HANDOFF_DIFFERS, "0370-sglang-disaggregated.md"))
 def test_handoff_timelines(name, args):
     """The handoff's own times: reservation on the decode worker, prefill, hold, activation."""
     rep = replay(args, FOLDER)
