@@ -39,6 +39,8 @@ def _not_yet(what: str) -> NotSupportedError:
 
 PRESSURE = True
 PENDING_BLOCKS = True
+CACHE_AT_ACTIVATION = True
+MATCH_AT_RESERVE = True
 
 
 class _Pressure(Exception):
@@ -194,19 +196,22 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             if not w.pend or w.failed_gen == w.gen:  # (a head that did not fit waits for the KV to change)
                 return
             row = w.pend[0]
-            pages = -(-int(isl[row]) // ps)
-            if pages > tr.free + tr.evictable:
-                if not PRESSURE:
-                    raise _Pressure()
-                w.failed_gen = w.gen
-                return
-            if pages > tr.free:
-                tr.evict(pages - tr.free)
-            w.pend.popleft()
-            tr.free -= pages
             r = sglang_ref.Req(row, int(isl[row]), int(osl[row]), keys_of(row, ps))
-            _, r.last = tr.match([], lock=True)
-            r.own = pages
+            if MATCH_AT_RESERVE:
+                if w.rank._alloc_new(r, r.isl) is None:
+                    w.failed_gen = w.gen
+                    return
+            else:
+                pages = -(-int(isl[row]) // ps)
+                if pages > tr.free + tr.evictable:
+                    w.failed_gen = w.gen
+                    return
+                if pages > tr.free:
+                    tr.evict(pages - tr.free)
+                tr.free -= pages
+                _, r.last = tr.match([], lock=True)
+                r.own = pages
+            w.pend.popleft()
             targets[row] = r
             reserved[row] = now
             p = rr["p"] % P
@@ -217,12 +222,14 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             pre[p].rank.waiting.append(c)
 
     def activate(w, now):
-        """Take the transferred requests whose transfer has ended: prompt materialized, running;
-        returns how many."""
+        """Take the transferred requests whose transfer has ended (prompt materialized, its complete
+        pages cached: a page the worker holds already is freed), each followed by one reservation
+        attempt."""
         due = sorted(x for x in w.ready if x[0] <= now)
         if not due:
-            return 0
+            return
         w.ready = [x for x in w.ready if x[0] > now]
+        tr = w.rank.tree
         for _, _, row in due:
             p, c = copies.pop(row)
             # the source is released by a command its prefill worker applies between passes (its
@@ -232,9 +239,14 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             r = targets.pop(row)
             r.mat = r.isl
             r.alloc = -(-r.isl // w.rank.c.ps) * w.rank.c.ps
+            before = tr.free
+            if CACHE_AT_ACTIVATION:
+                w.rank._cache_prefix(r, r.isl)
+            if tr.free > before:
+                w.gen += 1
             activated[row] = now
             w.prebuilt.append(r)
-        return len(due)
+            reserve(w, now, 1)
 
     def promote(w, now):
         """The taken requests join the running batch at the start of a pass (up to max_num_seqs)."""
@@ -334,9 +346,9 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                 progress = False
                 for w in dec:
                     if w.busy_until is None:
-                        w.tries += activate(w, now)  # and so does every request taken
                         reserve(w, now, w.tries)
                         w.tries = 0
+                        activate(w, now)
                 for w in pre:
                     if w.busy_until is None and w.rank.busy():
                         progress |= run(w, now, False)

@@ -22,7 +22,7 @@ HANDOFF = ("prefill_admit_ms", "destination_reserved_ms", "source_held_ms", "des
            "decode_admit_ms", "source_released_ms", "terminal_time_ms", "output_length")
 # recorded cases fastsim runs but does not reproduce yet (decision 0370)
 DIFFERS = {"page1", "trace_lpm_tight"}
-HANDOFF_DIFFERS = DIFFERS | {"trace_p1d1"}
+HANDOFF_DIFFERS = DIFFERS
 MATCHED = [(n, a) for n, a in cases(FOLDER) if n not in REFUSED]
 
 
