@@ -117,6 +117,7 @@ class History:
             self.decode_reported = np.maximum(_col(req, "decode_route_overlap_tokens", np.int64, 0, n), 0)
             # the SGLang engine routes a request to its decode worker first (decision 0370)
             self.decode_first = bool(req.get("decode_routed_first", False))
+            self.pool_dp = req.get("pool_dp") or {}  # (the SGLang engine's DP ranks a worker, per pool)
         self.session = req.get("session_index")
         self.turn = req.get("turn_index")
         self.names = req.get("session_names")
@@ -150,7 +151,7 @@ class History:
             q = ("queued", _num(arr), _num(rel), _num(rel - arr))
         else:
             q = ("immediate", "null", "null", "0.0")
-        dp = self.dp if pool == "agg" else 1
+        dp = self.dp if pool == "agg" else self.pool_dp.get(pool, 1) if self.disagg else 1
         return _ROUTE % ((pool,) + q + (rank // dp, rank, rank % dp) + figures)
 
     def _routes(self, r):

@@ -1,20 +1,18 @@
 """Disaggregated prefill/decode serving on SGLang engines (Dynamo 1.6.1, decision 0370).
 
-Prefill and decode workers are the plain-Python SGLang ranks of :mod:`fastsim.sglang_ref`, run in
-Dynamo 1.6.1's handoff order:
+Prefill and decode workers are groups of DP ranks of the plain-Python SGLang engine
+(:mod:`fastsim.sglang_ref`), run in Dynamo 1.6.1's handoff order:
 
-* a request is routed to a decode worker at its arrival; the decode worker reserves the KV of
-  its page-rounded prompt (fresh pages, first come first served) when it is between passes;
-* once reserved, the request goes to a prefill worker (round robin), whose SGLang scheduler
-  prefills a copy of it that generates one token (chunked, radix-cached, as an aggregated rank);
-* at the end of that prefill the prefill worker holds the KV; after the transfer (``isl *
-  kv_bytes_per_token / bandwidth``) the decode worker takes the request at its next pass
-  boundary (it is idle: at once) with its prompt materialized, and the source is released;
-* the decode worker generates every output token (its first decode step gives the first token:
-  TTFT counts the prefill, the transfer and that step).
-
-Runs that reach what is not reproduced yet (a decode worker retracting or failing to reserve,
-attention DP, the kv_router, closed loops, caps) are refused by name.
+* a request is routed to a decode rank at its arrival; the rank reserves the KV of its prompt
+  (cached prefix matched, fresh pages for the rest), head of its queue first, one reservation an
+  attempt, attempts made only between the worker's passes;
+* once reserved, the request goes to a prefill rank, whose SGLang scheduler prefills a copy of it
+  that generates one token (chunked, radix-cached, as an aggregated rank);
+* at the end of that prefill the prefill rank holds the KV; after the transfer (``isl *
+  kv_bytes_per_token / bandwidth``) the decode rank takes the request at its worker's next pass
+  boundary with its prompt materialized, and the source is released;
+* the decode rank generates every output token (its first decode step gives the first token);
+  a request it retracts is prefilled again there, in no time.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from collections import deque
 import numpy as np
 
 from fastsim.errors import NotSupportedError
-from fastsim.kernels.codes import OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
+from fastsim.kernels.codes import DECODE, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
 
 _WHAT = "disaggregated serving on the SGLang engine"
 
@@ -35,16 +33,6 @@ _WHAT = "disaggregated serving on the SGLang engine"
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(f"{what} in {_WHAT} is not supported yet by fastsim (it runs Dynamo 1.6.1's "
                              "round-robin open-loop replays without decode-side KV pressure)")
-
-
-PRESSURE = True
-PENDING_BLOCKS = True
-CACHE_AT_ACTIVATION = True
-MATCH_AT_RESERVE = True
-
-
-class _Pressure(Exception):
-    """A decode worker ran out of KV (a retraction or a reservation that waits): not exact yet."""
 
 
 def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, replay_concurrency,
@@ -58,8 +46,6 @@ def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, 
         raise NotSupportedError("a disaggregated replay with one pool on the SGLang engine and the other on "
                                 "another engine is not supported by fastsim; give both pools engine_type sglang")
     for eng, pool in ((prefill_engine, "prefill"), (decode_engine, "decode")):
-        if int(eng.dp_size or 1) != 1:
-            raise _not_yet(f"attention DP (dp_size) on the {pool} pool")
         if eng.aic_nextn:
             raise _not_yet(f"speculative decoding (aic_nextn) on the {pool} pool")
         if eng.max_model_len:
@@ -76,7 +62,9 @@ def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, 
         raise _not_yet("a scaling schedule")
 
 
-def _cfg(engine):
+def _cfg(engine, dp):
+    """An SGLang rank's settings; attention DP divides the chunk among the ranks and makes the
+    schedule 0.3 times as conservative, as on an aggregated worker (decisions 0290, 0278)."""
     from fastsim import sglang_ref
     from fastsim.sglang_config import sglang_settings
 
@@ -84,10 +72,10 @@ def _cfg(engine):
     caching = bool(engine.enable_prefix_caching)
     return sglang_ref.Cfg(ps=int(engine.block_size), total_pages=int(engine.num_gpu_blocks),
                           policy=s.policy if caching else "fifo", caching=caching, max_prefill=s.max_prefill_tokens,
-                          chunk=s.chunked_prefill_size, clip=s.clip_max_new_tokens,
-                          conservativeness=s.schedule_conservativeness,
+                          chunk=s.chunked_prefill_size // dp, clip=s.clip_max_new_tokens,
+                          conservativeness=s.schedule_conservativeness * (0.3 if dp > 1 else 1.0),
                           max_running=int(engine.max_num_seqs) if engine.max_num_seqs is not None else 1 << 62,
-                          interval=0, dp=1, v142=False)
+                          interval=0, dp=dp, v142=False)
 
 
 def _timing(engine, cfg):
@@ -111,20 +99,38 @@ def _timing(engine, cfg):
     return prefill_ms, decode_ms, modeled
 
 
-class _Worker:
-    """One worker (a single SGLang rank) of a pool, with the time its pass in flight ends."""
+class _Rank:
+    """One SGLang rank of a worker and, on a decode worker, its side of the handoff."""
 
-    def __init__(self, rank, modeled):
-        self.rank = rank
+    def __init__(self, rank, index):
+        self.rk = rank
+        self.index = index       # its number in the pool (worker * dp + DP rank)
+        self.pend = deque()      # decode: requests waiting for their KV reservation
+        self.ready = []          # decode: (transfer end, row) transferred, waiting to be taken
+        self.prebuilt = deque()  # decode: taken requests waiting to join the running batch
+        self.tries = 0           # decode: reservation attempts due at this boundary
+        self.gen = 0             # decode: changes of its KV (completions, retractions, freed pages)
+        self.failed_gen = -1     # decode: the change at which the queue head last failed to fit
+
+    def busy(self):
+        return self.rk.busy() or bool(self.prebuilt)
+
+
+class _Worker:
+    """One worker of a pool: its DP ranks pass together; the time its pass in flight ends."""
+
+    def __init__(self, ranks, modeled):
+        self.ranks = ranks
         self.modeled = modeled
         self.busy_until = None
-        self.finished = []   # the requests its pass in flight completes
-        self.pend = deque()  # decode: requests waiting for their KV reservation
-        self.ready = []      # decode: (transfer end, row) transferred, waiting to be taken
-        self.tries = 0       # decode: reservation attempts due at this boundary
-        self.gen = 0         # decode: changes of its KV (completions, releases)
-        self.prebuilt = deque()  # decode: taken requests waiting to join the running batch
-        self.failed_gen = -1  # decode: the change at which the queue head last failed to fit
+        self.finished = []  # the requests its pass in flight completes
+        self.dp_next = 0
+
+    def route(self):
+        """The next of its DP ranks, in turn."""
+        r = self.ranks[self.dp_next]
+        self.dp_next = (self.dp_next + 1) % len(self.ranks)
+        return r
 
 
 def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
@@ -136,24 +142,24 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
     from fastsim.sglang_pages import page_keys_of
 
     t0 = time.perf_counter()
-    cfg_p, cfg_d = _cfg(prefill_engine), _cfg(decode_engine)
+    dp_p, dp_d = max(int(prefill_engine.dp_size or 1), 1), max(int(decode_engine.dp_size or 1), 1)
+    cfg_p, cfg_d = _cfg(prefill_engine, dp_p), _cfg(decode_engine, dp_d)
     P, D = int(num_prefill_workers), int(num_decode_workers)
-    pre = []
-    for _ in range(P):
-        pm, dm, mod = _timing(prefill_engine, cfg_p)
-        pre.append(_Worker(_HoldingRank(cfg_p, pm, dm), mod))
-    dec = []
-    for _ in range(D):
-        pm, dm, mod = _timing(decode_engine, cfg_d)
-        # a decode worker's prefill (of a retracted request, again) takes no time in Dynamo
-        dec.append(_Worker(sglang_ref.Rank(cfg_d, lambda t: 0.0, dm), mod))
+    pre, dec = [], []
+    for pool, count, engine, cfg, dp in ((pre, P, prefill_engine, cfg_p, dp_p), (dec, D, decode_engine, cfg_d, dp_d)):
+        for g in range(count):
+            prefill_ms, decode_ms, modeled = _timing(engine, cfg)
+            if pool is dec:  # a decode worker's prefill (of a retracted request, again) takes no time
+                prefill_ms = _no_time
+            ranks = [_Rank((_HoldingRank if pool is pre else sglang_ref.Rank)(cfg, prefill_ms, decode_ms), g * dp + k)
+                     for k in range(dp)]
+            pool.append(_Worker(ranks, modeled))
     kvb, bw = prefill_engine.kv_bytes_per_token, prefill_engine.kv_transfer_bandwidth
 
     n = workload.n_requests
     isl, osl = workload.isl, workload.osl
     nan = lambda: np.full(n, np.nan)  # noqa: E731
-    arrival, padmit, held, reserved, activated, released = nan(), nan(), nan(), nan(), nan(), nan()
-    dadmit = nan()
+    arrival, padmit, held, reserved, activated, released, dadmit = (nan() for _ in range(7))
     first_tok, second_tok, last_tok, terminal = nan(), nan(), nan(), nan()
     gen = np.zeros(n, np.int64)
     reused = np.zeros(n, np.int64)
@@ -163,8 +169,9 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
     committed = [0]
     gaps = []
     readmits = []  # (row, time, reused tokens) of the retracted requests prefilled again on decode
-    copies = {}   # row -> the prefill copy (its source KV held until the decode worker takes it)
-    targets = {}  # row -> the decode-side request
+    copies = {}    # row -> (prefill rank, the prefill copy): its KV held until the decode side takes it
+    targets = {}   # row -> the decode-side request
+    dec_rank = {}  # row -> its decode rank
 
     hp, hid = workload.hash_ptr, workload.hash_ids
 
@@ -188,75 +195,57 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             return 0.0
         return float(isl[row]) * float(kvb) / (float(bw) * 1e9) * 1000.0
 
-    def reserve(w, now, tries):
-        """``tries`` attempts to reserve the KV of the prompt at the head of the decode worker's
-        queue (one reservation an attempt); each one reserved goes to a prefill worker."""
-        tr, ps = w.rank.tree, w.rank.c.ps
+    def reserve(x, now, tries):
+        """``tries`` attempts to reserve the KV of the prompt at the head of decode rank ``x``'s queue
+        (one reservation an attempt: its cached prefix matched, fresh pages for the rest); each one
+        reserved goes to a prefill worker."""
         for _ in range(tries):
-            if not w.pend or w.failed_gen == w.gen:  # (a head that did not fit waits for the KV to change)
+            if not x.pend or x.failed_gen == x.gen:  # (a head that did not fit waits for the KV to change)
                 return
-            row = w.pend[0]
-            r = sglang_ref.Req(row, int(isl[row]), int(osl[row]), keys_of(row, ps))
-            if MATCH_AT_RESERVE:
-                if w.rank._alloc_new(r, r.isl) is None:
-                    w.failed_gen = w.gen
-                    return
-            else:
-                pages = -(-int(isl[row]) // ps)
-                if pages > tr.free + tr.evictable:
-                    w.failed_gen = w.gen
-                    return
-                if pages > tr.free:
-                    tr.evict(pages - tr.free)
-                tr.free -= pages
-                _, r.last = tr.match([], lock=True)
-                r.own = pages
-            w.pend.popleft()
+            row = x.pend[0]
+            r = sglang_ref.Req(row, int(isl[row]), int(osl[row]), keys_of(row, cfg_d.ps))
+            if x.rk._alloc_new(r, r.isl) is None:
+                x.failed_gen = x.gen
+                return
+            x.pend.popleft()
             targets[row] = r
             reserved[row] = now
-            p = rr["p"] % P
+            w = pre[rr["p"] % P]
             rr["p"] += 1
-            pre_idx[row] = p
+            y = w.route()
+            pre_idx[row] = y.index
             c = sglang_ref.Req(row, int(isl[row]), 1, keys_of(row, cfg_p.ps))
-            copies[row] = (p, c)
-            pre[p].rank.waiting.append(c)
+            copies[row] = (w, y, c)
+            y.rk.waiting.append(c)
 
-    def activate(w, now):
+    def activate(x, now):
         """Take the transferred requests whose transfer has ended (prompt materialized, its complete
-        pages cached: a page the worker holds already is freed), each followed by one reservation
+        pages cached: a page the rank holds already is freed), each followed by one reservation
         attempt."""
-        due = sorted(x for x in w.ready if x[0] <= now)
+        due = sorted(e for e in x.ready if e[0] <= now)
         if not due:
             return
-        w.ready = [x for x in w.ready if x[0] > now]
-        tr = w.rank.tree
-        for _, _, row in due:
-            p, c = copies.pop(row)
+        x.ready = [e for e in x.ready if e[0] > now]
+        tr = x.rk.tree
+        for _, row in due:
+            w, y, c = copies.pop(row)
             # the source is released by a command its prefill worker applies between passes (its
             # KV is freed before that worker schedules again either way)
-            pre[p].rank.release(c)
-            released[row] = now if pre[p].busy_until is None else pre[p].busy_until
+            y.rk.release(c)
+            released[row] = now if w.busy_until is None else w.busy_until
             r = targets.pop(row)
             r.mat = r.isl
-            r.alloc = -(-r.isl // w.rank.c.ps) * w.rank.c.ps
+            r.alloc = -(-r.isl // cfg_d.ps) * cfg_d.ps
             before = tr.free
-            if CACHE_AT_ACTIVATION:
-                w.rank._cache_prefix(r, r.isl)
+            x.rk._cache_prefix(r, r.isl)
             if tr.free > before:
-                w.gen += 1
+                x.gen += 1
             activated[row] = now
-            w.prebuilt.append(r)
-            reserve(w, now, 1)
-
-    def promote(w, now):
-        """The taken requests join the running batch at the start of a pass (up to max_num_seqs)."""
-        rk = w.rank
-        while w.prebuilt and len(rk.running) < rk.c.max_running:
-            r = w.prebuilt.popleft()
-            dadmit[r.row] = now
-            rk.running.append(r)
+            x.prebuilt.append(r)
+            reserve(x, now, 1)
 
     def run(w, now, decode_side):
+        """One pass of worker ``w``'s busy ranks together, its tokens stamped at the slowest one's end."""
         emitted = []
 
         def emit(r):
@@ -264,28 +253,33 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
 
         def admit(r, prefix, computed, readmission):
             committed[0] += computed
-            if decode_side:
-                if not PRESSURE:
-                    raise _Pressure()  # a retracted request prefilled again on the decode worker
+            if decode_side:  # a retracted request prefilled again
                 readmits.append((r.row, now, prefix))
-                return
-            if np.isnan(padmit[r.row]):
+            elif np.isnan(padmit[r.row]):
                 padmit[r.row] = now
                 reused[r.row] = prefix
 
-        n_wait = len(w.rank.waiting)
-        hold = False
+        end, completed, ran = now, [], False
+        for x in w.ranks:
+            if not x.busy():
+                continue
+            ran = True
+            hold = False
+            n_wait = len(x.rk.waiting)
+            if decode_side:
+                while x.prebuilt and len(x.rk.running) < x.rk.c.max_running:  # taken requests join
+                    r = x.prebuilt.popleft()
+                    dadmit[r.row] = now
+                    x.rk.running.append(r)
+                # no fresh prefill on a decode rank while taken requests wait for room or a
+                # destination waits for its reservation
+                hold = bool(x.prebuilt) or bool(x.pend)
+            e, comp = sglang_ref.run_pass(x.rk, now, w.modeled, emit, admit, hold)
+            end = max(end, e)
+            completed += comp
+            if decode_side and len(x.rk.waiting) > n_wait:  # a retraction
+                x.gen += 1
         if decode_side:
-            promote(w, now)
-            # no fresh prefill on a decode worker while taken requests wait for room or a
-            # destination waits for its reservation
-            hold = bool(w.prebuilt) or (PENDING_BLOCKS and bool(w.pend))
-        end, completed = sglang_ref.run_pass(w.rank, now, w.modeled, emit, admit, hold)
-        if decode_side:
-            if len(w.rank.waiting) > n_wait or (w.rank.waiting and not PRESSURE):
-                if not PRESSURE:
-                    raise _Pressure()  # a retraction
-                w.gen += 1
             for row in emitted:
                 gen[row] += 1
                 if gen[row] == 1:
@@ -296,68 +290,68 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                         second_tok[row] = end
                 last_tok[row] = end
         w.finished = [r.row for r in completed]
-        if end > now or emitted or completed:
+        if ran and (end > now or emitted or completed):
             w.busy_until = end
             return True
         return False
 
     done = 0
-    try:
-        while done < n:
-            t_arr = arrivals[0][0] if arrivals else math.inf
-            t_pass = min((w.busy_until for w in pre + dec if w.busy_until is not None), default=math.inf)
-            t_x = min((x[0] for w in dec if w.busy_until is None for x in w.ready), default=math.inf)
-            now = min(t_arr, t_pass, t_x)
-            if now == math.inf:
-                raise _Pressure()
-            for p, w in enumerate(pre):  # prefill passes ending: the sources are held
-                if w.busy_until is not None and w.busy_until <= now:
-                    w.busy_until = None
-                    for row in w.finished:
-                        held[row] = now
-                        dec[dec_idx[row]].ready.append((now + transfer_ms(row), row, row))
-                    w.finished = []
-            for w in dec:  # decode passes ending
-                if w.busy_until is not None and w.busy_until <= now:
-                    w.busy_until = None
-                    w.tries += 1  # a pass end attempts one reservation
-                    w.gen += len(w.finished)
-                    for row in w.finished:
-                        terminal[row] = now
-                        status[row] = OUTCOME_COMPLETED
-                        done += 1
-                        nt = next_turn.get(row)
-                        if nt is not None:
-                            heapq.heappush(arrivals, (now + float(workload.delay_ms[nt]), int(workload.session[nt]),
-                                                      int(workload.turn[nt]), nt))
-                    w.finished = []
-            while arrivals and arrivals[0][0] <= now:
-                _, _, _, row = heapq.heappop(arrivals)
-                arrival[row] = now
-                status[row] = OUTCOME_IN_FLIGHT
-                d = rr["d"] % D
-                rr["d"] += 1
-                dec_idx[row] = d
-                dec[d].pend.append(row)
-                if dec[d].busy_until is None:  # (a busy worker queues it without an attempt)
-                    dec[d].tries += 1
-            progress = True
-            while progress:
-                progress = False
-                for w in dec:
-                    if w.busy_until is None:
-                        reserve(w, now, w.tries)
-                        w.tries = 0
-                        activate(w, now)
-                for w in pre:
-                    if w.busy_until is None and w.rank.busy():
-                        progress |= run(w, now, False)
-                for w in dec:
-                    if w.busy_until is None and (w.rank.busy() or w.prebuilt):
-                        progress |= run(w, now, True)
-    except _Pressure:
-        raise _not_yet("a decode worker short of KV (a reservation that waits, a retraction or a recomputed "
-                       "prompt)") from None
+    while done < n:
+        t_arr = arrivals[0][0] if arrivals else math.inf
+        t_pass = min((w.busy_until for w in pre + dec if w.busy_until is not None), default=math.inf)
+        t_x = min((e[0] for w in dec if w.busy_until is None for x in w.ranks for e in x.ready), default=math.inf)
+        now = min(t_arr, t_pass, t_x)
+        if now == math.inf:
+            raise _stuck(workload, status, cfg_d)
+        for w in pre:  # prefill passes ending: the sources are held
+            if w.busy_until is not None and w.busy_until <= now:
+                w.busy_until = None
+                for row in w.finished:
+                    held[row] = now
+                    dec_rank[row].ready.append((now + transfer_ms(row), row))
+                w.finished = []
+        for w in dec:  # decode passes ending
+            if w.busy_until is not None and w.busy_until <= now:
+                w.busy_until = None
+                for x in w.ranks:
+                    x.tries += 1  # a pass end attempts one reservation
+                for row in w.finished:
+                    dec_rank[row].gen += 1
+                    terminal[row] = now
+                    status[row] = OUTCOME_COMPLETED
+                    done += 1
+                    nt = next_turn.get(row)
+                    if nt is not None:
+                        heapq.heappush(arrivals, (now + float(workload.delay_ms[nt]), int(workload.session[nt]),
+                                                  int(workload.turn[nt]), nt))
+                w.finished = []
+        while arrivals and arrivals[0][0] <= now:
+            _, _, _, row = heapq.heappop(arrivals)
+            arrival[row] = now
+            status[row] = OUTCOME_IN_FLIGHT
+            w = dec[rr["d"] % D]
+            rr["d"] += 1
+            x = w.route()
+            dec_idx[row] = x.index
+            dec_rank[row] = x
+            x.pend.append(row)
+            if w.busy_until is None:  # (a busy worker queues it without an attempt)
+                x.tries += 1
+        progress = True
+        while progress:
+            progress = False
+            for w in dec:
+                if w.busy_until is None:
+                    for x in w.ranks:
+                        reserve(x, now, x.tries)
+                        x.tries = 0
+                        activate(x, now)
+            for w in pre:
+                if w.busy_until is None:
+                    progress |= run(w, now, False)
+            for w in dec:
+                if w.busy_until is None:
+                    progress |= run(w, now, True)
 
     cols = {
         "arrival_ms": arrival, "first_admit_ms": padmit, "first_token_ms": first_tok,
@@ -365,29 +359,44 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         "status": status, "input_length": np.asarray(isl, np.int64),
         "requested_output_length": np.asarray(osl, np.int64), "output_length": gen,
         "reused_tokens": reused, "ratio_reused_tokens": reused, "first_reused_tokens": reused.copy(),
-        "worker_idx": dec_idx, "preemptions": np.zeros(n, np.int64),
-        "prefill_worker_idx": pre_idx, "prefill_admit_ms": padmit, "source_held_ms": held,
-        "destination_reserved_ms": reserved, "destination_activated_ms": activated,
+        "worker_idx": dec_idx, "prefill_worker_idx": pre_idx, "prefill_admit_ms": padmit,
+        "source_held_ms": held, "destination_reserved_ms": reserved, "destination_activated_ms": activated,
         "decode_admit_ms": dadmit, "source_released_ms": released,
         "decode_reused_input_tokens": np.where(np.isnan(activated), -1, 0).astype(np.int64),
         "prefill_route_overlap_tokens": np.where(pre_idx >= 0, 0, -1).astype(np.int64),
         "decode_route_overlap_tokens": np.where(dec_idx >= 0, 0, -1).astype(np.int64),
     }
-    rrow = np.array([x[0] for x in readmits], np.int64)
-    cols.update({"readmit_row": rrow, "readmit_reused": np.array([x[2] for x in readmits], np.int64),
-                 "readmit_stage": np.full(rrow.shape[0], 2, np.int64),  # (kernels/codes.py: the decode stage)
-                 "readmit_ms": np.array([x[1] for x in readmits], np.float64),
+    rrow = np.array([e[0] for e in readmits], np.int64)
+    cols.update({"readmit_row": rrow, "readmit_reused": np.array([e[2] for e in readmits], np.int64),
+                 "readmit_stage": np.full(rrow.shape[0], DECODE, np.int64),
+                 "readmit_ms": np.array([e[1] for e in readmits], np.float64),
                  "preemptions": np.bincount(rrow, minlength=n).astype(np.int64)})
     cols.update(identity_columns(workload, False))
-    cols["decode_routed_first"] = True
+    # the SGLang engine routes a request to its decode worker first; each pool's DP ranks name the
+    # worker and the rank in the routing history
+    cols.update({"decode_routed_first": True, "pool_dp": {"prefill": dp_p, "decode": dp_d}})
     term = terminal[status == OUTCOME_COMPLETED]
     last = float(term.max()) / 1000.0 if term.shape[0] else 0.0
     wall_ms = (time.perf_counter() - t0) * 1000.0
     return build_report(cols, make_gap_stats(gaps), {
         "num_workers": P + D, "single_path": False, "decode_worker_seconds": D * last,
-        "prefill_worker_seconds": P * last, "prefill_gpus_per_worker": 1, "decode_gpus_per_worker": 1,
+        "prefill_worker_seconds": P * last, "prefill_gpus_per_worker": dp_p, "decode_gpus_per_worker": dp_d,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version, "committed_prefill_tokens": committed[0], "disaggregated": True})
+
+
+def _no_time(tokens):
+    return 0.0
+
+
+def _stuck(workload, status, cfg_d):
+    """The error of a run in which nothing can move: a prompt larger than a decode rank's KV."""
+    from fastsim.errors import InputError
+
+    left = np.flatnonzero(status == OUTCOME_IN_FLIGHT)
+    return InputError(f"the SGLang decode workers are stuck with {left.shape[0]} request(s) left: a prompt must fit "
+                      f"the KV cache of a decode rank ({cfg_d.total_pages * cfg_d.ps} tokens: num_gpu_blocks x "
+                      "block_size); Dynamo refuses such a request too")
 
 
 def _holding_rank_class():

@@ -15,7 +15,6 @@ from recorded import (assert_matches_dynamo, assert_timelines_match, cases, per_
 FOLDER = pathlib.Path(__file__).parent / "data" / "sglang_disagg_161"
 # recorded cases fastsim refuses by name (what each reaches is not reproduced yet)
 REFUSED = {
-    "dp2_prefill": "attention DP", "dp2_decode": "attention DP",
     "trace_kv_router": "kv_router", "groups_kv_router": "kv_router", "closed_loop": "closed loop",
 }
 HANDOFF = ("prefill_admit_ms", "destination_reserved_ms", "source_held_ms", "destination_activated_ms",
