@@ -54,8 +54,6 @@ def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, 
             raise _not_yet(f"prefill_decode_interval on the {pool} pool")
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
-    if replay_concurrency:
-        raise _not_yet("a closed loop (replay_concurrency)")
     if max_sim_time_ms is not None:
         raise _not_yet("a time cap (max_sim_time_ms)")
     if scaling_schedule:
@@ -134,7 +132,7 @@ class _Worker:
 
 
 def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
-                           sla, version="1.6.1"):
+                           sla, version="1.6.1", concurrency=0):
     """The :class:`fastsim.report.Report` of ``workload`` on SGLang prefill and decode pools."""
     from fastsim import sglang_ref
     from fastsim.history import identity_columns
@@ -180,9 +178,11 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         return [int(k) for k in page_keys_of(int(isl[row]), int(osl[row]), row, h, workload.trace_block_size, ps)]
 
     arrivals = []
-    for s in range(workload.n_sessions):
+    # a closed loop starts its first ``concurrency`` sessions at 0, the next one whenever a session ends
+    started = min(concurrency, workload.n_sessions) if concurrency else workload.n_sessions
+    for s in range(started):
         r0 = int(workload.session_rows[workload.session_ptr[s]])
-        heapq.heappush(arrivals, (float(workload.session_arrival_ms[s]), s, 0, r0))
+        heapq.heappush(arrivals, (0.0 if concurrency else float(workload.session_arrival_ms[s]), s, 0, r0))
     next_turn = {}
     for s in range(workload.n_sessions):
         rows = workload.session_rows[workload.session_ptr[s]:workload.session_ptr[s + 1]]
@@ -295,6 +295,38 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             return True
         return False
 
+    def arrive(row, now):
+        """Route a request to a decode worker (round robin) and one of its DP ranks (in turn)."""
+        arrival[row] = now
+        status[row] = OUTCOME_IN_FLIGHT
+        w = dec[rr["d"] % D]
+        rr["d"] += 1
+        x = w.route()
+        dec_idx[row] = x.index
+        dec_rank[row] = x
+        x.pend.append(row)
+        if w.busy_until is None:  # (a busy worker queues it without an attempt)
+            x.tries += 1
+
+    def work(now):
+        """The idle workers' handoff commands and passes at ``now``, until none can start."""
+        progress = True
+        while progress:
+            progress = False
+            for w in dec:
+                if w.busy_until is None:
+                    for x in w.ranks:
+                        reserve(x, now, x.tries)
+                        x.tries = 0
+                        activate(x, now)
+            for w in pre:
+                if w.busy_until is None:
+                    progress |= run(w, now, False)
+            for w in dec:
+                if w.busy_until is None:
+                    progress |= run(w, now, True)
+
+    born = []  # the arrivals completions released in this step
     done = 0
     while done < n:
         t_arr = arrivals[0][0] if arrivals else math.inf
@@ -322,36 +354,24 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                     done += 1
                     nt = next_turn.get(row)
                     if nt is not None:
-                        heapq.heappush(arrivals, (now + float(workload.delay_ms[nt]), int(workload.session[nt]),
-                                                  int(workload.turn[nt]), nt))
+                        heapq.heappush(born, (now + float(workload.delay_ms[nt]), int(workload.session[nt]),
+                                              int(workload.turn[nt]), nt))
+                    elif started < workload.n_sessions and concurrency:
+                        r0 = int(workload.session_rows[workload.session_ptr[started]])
+                        heapq.heappush(born, (now, started, 0, r0))
+                        started += 1
                 w.finished = []
         while arrivals and arrivals[0][0] <= now:
-            _, _, _, row = heapq.heappop(arrivals)
-            arrival[row] = now
-            status[row] = OUTCOME_IN_FLIGHT
-            w = dec[rr["d"] % D]
-            rr["d"] += 1
-            x = w.route()
-            dec_idx[row] = x.index
-            dec_rank[row] = x
-            x.pend.append(row)
-            if w.busy_until is None:  # (a busy worker queues it without an attempt)
-                x.tries += 1
-        progress = True
-        while progress:
-            progress = False
-            for w in dec:
-                if w.busy_until is None:
-                    for x in w.ranks:
-                        reserve(x, now, x.tries)
-                        x.tries = 0
-                        activate(x, now)
-            for w in pre:
-                if w.busy_until is None:
-                    progress |= run(w, now, False)
-            for w in dec:
-                if w.busy_until is None:
-                    progress |= run(w, now, True)
+            arrive(heapq.heappop(arrivals)[3], now)
+        work(now)
+        # requests a completion releases at once arrive after the workers started their next passes
+        while born:
+            e = heapq.heappop(born)
+            if e[0] > now:
+                heapq.heappush(arrivals, e)
+            else:
+                arrive(e[3], now)
+        work(now)
 
     cols = {
         "arrival_ms": arrival, "first_admit_ms": padmit, "first_token_ms": first_tok,
@@ -371,7 +391,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                  "readmit_stage": np.full(rrow.shape[0], DECODE, np.int64),
                  "readmit_ms": np.array([e[1] for e in readmits], np.float64),
                  "preemptions": np.bincount(rrow, minlength=n).astype(np.int64)})
-    cols.update(identity_columns(workload, False))
+    cols.update(identity_columns(workload, bool(concurrency)))
     # the SGLang engine routes a request to its decode worker first; each pool's DP ranks name the
     # worker and the rank in the routing history
     cols.update({"decode_routed_first": True, "pool_dp": {"prefill": dp_p, "decode": dp_d}})

@@ -326,7 +326,8 @@ def _sglang_disagg(args):
                         replay_concurrency=args["replay_concurrency"], max_sim_time_ms=args["max_sim_time_ms"],
                         scaling_schedule=args["scaling_schedule"])
     return simulate_sglang_disagg(args["workload"], pe, de, num_prefill_workers=args["num_prefill_workers"],
-                                  num_decode_workers=args["num_decode_workers"], sla=args["sla"], version=version)
+                                  num_decode_workers=args["num_decode_workers"], sla=args["sla"], version=version,
+                                  concurrency=int(args["replay_concurrency"] or 0))
 
 
 def _pool_schedules(schedule):

@@ -15,12 +15,12 @@ from recorded import (assert_matches_dynamo, assert_timelines_match, cases, per_
 FOLDER = pathlib.Path(__file__).parent / "data" / "sglang_disagg_161"
 # recorded cases fastsim refuses by name (what each reaches is not reproduced yet)
 REFUSED = {
-    "trace_kv_router": "kv_router", "groups_kv_router": "kv_router", "closed_loop": "closed loop",
+    "trace_kv_router": "kv_router", "groups_kv_router": "kv_router",
 }
 HANDOFF = ("prefill_admit_ms", "destination_reserved_ms", "source_held_ms", "destination_activated_ms",
            "decode_admit_ms", "source_released_ms", "terminal_time_ms", "output_length")
 # recorded cases fastsim runs but does not reproduce yet (decision 0370)
-DIFFERS = {"page1", "trace_lpm_tight"}
+DIFFERS = {"page1"}
 HANDOFF_DIFFERS = DIFFERS
 MATCHED = [(n, a) for n, a in cases(FOLDER) if n not in REFUSED]
 
