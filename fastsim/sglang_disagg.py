@@ -106,9 +106,9 @@ class _Rank:
         self.pend = deque()      # decode: requests waiting for their KV reservation
         self.ready = []          # decode: (transfer end, row) transferred, waiting to be taken
         self.prebuilt = deque()  # decode: taken requests waiting to join the running batch
-        self.tries = 0           # decode: reservation attempts due at this boundary
         self.gen = 0             # decode: changes of its KV (completions, retractions, freed pages)
         self.failed_gen = -1     # decode: the change at which the queue head last failed to fit
+        self.inflight = 0        # decode: requests reserved, not taken yet
 
     def busy(self):
         return self.rk.busy() or bool(self.prebuilt)
@@ -122,13 +122,6 @@ class _Worker:
         self.modeled = modeled
         self.busy_until = None
         self.finished = []  # the requests its pass in flight completes
-        self.dp_next = 0
-
-    def route(self):
-        """The next of its DP ranks, in turn."""
-        r = self.ranks[self.dp_next]
-        self.dp_next = (self.dp_next + 1) % len(self.ranks)
-        return r
 
 
 def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
@@ -208,11 +201,12 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                 x.failed_gen = x.gen
                 return
             x.pend.popleft()
+            x.inflight += 1
             targets[row] = r
             reserved[row] = now
-            w = pre[rr["p"] % P]
+            i = rr["p"] % (P * dp_p)  # (round robin over the pool's ranks, a worker's DP ranks in a row)
             rr["p"] += 1
-            y = w.route()
+            w, y = pre[i // dp_p], pre[i // dp_p].ranks[i % dp_p]
             pre_idx[row] = y.index
             c = sglang_ref.Req(row, int(isl[row]), 1, keys_of(row, cfg_p.ps))
             copies[row] = (w, y, c)
@@ -234,6 +228,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             y.rk.release(c)
             released[row] = now if w.busy_until is None else w.busy_until
             r = targets.pop(row)
+            x.inflight -= 1
             r.mat = r.isl
             r.alloc = -(-r.isl // cfg_d.ps) * cfg_d.ps
             before = tr.free
@@ -273,7 +268,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                     x.rk.running.append(r)
                 # no fresh prefill on a decode rank while taken requests wait for room or a
                 # destination waits for its reservation
-                hold = bool(x.prebuilt) or bool(x.pend)
+                hold = bool(x.prebuilt) or bool(x.pend) or (HOLD_INFLIGHT and x.inflight > 0)
             e, comp = sglang_ref.run_pass(x.rk, now, w.modeled, emit, admit, hold)
             end = max(end, e)
             completed += comp
@@ -296,17 +291,18 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         return False
 
     def arrive(row, now):
-        """Route a request to a decode worker (round robin) and one of its DP ranks (in turn)."""
+        """Route a request to a decode rank: round robin over the pool's ranks, a worker's DP ranks
+        in a row (``dp2_both_2p2d``: ranks 0, 1, 2, 3 of two workers of two)."""
         arrival[row] = now
         status[row] = OUTCOME_IN_FLIGHT
-        w = dec[rr["d"] % D]
+        i = rr["d"] % (D * dp_d)
         rr["d"] += 1
-        x = w.route()
+        w, x = dec[i // dp_d], dec[i // dp_d].ranks[i % dp_d]
         dec_idx[row] = x.index
         dec_rank[row] = x
         x.pend.append(row)
-        if w.busy_until is None:  # (a busy worker queues it without an attempt)
-            x.tries += 1
+        if w.busy_until is None:  # an idle worker attempts one reservation (a busy one queues it)
+            reserve(x, now, 1)
 
     def work(now):
         """The idle workers' handoff commands and passes at ``now``, until none can start."""
@@ -316,8 +312,6 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             for w in dec:
                 if w.busy_until is None:
                     for x in w.ranks:
-                        reserve(x, now, x.tries)
-                        x.tries = 0
                         activate(x, now)
             for w in pre:
                 if w.busy_until is None:
@@ -345,8 +339,6 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         for w in dec:  # decode passes ending
             if w.busy_until is not None and w.busy_until <= now:
                 w.busy_until = None
-                for x in w.ranks:
-                    x.tries += 1  # a pass end attempts one reservation
                 for row in w.finished:
                     dec_rank[row].gen += 1
                     terminal[row] = now
@@ -361,6 +353,8 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                         heapq.heappush(born, (now, started, 0, r0))
                         started += 1
                 w.finished = []
+                for x in w.ranks:  # a pass end attempts one reservation on each rank
+                    reserve(x, now, 1)
         while arrivals and arrivals[0][0] <= now:
             arrive(heapq.heappop(arrivals)[3], now)
         work(now)
@@ -403,6 +397,9 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         "prefill_worker_seconds": P * last, "prefill_gpus_per_worker": dp_p, "decode_gpus_per_worker": dp_d,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
         "dynamo_version": version, "committed_prefill_tokens": committed[0], "disaggregated": True})
+
+
+HOLD_INFLIGHT = False
 
 
 def _no_time(tokens):
