@@ -24,6 +24,7 @@ from collections import deque
 
 import numpy as np
 
+from fastsim import sglang_ref
 from fastsim.errors import NotSupportedError
 from fastsim.kernels.codes import DECODE, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
 
@@ -32,11 +33,11 @@ _WHAT = "disaggregated serving on the SGLang engine"
 
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(f"{what} in {_WHAT} is not supported yet by fastsim (it runs Dynamo 1.6.1's "
-                             "round-robin open-loop replays without decode-side KV pressure)")
+                             "round-robin replays, decision 0370)")
 
 
-def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, replay_concurrency,
-                        max_sim_time_ms, scaling_schedule):
+def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, max_sim_time_ms,
+                        scaling_schedule):
     """Refuse by name what the SGLang disaggregated engine does not run yet."""
     if version != "1.6.1":
         raise NotSupportedError(
@@ -63,7 +64,6 @@ def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, 
 def _cfg(engine, dp):
     """An SGLang rank's settings; attention DP divides the chunk among the ranks and makes the
     schedule 0.3 times as conservative, as on an aggregated worker (decisions 0290, 0278)."""
-    from fastsim import sglang_ref
     from fastsim.sglang_config import sglang_settings
 
     s = sglang_settings(engine)
@@ -108,7 +108,6 @@ class _Rank:
         self.prebuilt = deque()  # decode: taken requests waiting to join the running batch
         self.gen = 0             # decode: changes of its KV (completions, retractions, freed pages)
         self.failed_gen = -1     # decode: the change at which the queue head last failed to fit
-        self.inflight = 0        # decode: requests reserved, not taken yet
 
     def busy(self):
         return self.rk.busy() or bool(self.prebuilt)
@@ -126,8 +125,8 @@ class _Worker:
 
 def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
                            sla, version="1.6.1", concurrency=0):
-    """The :class:`fastsim.report.Report` of ``workload`` on SGLang prefill and decode pools."""
-    from fastsim import sglang_ref
+    """The :class:`fastsim.report.Report` of ``workload`` on SGLang prefill and decode pools
+    (``concurrency``: a closed loop's)."""
     from fastsim.history import identity_columns
     from fastsim.report import build_report, make_gap_stats
     from fastsim.sglang_pages import page_keys_of
@@ -201,7 +200,6 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                 x.failed_gen = x.gen
                 return
             x.pend.popleft()
-            x.inflight += 1
             targets[row] = r
             reserved[row] = now
             i = rr["p"] % (P * dp_p)  # (round robin over the pool's ranks, a worker's DP ranks in a row)
@@ -228,7 +226,6 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             y.rk.release(c)
             released[row] = now if w.busy_until is None else w.busy_until
             r = targets.pop(row)
-            x.inflight -= 1
             r.mat = r.isl
             r.alloc = -(-r.isl // cfg_d.ps) * cfg_d.ps
             before = tr.free
@@ -268,7 +265,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                     x.rk.running.append(r)
                 # no fresh prefill on a decode rank while taken requests wait for room or a
                 # destination waits for its reservation
-                hold = bool(x.prebuilt) or bool(x.pend) or (HOLD_INFLIGHT and x.inflight > 0)
+                hold = bool(x.prebuilt) or bool(x.pend)
             e, comp = sglang_ref.run_pass(x.rk, now, w.modeled, emit, admit, hold)
             end = max(end, e)
             completed += comp
@@ -399,7 +396,6 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         "dynamo_version": version, "committed_prefill_tokens": committed[0], "disaggregated": True})
 
 
-HOLD_INFLIGHT = False
 
 
 def _no_time(tokens):
@@ -416,26 +412,12 @@ def _stuck(workload, status, cfg_d):
                       "block_size); Dynamo refuses such a request too")
 
 
-def _holding_rank_class():
-    from fastsim import sglang_ref
+class _HoldingRank(sglang_ref.Rank):
+    """A prefill worker's rank: a finished prefill keeps its KV (the source of the transfer) until
+    :meth:`release`."""
 
-    class HoldingRank(sglang_ref.Rank):
-        """A prefill worker's rank: a finished prefill keeps its KV (the source of the transfer) until
-        :meth:`release`."""
+    def _finish(self, r):
+        pass
 
-        def _finish(self, r):
-            pass
-
-        def release(self, r):
-            sglang_ref.Rank._finish(self, r)
-
-    return HoldingRank
-
-
-def _HoldingRank(cfg, prefill_ms, decode_ms):
-    global _HoldingRank_cls
-    try:
-        cls = _HoldingRank_cls
-    except NameError:
-        cls = _HoldingRank_cls = _holding_rank_class()
-    return cls(cfg, prefill_ms, decode_ms)
+    def release(self, r):
+        sglang_ref.Rank._finish(self, r)
