@@ -118,6 +118,9 @@ class History:
             # the SGLang engine routes a request to its decode worker first (decision 0370)
             self.decode_first = bool(req.get("decode_routed_first", False))
             self.pool_dp = req.get("pool_dp") or {}  # (the SGLang engine's DP ranks a worker, per pool)
+            # the decode rank a request was routed to (the SGLang engine routes one that then fails)
+            self.decode_route = _col(req, "decode_route_idx", np.int64, -1, n) if "decode_route_idx" in req \
+                else self.rank
         self.session = req.get("session_index")
         self.turn = req.get("turn_index")
         self.names = req.get("session_names")
@@ -160,8 +163,8 @@ class History:
             if self.pre_rank[r] >= 0:
                 out.append(self._route("prefill", int(self.pre_rank[r]), r,
                                        (int(self.reported[r]), int(self.selected[r]), int(self.best[r]))))
-            if self.rank[r] >= 0:
-                out.append(self._route("decode", int(self.rank[r]), r,
+            if self.decode_route[r] >= 0:
+                out.append(self._route("decode", int(self.decode_route[r]), r,
                                        (int(self.decode_reported[r]), 0, 0)))
             return out[::-1] if self.decode_first else out
         if self.rank[r] < 0:

@@ -26,7 +26,7 @@ import numpy as np
 
 from fastsim import sglang_ref
 from fastsim.errors import NotSupportedError
-from fastsim.kernels.codes import DECODE, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT
+from fastsim.kernels.codes import DECODE, OUTCOME_COMPLETED, OUTCOME_FAILED, OUTCOME_IN_FLIGHT
 
 _WHAT = "disaggregated serving on the SGLang engine"
 
@@ -238,12 +238,13 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
 
     def run(w, now, decode_side):
         """One pass of worker ``w``'s busy ranks together, its tokens stamped at the slowest one's end."""
-        emitted = []
+        emitted, admitted = [], []
 
         def emit(r):
             emitted.append(r.row)
 
         def admit(r, prefix, computed, readmission):
+            admitted.append(r.row)
             committed[0] += computed
             if decode_side:  # a retracted request prefilled again
                 readmits.append((r.row, now, prefix))
@@ -282,7 +283,8 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                         second_tok[row] = end
                 last_tok[row] = end
         w.finished = [r.row for r in completed]
-        if ran and (end > now or emitted or completed):
+        # (a decode rank's prefill chunk takes no time: a pass all the same, the next one follows it)
+        if ran and (end > now or emitted or completed or admitted):
             w.busy_until = end
             return True
         return False
@@ -296,10 +298,16 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         rr["d"] += 1
         w, x = dec[i // dp_d], dec[i // dp_d].ranks[i % dp_d]
         dec_idx[row] = x.index
+        if -(-int(isl[row]) // cfg_d.ps) > cfg_d.total_pages:
+            # a prompt larger than the decode rank's KV fails at once (Dynamo refuses its reservation)
+            status[row] = OUTCOME_FAILED
+            terminal[row] = now
+            return 1
         dec_rank[row] = x
         x.pend.append(row)
         if w.busy_until is None:  # an idle worker attempts one reservation (a busy one queues it)
             reserve(x, now, 1)
+        return 0
 
     def work(now):
         """The idle workers' handoff commands and passes at ``now``, until none can start."""
@@ -353,7 +361,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                 for x in w.ranks:  # a pass end attempts one reservation on each rank
                     reserve(x, now, 1)
         while arrivals and arrivals[0][0] <= now:
-            arrive(heapq.heappop(arrivals)[3], now)
+            done += arrive(heapq.heappop(arrivals)[3], now)
         work(now)
         # requests a completion releases at once arrive after the workers started their next passes
         while born:
@@ -361,7 +369,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             if e[0] > now:
                 heapq.heappush(arrivals, e)
             else:
-                arrive(e[3], now)
+                done += arrive(e[3], now)
         work(now)
 
     cols = {
@@ -370,7 +378,8 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         "status": status, "input_length": np.asarray(isl, np.int64),
         "requested_output_length": np.asarray(osl, np.int64), "output_length": gen,
         "reused_tokens": reused, "ratio_reused_tokens": reused, "first_reused_tokens": reused.copy(),
-        "worker_idx": dec_idx, "prefill_worker_idx": pre_idx, "prefill_admit_ms": padmit,
+        "worker_idx": np.where(status == OUTCOME_FAILED, -1, dec_idx), "decode_route_idx": dec_idx,
+        "prefill_worker_idx": pre_idx, "prefill_admit_ms": padmit,
         "source_held_ms": held, "destination_reserved_ms": reserved, "destination_activated_ms": activated,
         "decode_admit_ms": dadmit, "source_released_ms": released,
         "decode_reused_input_tokens": np.where(np.isnan(activated), -1, 0).astype(np.int64),
