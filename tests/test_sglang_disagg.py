@@ -10,8 +10,8 @@ import pathlib
 import pytest
 
 from fastsim.errors import NotSupportedError
-from recorded import (assert_summary_matches, assert_timelines_match, cases, per_request, replay,
-                      replay_capped, with_known_differences)
+from recorded import (assert_refused_by_name, assert_summary_matches, assert_timelines_match, cases, cli_replay,
+                      per_request, replay, replay_capped, with_known_differences)
 
 FOLDER = pathlib.Path(__file__).parent / "data" / "sglang_disagg_161"
 # recorded cases fastsim refuses by name (what each reaches is not reproduced yet)
@@ -66,3 +66,33 @@ def test_dynamo_142_refused():
     args = dict(cases(FOLDER))["tiny3"]
     with pytest.raises(NotSupportedError, match="1.4.2"):
         replay(args, FOLDER, dynamo_version="1.4.2")
+
+
+@pytest.mark.parametrize("name", ["p2d2_basic", "dp2_prefill", "tight_decode"])
+def test_records_field_for_field(name, tmp_path, capsys):
+    """The command line's per-request records are Dynamo's, field for field (routing histories with
+    the decode pool first and each pool's DP ranks, admission histories with the decode rank's
+    readmissions), bar the wall-clock fields."""
+    args = dict(cases(FOLDER))[name].split()
+    _, mine = cli_replay(args, FOLDER, tmp_path, capsys)
+    for got, want in zip(mine, per_request(FOLDER, name), strict=True):
+        for key, value in want.items():
+            _assert_same(got[key], value, key)
+
+
+def _assert_same(got, want, key):
+    if isinstance(want, float):
+        assert got == pytest.approx(want, rel=0, abs=1e-6), key
+    elif isinstance(want, list):
+        assert len(got) == len(want), key
+        for g, w in zip(got, want):
+            _assert_same(g, w, key)
+    elif isinstance(want, dict):
+        for k, v in want.items():
+            _assert_same(got[k], v, f"{key}.{k}")
+    else:
+        assert got == want, key
+
+
+def test_kv_router_refused_on_the_command_line(capsys):
+    assert_refused_by_name(FOLDER, dict(cases(FOLDER))["trace_kv_router"].split(), "kv_router", capsys)
