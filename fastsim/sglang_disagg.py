@@ -121,6 +121,7 @@ class _Worker:
         self.modeled = modeled
         self.busy_until = None
         self.finished = []  # the requests its pass in flight completes
+        self.started = 0.0  # the time its pass in flight started
 
 
 def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
@@ -286,6 +287,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         # (a decode rank's prefill chunk takes no time: a pass all the same, the next one follows it)
         if ran and (end > now or emitted or completed or admitted):
             w.busy_until = end
+            w.started = now
             return True
         return False
 
@@ -358,8 +360,9 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                         heapq.heappush(born, (now, started, 0, r0))
                         started += 1
                 w.finished = []
-                for x in w.ranks:  # a pass end attempts one reservation on each rank
-                    reserve(x, now, 1)
+                if w.started < now:  # a pass end attempts one reservation on each rank (not the end
+                    for x in w.ranks:  # of a decode rank's prefill in no time: closed_tight_c32)
+                        reserve(x, now, 1)
         while arrivals and arrivals[0][0] <= now:
             done += arrive(heapq.heappop(arrivals)[3], now)
         work(now)
