@@ -36,8 +36,7 @@ def _not_yet(what: str) -> NotSupportedError:
                              "round-robin replays, decision 0370)")
 
 
-def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, max_sim_time_ms,
-                        scaling_schedule):
+def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, scaling_schedule):
     """Refuse by name what the SGLang disaggregated engine does not run yet."""
     if version != "1.6.1":
         raise NotSupportedError(
@@ -55,8 +54,6 @@ def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, 
             raise _not_yet(f"prefill_decode_interval on the {pool} pool")
     if router_mode != "round_robin":
         raise _not_yet(f"router_mode {router_mode!r}")
-    if max_sim_time_ms is not None:
-        raise _not_yet("a time cap (max_sim_time_ms)")
     if scaling_schedule:
         raise _not_yet("a scaling schedule")
 
@@ -122,12 +119,14 @@ class _Worker:
         self.busy_until = None
         self.finished = []  # the requests its pass in flight completes
         self.started = 0.0  # the time its pass in flight started
+        self.pass_commit = 0  # the prompt tokens its pass in flight computes
 
 
 def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
-                           sla, version="1.6.1", concurrency=0):
+                           sla, version="1.6.1", concurrency=0, cap_ms=None):
     """The :class:`fastsim.report.Report` of ``workload`` on SGLang prefill and decode pools
-    (``concurrency``: a closed loop's)."""
+    (``concurrency``: a closed loop's; ``cap_ms``: the time cap, Dynamo stopping at the last event at
+    or before it)."""
     from fastsim.history import identity_columns
     from fastsim.report import build_report, make_gap_stats
     from fastsim.sglang_pages import page_keys_of
@@ -158,7 +157,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
     pre_idx = np.full(n, -1, np.int64)
     dec_idx = np.full(n, -1, np.int64)
     committed = [0]
-    gaps = []
+    gaps = []      # (row, inter-token gap) in the order they were stamped
     readmits = []  # (row, time, reused tokens) of the retracted requests prefilled again on decode
     copies = {}    # row -> (prefill rank, the prefill copy): its KV held until the decode side takes it
     targets = {}   # row -> the decode-side request
@@ -247,6 +246,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         def admit(r, prefix, computed, readmission):
             admitted.append(r.row)
             committed[0] += computed
+            w.pass_commit += computed
             if decode_side:  # a retracted request prefilled again
                 readmits.append((r.row, now, prefix))
             elif np.isnan(padmit[r.row]):
@@ -254,6 +254,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                 reused[r.row] = prefix
 
         end, completed, ran = now, [], False
+        w.pass_commit = 0
         for x in w.ranks:
             if not x.busy():
                 continue
@@ -279,7 +280,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                 if gen[row] == 1:
                     first_tok[row] = end
                 else:
-                    gaps.append(end - last_tok[row])
+                    gaps.append((row, end - last_tok[row]))
                     if gen[row] == 2:
                         second_tok[row] = end
                 last_tok[row] = end
@@ -329,13 +330,17 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
 
     born = []  # the arrivals completions released in this step
     done = 0
+    last_event = 0.0
     while done < n:
         t_arr = arrivals[0][0] if arrivals else math.inf
         t_pass = min((w.busy_until for w in pre + dec if w.busy_until is not None), default=math.inf)
         t_x = min((e[0] for w in dec if w.busy_until is None for x in w.ranks for e in x.ready), default=math.inf)
         now = min(t_arr, t_pass, t_x)
+        if cap_ms is not None and now > cap_ms:
+            break
         if now == math.inf:
             raise _stuck(workload, status, cfg_d)
+        last_event = now
         for w in pre:  # prefill passes ending: the sources are held
             if w.busy_until is not None and w.busy_until <= now:
                 w.busy_until = None
@@ -400,6 +405,13 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
     cols.update({"decode_routed_first": True, "pool_dp": {"prefill": dp_p, "decode": dp_d}})
     term = terminal[status == OUTCOME_COMPLETED]
     last = float(term.max()) / 1000.0 if term.shape[0] else 0.0
+    done_rows = status == OUTCOME_COMPLETED
+    if cap_ms is not None and done < n:
+        # stopped at the cap: the workers' time runs to the last event, the passes in flight have
+        # not committed their prompt tokens, and the requests in flight add no gaps
+        last = last_event / 1000.0
+        committed[0] -= sum(w.pass_commit for w in pre + dec if w.busy_until is not None and w.busy_until > last_event)
+    gaps = [g for row, g in gaps if done_rows[row]]
     wall_ms = (time.perf_counter() - t0) * 1000.0
     return build_report(cols, make_gap_stats(gaps), {
         "num_workers": P + D, "single_path": False, "decode_worker_seconds": D * last,

@@ -323,10 +323,10 @@ def _sglang_disagg(args):
     _check_pool_type(de, "decode_engine_args", "decode")
     version = check_version(args["dynamo_version"])
     check_sglang_disagg(pe, de, router_mode=args["router_mode"], version=version,
-                        max_sim_time_ms=args["max_sim_time_ms"], scaling_schedule=args["scaling_schedule"])
+                        scaling_schedule=args["scaling_schedule"])
     return simulate_sglang_disagg(args["workload"], pe, de, num_prefill_workers=args["num_prefill_workers"],
                                   num_decode_workers=args["num_decode_workers"], sla=args["sla"], version=version,
-                                  concurrency=int(args["replay_concurrency"] or 0))
+                                  concurrency=int(args["replay_concurrency"] or 0), cap_ms=args["max_sim_time_ms"])
 
 
 def _pool_schedules(schedule):
