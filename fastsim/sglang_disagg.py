@@ -45,9 +45,9 @@ def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, 
     if prefill_engine.engine_type != "sglang" or decode_engine.engine_type != "sglang":
         raise NotSupportedError("a disaggregated replay with one pool on the SGLang engine and the other on "
                                 "another engine is not supported by fastsim; give both pools engine_type sglang")
+    if prefill_engine.aic_nextn:
+        raise _not_yet("speculative decoding (aic_nextn) on the prefill pool")
     for eng, pool in ((prefill_engine, "prefill"), (decode_engine, "decode")):
-        if eng.aic_nextn:
-            raise _not_yet(f"speculative decoding (aic_nextn) on the {pool} pool")
         if eng.max_model_len:
             raise _not_yet(f"max_model_len on the {pool} pool")
         if (eng.sglang or {}).get("prefill_decode_interval"):
@@ -143,6 +143,15 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                 prefill_ms = _no_time
             ranks = [_Rank((_HoldingRank if pool is pre else sglang_ref.Rank)(cfg, prefill_ms, decode_ms), g * dp + k)
                      for k in range(dp)]
+            # speculative decoding: each decode rank's sampler seeded with aic_mtp_seed plus its
+            # number in the pool (the prefill pool's size does not count: mtp_k1_p2d1_seed)
+            if pool is dec and engine.aic_nextn:
+                from fastsim.config import accept_rates
+                from fastsim.rust_rng import StdRng
+
+                rates = accept_rates(engine.aic_nextn_accept_rates, int(engine.aic_nextn))
+                for x in ranks:
+                    x.rk.mtp = (rates, StdRng((int(engine.aic_mtp_seed) + x.index) & 0xFFFFFFFFFFFFFFFF))
             pool.append(_Worker(ranks, modeled))
     kvb, bw = prefill_engine.kv_bytes_per_token, prefill_engine.kv_transfer_bandwidth
 
