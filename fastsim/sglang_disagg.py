@@ -348,7 +348,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         if cap_ms is not None and now > cap_ms:
             break
         if now == math.inf:
-            raise _stuck(workload, status, cfg_d)
+            raise _stuck(workload, status, cfg_p)
         last_event = now
         for w in pre:  # prefill passes ending: the sources are held
             if w.busy_until is not None and w.busy_until <= now:
@@ -435,14 +435,17 @@ def _no_time(tokens):
     return 0.0
 
 
-def _stuck(workload, status, cfg_d):
-    """The error of a run in which nothing can move: a prompt larger than a decode rank's KV."""
+def _stuck(workload, status, cfg_p):
+    """The error of a run in which nothing can move any more (Dynamo stops such a replay too: "replay
+    invariant violated: offline disagg replay encountered an effect-free zero-duration pass")."""
     from fastsim.errors import InputError
 
     left = np.flatnonzero(status == OUTCOME_IN_FLIGHT)
-    return InputError(f"the SGLang decode workers are stuck with {left.shape[0]} request(s) left: a prompt must fit "
-                      f"the KV cache of a decode rank ({cfg_d.total_pages * cfg_d.ps} tokens: num_gpu_blocks x "
-                      "block_size); Dynamo refuses such a request too")
+    return InputError(
+        f"the SGLang prefill and decode workers are stuck with {left.shape[0]} request(s) left: a prompt must fit "
+        f"the KV cache of a prefill rank ({cfg_p.total_pages * cfg_p.ps} tokens: num_gpu_blocks x block_size) "
+        f"and max_prefill_tokens ({cfg_p.max_prefill}) when it is not chunked (chunked_prefill_size "
+        f"{cfg_p.chunk} per rank); Dynamo stops such a replay too")
 
 
 class _HoldingRank(sglang_ref.Rank):

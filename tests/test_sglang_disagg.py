@@ -106,3 +106,17 @@ def _assert_same(got, want, key):
 
 def test_kv_router_refused_on_the_command_line(capsys):
     assert_refused_by_name(FOLDER, dict(cases(FOLDER))["trace_kv_router"].split(), "kv_router", capsys)
+
+
+def test_a_prompt_no_prefill_rank_can_hold_is_an_input_error():
+    """Dynamo 1.6.1 stops such a replay ("replay invariant violated: ... effect-free zero-duration
+    pass with 3 in-flight requests remaining"); fastsim names the limit."""
+    from fastsim.api import run_synthetic_trace_replay
+    from fastsim.errors import InputError
+
+    with pytest.raises(InputError, match="KV cache of a prefill rank"):
+        run_synthetic_trace_replay(3000, 5, 3, arrival_interval_ms=100.0, num_prefill_workers=1, num_decode_workers=1,
+                                   prefill_engine_args={"engine_type": "sglang", "worker_type": "prefill",
+                                                        "block_size": 16, "num_gpu_blocks": 100},
+                                   decode_engine_args={"engine_type": "sglang", "worker_type": "decode",
+                                                       "block_size": 16})
