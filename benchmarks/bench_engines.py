@@ -5,6 +5,7 @@ round.
     DYNAMO161_PYTHON=... DYNAMO161_RUNNER=.../run_dynamo_161.py python benchmarks/bench_engines.py --engine sglang --repeats 2
     DYNAMO142_PYTHON=... python benchmarks/bench_engines.py --engine sglang --dynamo-version 1.4.2
     ... bench_engines.py --engine sglang --router-mode kv_router   (both routed by the kv_router)
+    ... bench_engines.py --engine sglang --disaggregated   (prefill and decode pools, decision 0370)
 
 fastsim runs in this process after a warm-up run (numba cache warm), under the rules of the
 release it is compared with; Dynamo runs as a child process (1.6.1 through the runner that gives it
@@ -43,6 +44,53 @@ WORKLOADS = {
 }
 
 
+DISAGG_WORKLOADS = {
+    # name: (keywords, flags, (prefill workers, decode workers))
+    "10k, 2P + 4D, 1500/150": (dict(input_tokens=1500, output_tokens=150, request_count=10_000,
+                                    arrival_interval_ms=2.0),
+                               "--input-tokens 1500 --output-tokens 150 --request-count 10000 "
+                               "--arrival-interval-ms 2", (2, 4)),
+    "5k, 1P + 2D, 1024/128, tight decode KV": (dict(input_tokens=1024, output_tokens=128, request_count=5_000,
+                                                    arrival_interval_ms=4.0),
+                                               "--input-tokens 1024 --output-tokens 128 --request-count 5000 "
+                                               "--arrival-interval-ms 4", (1, 2)),
+}
+
+
+def pool_args(name):
+    """The two pools' SGLang engine arguments of a disaggregated workload (64-token pages)."""
+    decode = {"engine_type": "sglang", "worker_type": "decode", "block_size": 64}
+    if "tight" in name:
+        decode["num_gpu_blocks"] = 800
+    return {"engine_type": "sglang", "worker_type": "prefill", "block_size": 64}, decode
+
+
+def run_disagg(name, python, runner, repeats):
+    """One table row: a disaggregated workload on fastsim and on Dynamo, ``repeats`` rounds."""
+    kw, flags, (n_p, n_d) = DISAGG_WORKLOADS[name]
+    pe, de = pool_args(name)
+    flags += (f" --num-prefill-workers {n_p} --num-decode-workers {n_d}"
+              f" --prefill-engine-args {json.dumps(pe, separators=(',', ':'))}"
+              f" --decode-engine-args {json.dumps(de, separators=(',', ':'))}")
+    fs, dy, ratios, same = [], [], [], True
+    for _ in range(repeats):
+        k = dict(kw)
+        rep = fastsim.run_synthetic_trace_replay(k.pop("input_tokens"), k.pop("output_tokens"), k.pop("request_count"),
+                                                 prefill_engine_args=pe, decode_engine_args=de,
+                                                 num_prefill_workers=n_p, num_decode_workers=n_d, **k)
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d) / "r.json"
+            subprocess.run([python, *runner.split(), *flags.split(), "--report-json", str(out)], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, DYN_LOG="error"))
+            ref = json.loads(out.read_text())
+        fs.append(rep.summary["wall_time_ms"])
+        dy.append(ref["wall_time_ms"])
+        ratios.append(dy[-1] / fs[-1])
+        same &= abs(rep.summary["duration_ms"] - ref["duration_ms"]) <= 1e-9 * max(1.0, abs(ref["duration_ms"]))
+    print(f"| {name} | {', '.join(f'{x:.0f}' for x in fs)} | {', '.join(f'{x:.0f}' for x in dy)} | "
+          f"{statistics.median(ratios):.2f}x | {'yes' if same else 'NO'} |", flush=True)
+
+
 def engine_args(engine, dp):
     """The engine arguments of a workload: SGLang with 64-token pages; TRT-LLM at its defaults,
     with 1,500 blocks a rank under DP (every rank's KV reserved to the limit)."""
@@ -79,6 +127,8 @@ def main(argv=None):
                     help="the release compared with (and whose rules fastsim runs)")
     ap.add_argument("--dynamo142-python", default=os.environ.get("DYNAMO142_PYTHON"))
     ap.add_argument("--router-mode", choices=("round_robin", "kv_router"), default="round_robin")
+    ap.add_argument("--disaggregated", action="store_true",
+                    help="prefill and decode pools (SGLang, Dynamo 1.6.1, round robin)")
     a = ap.parse_args(argv)
     if a.dynamo_version == "1.4.2":
         if not a.dynamo142_python:
@@ -88,6 +138,14 @@ def main(argv=None):
         if not (a.dynamo161_python and a.dynamo161_runner):
             sys.exit("give --dynamo161-python and --dynamo161-runner (or DYNAMO161_PYTHON, DYNAMO161_RUNNER)")
         python, runner = a.dynamo161_python, a.dynamo161_runner
+    if a.disaggregated:
+        if a.engine != "sglang" or a.dynamo_version != "1.6.1" or a.router_mode != "round_robin":
+            sys.exit("--disaggregated compares the SGLang engine with Dynamo 1.6.1 under round robin")
+        print("| workload | fastsim wall_time_ms | Dynamo 1.6.1 wall_time_ms | ratio (median) | same duration_ms |")
+        print("|---|---|---|---|---|")
+        for name in DISAGG_WORKLOADS:
+            run_disagg(name, python, runner, a.repeats)
+        return
     run_fastsim(dict(input_tokens=256, output_tokens=8, request_count=50, arrival_interval_ms=10.0),
                 engine_args(a.engine, 1), a.dynamo_version, a.router_mode)  # warm
     print(f"| workload | fastsim wall_time_ms | Dynamo {a.dynamo_version} wall_time_ms | ratio (median) | "

@@ -115,6 +115,12 @@ class History:
             self.decode_admit = _col(req, "decode_admit_ms", np.float64, np.nan, n)
             self.reported = np.maximum(_col(req, "prefill_route_overlap_tokens", np.int64, 0, n), 0)
             self.decode_reported = np.maximum(_col(req, "decode_route_overlap_tokens", np.int64, 0, n), 0)
+            # the SGLang engine routes a request to its decode worker first (decision 0370)
+            self.decode_first = bool(req.get("decode_routed_first", False))
+            self.pool_dp = req.get("pool_dp") or {}  # (the SGLang engine's DP ranks a worker, per pool)
+            # the decode rank a request was routed to (the SGLang engine routes one that then fails)
+            self.decode_route = _col(req, "decode_route_idx", np.int64, -1, n) if "decode_route_idx" in req \
+                else self.rank
         self.session = req.get("session_index")
         self.turn = req.get("turn_index")
         self.names = req.get("session_names")
@@ -148,7 +154,7 @@ class History:
             q = ("queued", _num(arr), _num(rel), _num(rel - arr))
         else:
             q = ("immediate", "null", "null", "0.0")
-        dp = self.dp if pool == "agg" else 1
+        dp = self.dp if pool == "agg" else self.pool_dp.get(pool, 1) if self.disagg else 1
         return _ROUTE % ((pool,) + q + (rank // dp, rank, rank % dp) + figures)
 
     def _routes(self, r):
@@ -157,10 +163,10 @@ class History:
             if self.pre_rank[r] >= 0:
                 out.append(self._route("prefill", int(self.pre_rank[r]), r,
                                        (int(self.reported[r]), int(self.selected[r]), int(self.best[r]))))
-            if self.rank[r] >= 0:
-                out.append(self._route("decode", int(self.rank[r]), r,
+            if self.decode_route[r] >= 0:
+                out.append(self._route("decode", int(self.decode_route[r]), r,
                                        (int(self.decode_reported[r]), 0, 0)))
-            return out
+            return out[::-1] if self.decode_first else out
         if self.rank[r] < 0:
             return []
         return [self._route("agg", int(self.rank[r]), r,

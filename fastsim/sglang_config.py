@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from fastsim.errors import InputError, NotSupportedError
+from fastsim.errors import InputError
 
 _INT_FIELDS = ("max_prefill_tokens", "chunked_prefill_size", "clip_max_new_tokens", "page_size")
 _VALID = ("schedule_policy", "max_prefill_tokens", "chunked_prefill_size", "clip_max_new_tokens",
@@ -72,9 +72,6 @@ def check_sglang_args(obj, source: str) -> None:
     if obj.block_size and chunk % obj.block_size:
         raise InputError(f"{source}: engine_type=sglang requires sglang.chunked_prefill_size to be divisible by "
                          f"block_size, got chunked_prefill_size={chunk}, block_size={obj.block_size}")
-    if obj.worker_type != "aggregated":
-        raise NotSupportedError(f"{source}: field 'worker_type' with engine_type=sglang is not supported yet by "
-                                "fastsim (disaggregated serving on the SGLang engine)")
 
 
 def sglang_settings(engine) -> SglangSettings:

@@ -38,6 +38,11 @@ def _flat_synthetic(workload):
     return workload.source == "synthetic" and workload.hash_ptr is None and not workload.turn.any()
 
 
+def _check_pool_type(engine, name, worker_type):
+    if engine.worker_type != worker_type:
+        raise InputError(f"{name}: worker_type must be '{worker_type}', got '{engine.worker_type}'")
+
+
 def _check_pool(engine, name, worker_type):
     if engine.worker_type != worker_type:
         raise InputError(f"{name}: worker_type must be '{worker_type}', got '{engine.worker_type}'")
@@ -80,6 +85,9 @@ def simulate_disagg(
     """
     args = dict(locals())
     from fastsim.dynamo_version import check_version, timing_rules
+
+    if "sglang" in (prefill_engine.engine_type, decode_engine.engine_type):  # decision 0370
+        return _sglang_disagg(args)
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.kvpool import make_pool
     from fastsim.kernels.codes import (COMPLETED, DEAD_END, DECODE, FAILED, INTERRUPTED, NOT_ARRIVED, OUTCOME_FAILED,
@@ -309,6 +317,22 @@ def simulate_disagg(
     report.fleet = fleet
     report.workers = None
     return report
+
+
+def _sglang_disagg(args):
+    """The SGLang engine's disaggregated replay (``fastsim/sglang_disagg.py``)."""
+    from fastsim.dynamo_version import check_version
+    from fastsim.sglang_disagg import check_sglang_disagg, simulate_sglang_disagg
+
+    pe, de = args["prefill_engine"], args["decode_engine"]
+    _check_pool_type(pe, "prefill_engine_args", "prefill")
+    _check_pool_type(de, "decode_engine_args", "decode")
+    version = check_version(args["dynamo_version"])
+    check_sglang_disagg(pe, de, router_mode=args["router_mode"], version=version,
+                        scaling_schedule=args["scaling_schedule"])
+    return simulate_sglang_disagg(args["workload"], pe, de, num_prefill_workers=args["num_prefill_workers"],
+                                  num_decode_workers=args["num_decode_workers"], sla=args["sla"], version=version,
+                                  concurrency=int(args["replay_concurrency"] or 0), cap_ms=args["max_sim_time_ms"])
 
 
 def _pool_schedules(schedule):

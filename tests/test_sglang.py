@@ -77,7 +77,6 @@ def test_bad_settings(text, err):
 @pytest.mark.parametrize("kw,err", [
     (dict(router_mode="kv_router", num_workers=2, router_config={"router_queue_threshold": 1.0}),
      "router_queue_threshold"),
-    (dict(extra_engine_args={"engine_type": "sglang", "worker_type": "prefill"}), "worker_type"),
 ])
 def test_not_yet(kw, err):
     args = dict(extra_engine_args={"engine_type": "sglang", "block_size": 64})
@@ -92,6 +91,13 @@ def test_compiled_engine_equals_reference(name, monkeypatch):
     """The compiled engine (kernels/sglang.py, kernels/radix.py) against the plain-Python one
     (fastsim/sglang_ref.py): every per-request column identical, the report within 1e-12."""
     _engines_agree(DATA, name, monkeypatch)
+
+
+def test_prefill_worker_alone_is_an_input_error():
+    """A prefill worker type belongs in a disaggregated replay (decision 0370), not an aggregated one."""
+    with pytest.raises(InputError, match="aggregated workers"):
+        run_synthetic_trace_replay(256, 8, 10, arrival_interval_ms=10.0,
+                                   extra_engine_args={"engine_type": "sglang", "worker_type": "prefill"})
 
 
 def _engines_agree(folder, name, monkeypatch):
