@@ -165,6 +165,19 @@ def mark_ready_nb(fl, now):
     return changed
 
 
+@inline
+def retire_if_idle_nb(fl, g, dp, n_run, n_wait):
+    """Retire (tombstone) draining worker ``g`` if none of its ``dp`` ranks has a request running
+    or waiting; True if it was."""
+    for k in range(g * dp, (g + 1) * dp):
+        if n_run[k] + n_wait[k] > 0:
+            return False
+    fl.gstate[g] = RETIRED
+    fl.fs[NDRAINING] -= 1
+    fl.fs[NLIVE] -= 1
+    return True
+
+
 @kernel_noalloc
 def retire_drained_nb(fl, busy, n_run, n_wait, dp, g0):
     """Draining workers with no work and nothing held are retired (tombstoned); ``g0`` is the
@@ -175,15 +188,7 @@ def retire_drained_nb(fl, busy, n_run, n_wait, dp, g0):
     for g in range(fl.fs[NCREATED]):
         if fl.gstate[g] != DRAINING or busy[g0 + g] or fl.hold[g] != 0:
             continue
-        empty = True
-        for k in range(g * dp, (g + 1) * dp):
-            if n_run[k] + n_wait[k] > 0:
-                empty = False
-                break
-        if empty:
-            fl.gstate[g] = RETIRED
-            fl.fs[NDRAINING] -= 1
-            fl.fs[NLIVE] -= 1
+        if retire_if_idle_nb(fl, g, dp, n_run, n_wait):
             changed = True
     return changed
 

@@ -9,7 +9,7 @@ worker-seconds, which Dynamo sums at every event over the workers alive.
 
 import numpy as np
 
-from fastsim.kernels.fleet import ACTIVE, DRAINING, NACT, NDRAINING, NLIVE, RETIRED, nth_active_nb
+from fastsim.kernels.fleet import ACTIVE, DRAINING, NACT, NDRAINING, NLIVE, nth_active_nb, retire_if_idle_nb
 from fastsim.kernels.jit import inline, inner
 
 # ``Fleet.ff`` slots this module keeps: the worker-seconds so far and the last event they reach
@@ -42,15 +42,7 @@ def retire_drained_nb(fl, busy, k, done_head, dp):
     for g in range(busy.shape[0]):
         if fl.gstate[g] != DRAINING or busy[g] != np.inf or done_head[g] != -1:
             continue
-        empty = True
-        for r in range(g * dp, (g + 1) * dp):
-            if k.rn[r] + k.wn[r] > 0:
-                empty = False
-                break
-        if empty:
-            fl.gstate[g] = RETIRED
-            fl.fs[NDRAINING] -= 1
-            fl.fs[NLIVE] -= 1
+        if retire_if_idle_nb(fl, g, dp, k.rn, k.wn):
             changed = True
     return changed
 
