@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fastsim.kernels.host_tier import _sift as _sift_by_hash
 from fastsim.kernels.jit import inner
 
 READ, WRITE = 0, 1
@@ -76,11 +77,16 @@ class G3Tier(NamedTuple):
     counts: np.ndarray  # int64[R * 2]: scratch: ready jobs per worker and direction
     meta: np.ndarray  # int64[16]
     fmeta: np.ndarray  # float64[3]
-    # scratch of an eviction: candidates' recency, hash, table position
-    ctouch: np.ndarray  # int64[cap]
-    chash: np.ndarray  # uint64[cap]
-    cpos: np.ndarray  # int64[cap]
-    ckey: np.ndarray  # uint64[cap]
+    # the LRU ring of each worker: (key, hash, recency) items in (recency, hash) order, ``n_lru``
+    # a worker; an item is live while its entry has that recency (a later one, or an eviction,
+    # leaves it dead in place, skipped and dropped when the ring compacts)
+    lkey: np.ndarray  # uint64[R * n_lru]
+    lhash: np.ndarray  # uint64[R * n_lru]
+    ltouch: np.ndarray  # int64[R * n_lru]
+    lhead: np.ndarray  # int64[R]
+    ltail: np.ndarray  # int64[R]
+    evictable: np.ndarray  # int64[R]: resident unpinned entries
+    ckey: np.ndarray  # uint64[cap]: scratch: the victims of one write
 
 
 def make_g3_tier(n_ranks, cap, block_bytes, latency_ms, read_gbps, write_gbps, n_jobs=4096, n_keys=1 << 18):
@@ -91,6 +97,7 @@ def make_g3_tier(n_ranks, cap, block_bytes, latency_ms, read_gbps, write_gbps, n
     bw = np.zeros(2)
     bw[READ] = read_gbps
     bw[WRITE] = write_gbps
+    n_lru = 4 * cap + 64
     return G3Tier(
         cap=int(cap), tmask=tsize - 1, block_bytes=float(block_bytes), latency_ms=float(latency_ms), bw=bw,
         gkey=np.zeros(n_ranks * tsize, dtype=np.uint64), ghash=np.zeros(n_ranks * tsize, dtype=np.uint64),
@@ -105,8 +112,10 @@ def make_g3_tier(n_ranks, cap, block_bytes, latency_ms, read_gbps, write_gbps, n
         kkey=np.zeros(n_keys, dtype=np.uint64), khash=np.zeros(n_keys, dtype=np.uint64),
         seen=np.zeros(n_ranks, dtype=np.int64), counts=np.zeros(2 * n_ranks, dtype=np.int64),
         meta=np.zeros(16, dtype=np.int64), fmeta=np.zeros(3),
-        ctouch=np.zeros(max(cap, 1), dtype=np.int64), chash=np.zeros(max(cap, 1), dtype=np.uint64),
-        cpos=np.zeros(max(cap, 1), dtype=np.int64), ckey=np.zeros(max(cap, 1), dtype=np.uint64),
+        lkey=np.zeros(n_ranks * n_lru, dtype=np.uint64), lhash=np.zeros(n_ranks * n_lru, dtype=np.uint64),
+        ltouch=np.zeros(n_ranks * n_lru, dtype=np.int64), lhead=np.zeros(n_ranks, dtype=np.int64),
+        ltail=np.zeros(n_ranks, dtype=np.int64), evictable=np.zeros(n_ranks, dtype=np.int64),
+        ckey=np.zeros(max(cap, 1), dtype=np.uint64),
     )
 
 
@@ -164,6 +173,8 @@ def probe_nb(g, k, key):
         g.meta[PENDING_PROBES] += 1
         return 1
     g.gtouch[p] = g.meta[ORDINAL]
+    _lru_room(g, k, 1)
+    _lru_push(g, k, key, g.ghash[p], g.meta[ORDINAL])
     g.meta[HITS] += 1
     return 2
 
@@ -203,13 +214,20 @@ def _finish(g, j, now):
     k = g.jrank[j]
     d = g.jdir[j]
     n_ring = g.kkey.shape[0]
+    first = _lru_room(g, k, g.jn[j])
     for i in range(g.jn[j]):
-        p = _pos(g, k, g.kkey[(g.jfirst[j] + i) % n_ring])
+        key = g.kkey[(g.jfirst[j] + i) % n_ring]
+        p = _pos(g, k, key)
         if d == WRITE:
             g.gstate[p] = _RESIDENT
+            g.evictable[k] += 1
         else:
             g.gpins[p] -= 1
+            if g.gpins[p] == 0:
+                g.evictable[k] += 1
         g.gtouch[p] = g.meta[ORDINAL]
+        _lru_push(g, k, key, g.ghash[p], g.meta[ORDINAL])
+    _lru_sort_end(g, k, first)
     if d == WRITE:
         g.meta[W_DONE] += 1
         g.meta[W_BYTES] += np.int64(g.jn[j] * g.block_bytes)
@@ -310,44 +328,79 @@ def next_event_nb(g, k):
     return t
 
 
-# ----------------------------------------------------------------------------- eviction order
+# ----------------------------------------------------------------------------- the LRU ring
 @inner
-def _before(g, a, b):
-    """Candidate ``a`` is older than ``b``: (recency, sequence hash) order."""
-    if g.ctouch[a] != g.ctouch[b]:
-        return g.ctouch[a] < g.ctouch[b]
-    return g.chash[a] < g.chash[b]
-
-
-@inner
-def _swap(g, a, b):
-    g.ctouch[a], g.ctouch[b] = g.ctouch[b], g.ctouch[a]
-    g.chash[a], g.chash[b] = g.chash[b], g.chash[a]
-    g.cpos[a], g.cpos[b] = g.cpos[b], g.cpos[a]
+def _live(g, k, i):
+    """Ring item ``i`` is its entry's current recency."""
+    if g.ltouch[i] <= 0:
+        return False
+    p = _pos(g, k, g.lkey[i])
+    return g.gstate[p] != _EMPTY and g.gtouch[p] == g.ltouch[i]
 
 
 @inner
-def _sift(g, root, end):
-    while True:
-        child = 2 * root + 1
-        if child >= end:
-            return
-        if child + 1 < end and _before(g, child, child + 1):
-            child += 1
-        if not _before(g, root, child):
-            return
-        _swap(g, root, child)
-        root = child
+def _compact(g, k):
+    n_lru = g.lkey.shape[0] // g.lhead.shape[0]
+    base = k * n_lru
+    j = np.int64(0)
+    for i in range(g.lhead[k], g.ltail[k]):
+        if _live(g, k, base + i):
+            g.lkey[base + j] = g.lkey[base + i]
+            g.lhash[base + j] = g.lhash[base + i]
+            g.ltouch[base + j] = g.ltouch[base + i]
+            j += 1
+    g.lhead[k] = 0
+    g.ltail[k] = j
 
 
 @inner
-def _sort_candidates(g, c):
-    """Heap sort of the ``c`` eviction candidates, oldest first (no allocation)."""
-    for root in range(c // 2 - 1, -1, -1):
-        _sift(g, root, c)
-    for end in range(c - 1, 0, -1):
-        _swap(g, 0, end)
-        _sift(g, 0, end)
+def _lru_room(g, k, n):
+    """Room for ``n`` items pushed together; returns the ring index of the first."""
+    if g.ltail[k] + n > g.lkey.shape[0] // g.lhead.shape[0]:
+        _compact(g, k)
+    return g.ltail[k]
+
+
+@inner
+def _lru_push(g, k, key, h, touch):
+    i = k * (g.lkey.shape[0] // g.lhead.shape[0]) + g.ltail[k]
+    g.lkey[i] = key
+    g.lhash[i] = h
+    g.ltouch[i] = touch
+    g.ltail[k] += 1
+
+
+@inner
+def _lru_sort_end(g, k, first):
+    """The items pushed since ``first`` (one completed job's blocks) in hash order."""
+    lo = k * (g.lkey.shape[0] // g.lhead.shape[0]) + first
+    n = g.ltail[k] - first
+    for root in range(n // 2 - 1, -1, -1):
+        _sift_by_hash(g.lhash, g.lkey, g.ltouch, lo, root, n)
+    for end in range(n - 1, 0, -1):
+        g.lhash[lo], g.lhash[lo + end] = g.lhash[lo + end], g.lhash[lo]
+        g.lkey[lo], g.lkey[lo + end] = g.lkey[lo + end], g.lkey[lo]
+        g.ltouch[lo], g.ltouch[lo + end] = g.ltouch[lo + end], g.ltouch[lo]
+        _sift_by_hash(g.lhash, g.lkey, g.ltouch, lo, 0, end)
+
+
+@inner
+def _lru_victims(g, k, needed):
+    """The keys of worker ``k``'s ``needed`` oldest resident unpinned blocks into ``g.ckey``
+    (the caller checked that there are that many)."""
+    base = k * (g.lkey.shape[0] // g.lhead.shape[0])
+    found = 0
+    i = g.lhead[k]
+    while found < needed:
+        if not _live(g, k, base + i):
+            if i == g.lhead[k]:
+                g.lhead[k] += 1
+        else:
+            p = _pos(g, k, g.lkey[base + i])
+            if g.gstate[p] == _RESIDENT and g.gpins[p] == 0:
+                g.ckey[found] = g.lkey[base + i]
+                found += 1
+        i += 1
 
 
 # ----------------------------------------------------------------------------- submissions
@@ -408,27 +461,17 @@ def submit_write_nb(g, k, keys, hashes, n, now):
         return 0
     needed = g.gcount[k] + m - g.cap
     if needed > 0:
-        # the least recently used resident unpinned blocks, by (recency, sequence hash)
-        base = k * (g.tmask + 1)
-        c = 0
-        for i in range(g.tmask + 1):
-            p = base + i
-            if g.gstate[p] == _RESIDENT and g.gpins[p] == 0:
-                g.ctouch[c] = g.gtouch[p]
-                g.chash[c] = g.ghash[p]
-                g.cpos[c] = p
-                c += 1
-        if c < needed:  # too few victims: the blocks that fit are written, the first ones
-            m -= needed - c
-            needed = c
+        if g.evictable[k] < needed:  # too few victims: the blocks that fit are written, the first ones
+            m -= needed - g.evictable[k]
+            needed = g.evictable[k]
             if m <= 0:
                 return 0
-        _sort_candidates(g, c)
-        for v in range(needed):  # their keys first: a deletion moves entries
-            g.ckey[v] = g.gkey[g.cpos[v]]
+        # the least recently used resident unpinned blocks, by (recency, sequence hash): the ring's order
+        _lru_victims(g, k, needed)
         for v in range(needed):
             _delete(g, k, _pos(g, k, g.ckey[v]))
             g.gcount[k] -= 1
+            g.evictable[k] -= 1
             g.meta[EVICTIONS] += 1
     if not _room(g, m):
         return 0
@@ -456,7 +499,10 @@ def submit_read_nb(g, k, keys, n, now):
     tail = g.meta[KTAIL]
     for i in range(n):
         g.kkey[(tail + i) % n_ring] = keys[i]
-        g.gpins[_pos(g, k, keys[i])] += 1
+        p = _pos(g, k, keys[i])
+        if g.gpins[p] == 0:
+            g.evictable[k] -= 1
+        g.gpins[p] += 1
     _push_job(g, k, READ, n, g.fmeta[NOW])
     return True
 

@@ -60,6 +60,9 @@ from fastsim.kernels.rank_state import BUDGET, NLOG, PREEMPTED_ANY, PROGRESS
 NO_LOAD, LOADING, ACTIVATED = 0, 1, 2
 # ``TierRun.flag`` slots: why the run stopped (0: it did not), and the rank
 STOP, STOP_RANK = 0, 1
+# ``flag[STOP]``: a request staged blocks from G3 this many times (no progress: decision 0355)
+G3_STUCK = 9
+G3_MAX_STAGES = 64
 
 
 class TierRun(NamedTuple):
@@ -111,6 +114,7 @@ class TierRun(NamedTuple):
     g3stores: np.ndarray  # int64[transfers in flight of a rank]
     g3skeys: np.ndarray  # uint64[blocks of a transfer]
     g3shash: np.ndarray  # uint64[blocks of a transfer]
+    g3n: np.ndarray  # int64[n]: reads from G3 a request's lookups submitted
 
 
 def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None):
@@ -138,6 +142,7 @@ def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None):
         g3stores=np.zeros(ht.xkind.shape[0] // ht.meta.shape[0], dtype=np.int64),
         g3skeys=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
         g3shash=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
+        g3n=np.zeros(n_rows, dtype=np.int64),
     )
 
 
@@ -288,6 +293,10 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
             break
     if n == 0:
         return deferred
+    tr.g3n[r] += 1
+    if tr.g3n[r] > G3_MAX_STAGES and tr.flag[STOP] == 0:  # Dynamo gives up restoring then (not modelled)
+        tr.flag[STOP] = G3_STUCK
+        tr.flag[STOP_RANK] = k
     if not submit_read_nb(g, k, tr.g3keys, n, now) and tr.flag[STOP] == 0:
         tr.flag[STOP] = LOG_FULL
         tr.flag[STOP_RANK] = k
