@@ -6,8 +6,9 @@
 Each round runs, on the same trace: Dynamo 1.6.1 and fastsim (in this process, after a warm-up
 run of each variant), without a tier, with one large enough never to evict a host block, and with
 one far smaller than the trace's distinct prompt blocks, which evicts all along
-(``docs/decisions/0354-host-eviction.md``). The last column says whether the simulated durations
-agree.
+(``docs/decisions/0354-host-eviction.md``), and with that small tier backed by a G3 tier
+(``docs/decisions/0355-g3-tier.md``). ``--variants`` picks some of them by number (0-3). The last
+column says whether the simulated durations agree.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ HOST_BLOCKS = 200000  # more than the trace's distinct prompt blocks: no host ev
 TIER = dict(BASE, kv_cache_bytes_per_token=131072, native_host_offload={"num_host_blocks": HOST_BLOCKS})
 SMALL_BLOCKS = 2000  # far fewer than the trace's distinct prompt blocks: the tier evicts
 SMALL = dict(BASE, kv_cache_bytes_per_token=131072, native_host_offload={"num_host_blocks": SMALL_BLOCKS})
-VARIANTS = (("no tier", BASE), ("host tier", TIER), (f"host tier of {SMALL_BLOCKS} blocks (evicts)", SMALL))
+G3_BLOCKS = 20000  # a worker_local G3 tier behind the small host tier (decision 0355)
+G3 = dict(SMALL, g3_offload={"scope": "worker_local", "num_g3_blocks": G3_BLOCKS})
+VARIANTS = (("no tier", BASE), ("host tier", TIER), (f"host tier of {SMALL_BLOCKS} blocks (evicts)", SMALL),
+            (f"host tier of {SMALL_BLOCKS} blocks + G3 tier of {G3_BLOCKS} blocks", G3))
 
 
 def run_fastsim(trace, engine, workers):
@@ -62,16 +66,18 @@ def main(argv=None):
     ap.add_argument("--trace", default=str(REPO / "examples" / "mooncake_trace_1000.jsonl"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--variants", type=int, nargs="*", default=None, help="numbers of the variants to run (0-3)")
     ap.add_argument("--dynamo161-python", default=os.environ.get("DYNAMO161_PYTHON"))
     ap.add_argument("--dynamo161-runner", default=os.environ.get("DYNAMO161_RUNNER"))
     a = ap.parse_args(argv)
     if not (a.dynamo161_python and a.dynamo161_runner):
         sys.exit("give --dynamo161-python and --dynamo161-runner (or DYNAMO161_PYTHON, DYNAMO161_RUNNER)")
-    for _, engine in VARIANTS:  # warm-up: the numba cache
+    variants = VARIANTS if a.variants is None else [VARIANTS[i] for i in a.variants]
+    for _, engine in variants:  # warm-up: the numba cache
         run_fastsim(a.trace, engine, a.workers)
-    rows = {name: [] for name, _ in VARIANTS}
+    rows = {name: [] for name, _ in variants}
     for _ in range(a.repeats):
-        for name, engine in VARIANTS:
+        for name, engine in variants:
             f_wall, f_dur = run_fastsim(a.trace, engine, a.workers)
             d_wall, d_dur = run_dynamo(a.dynamo161_python, a.dynamo161_runner, a.trace, engine, a.workers)
             rows[name].append((f_wall, d_wall, f_dur is None or abs(f_dur - d_dur) <= 1e-9 * abs(d_dur)))

@@ -298,7 +298,7 @@ def nested_to_flat(raw: Mapping[str, Any], source: str) -> dict:
     from fastsim.kv_tiers import check_g3_offload, check_native_host_offload, refuse_tiers
 
     host_tier = check_native_host_offload(engine.get("native_host_offload"), engine, source)
-    refuse_tiers(host_tier, check_g3_offload(engine.get("g3_offload"), host_tier, source), source)
+    host_tier = refuse_tiers(host_tier, check_g3_offload(engine.get("g3_offload"), host_tier, source), source)
     if host_tier is not None:
         flat["host_offload"] = host_tier
     for name, feature in (

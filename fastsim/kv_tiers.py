@@ -3,8 +3,9 @@
 fastsim reads and checks these settings with Dynamo 1.6.1's rules. The host tier is simulated
 (``kernels/host_offload.py``, decisions 0350-0353) on aggregated vLLM workers (attention DP too)
 with round robin or kv_router routing, host eviction included (Dynamo's LRU order within one
-transfer follows its block hash values, which fastsim computes: decision 0354);
-:func:`check_host_tier_run` refuses the rest by name. The G3 tier is refused. Dynamo 1.4.2 reads its flat offload names but its offline replay runs
+transfer follows its block hash values, which fastsim computes: decision 0354), and the G3 tier
+of scope worker_local behind it (``kernels/g3_tier.py``, decision 0355);
+:func:`check_host_tier_run` refuses the rest by name (a cluster_shared G3 tier among them). Dynamo 1.4.2 reads its flat offload names but its offline replay runs
 without any tier, so in 1.4.2 mode those names change nothing, as there.
 
 Nested form (Dynamo 1.6.1), under ``engine``::
@@ -69,6 +70,7 @@ class HostOffload:
     latency_to_first_byte_ms: float = 0.0
     kv_layout_id: Optional[str] = None
     kv_cache_bytes_per_token: int = 0
+    g3: Optional["G3Offload"] = None  # the G3 tier behind it (engine.g3_offload)
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,9 @@ def check_flat_tiers(engine, version: str, source: str):
     import dataclasses
 
     if version == "1.4.2":
+        if engine.host_offload is not None and engine.host_offload.g3 is not None:
+            raise NotSupportedError(f"{source}: engine.g3_offload is a Dynamo 1.6.1 setting (1.4.2's offline "
+                                    "replay has no G3 tier, and no host tier before it); use dynamo_version 1.6.1")
         if engine.host_offload is not None:
             raise NotSupportedError(f"{source}: engine.native_host_offload is a Dynamo 1.6.1 setting (1.4.2's "
                                     "offline replay has no host tier); use dynamo_version 1.6.1")
@@ -236,14 +241,24 @@ def check_flat_tiers(engine, version: str, source: str):
     return dataclasses.replace(engine, host_offload=host)
 
 
-def refuse_tiers(host: Optional[HostOffload], g3: Optional[G3Offload], source: str) -> None:
-    """Refuse a G3 tier: fastsim does not simulate it yet."""
-    if g3 is not None:
+def refuse_tiers(host: Optional[HostOffload], g3: Optional[G3Offload], source: str) -> Optional[HostOffload]:
+    """The host tier with its G3 tier attached; a G3 tier fastsim does not simulate yet is refused:
+    scope cluster_shared (one pool shared by the workers, with fair-share transfers), and reads
+    that take no time at all (both the first-byte latency and the read bandwidth 0)."""
+    if g3 is None:
+        return host
+    if g3.scope != "worker_local":
         raise NotSupportedError(
-            f"{source}: engine.g3_offload (a shared KV tier, G3) is not supported yet by fastsim; Dynamo 1.6.1 "
-            "runs it offline. Remove it to simulate the GPU pool and the host tier alone (other numbers than "
-            "Dynamo's)"
-        )
+            f"{source}: engine.g3_offload.scope 'cluster_shared' (one G3 pool shared by every worker) is not "
+            "supported yet by fastsim; Dynamo 1.6.1 runs it offline. Use scope 'worker_local', or remove the "
+            "G3 tier to simulate the GPU pool and the host tier alone (other numbers than Dynamo's)")
+    if g3.latency_to_first_byte_ms == 0 and g3.read_bandwidth_gbps == 0:
+        raise NotSupportedError(
+            f"{source}: engine.g3_offload with instantaneous reads (latency_to_first_byte_ms 0 and "
+            "read_bandwidth_gbps 0) is not supported yet by fastsim; give either a positive value")
+    import dataclasses
+
+    return dataclasses.replace(host, g3=g3)
 
 
 def _not_yet(what: str) -> NotSupportedError:
@@ -269,6 +284,10 @@ def check_host_tier_run(engine, *, router_mode: str, disaggregated: bool = False
         raise _not_yet("a scaling schedule or a planner")
     if engine.aic_nextn:
         raise _not_yet("speculative decoding (aic_nextn)")
+    if host.g3 is not None and max(int(engine.dp_size or 1), 1) > 1:
+        # Dynamo 1.6.1: "invalid replay spec: g3_offload supports only dp_size=1"
+        raise InputError(f"engine.g3_offload supports only dp_size=1 (as in Dynamo 1.6.1), got dp_size "
+                         f"{engine.dp_size}: remove the G3 tier or the attention DP ranks")
     if workload is not None:
         if workload.stream_row is not None or workload.key_isl is not None:
             raise _not_yet("mooncake-delta session streams")
@@ -282,6 +301,13 @@ def host_tier_stopped(reason: int, rank: int, engine) -> NotSupportedError:
         return NotSupportedError(
             f"the host KV tier of rank {rank} had more transfers in flight than fastsim keeps (a store or "
             "load ring is full): not supported yet; lower the traffic or raise the bandwidths")
+    from fastsim.kernels.host_offload import G3_MAX_STAGES, G3_STUCK
+
+    if reason == G3_STUCK:
+        return NotSupportedError(
+            f"a request on rank {rank} restored blocks from the G3 tier more than {G3_MAX_STAGES} times without "
+            "being admitted: Dynamo 1.6.1 then continues without further G3 restores, which is not supported "
+            "yet by fastsim; give the host tier more room (num_host_blocks)")
     return NotSupportedError(f"the host KV tier stopped the run (reason {reason})")
 
 

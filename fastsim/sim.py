@@ -386,10 +386,15 @@ def simulate(
     single_ws = single_path and not (status == SIM_CAP and rules == TIMING_161)
     # a single worker's clock runs on to its host tier's last transfer (decision 0354)
     tail_s = float(out[1]) / 1000.0 if tier is not None and single_ws else 0.0
-    return _report(cols, gaps, fl, num_workers=num_workers, single_path=single_ws,
-                   worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
-                   telemetry=bool(telemetry_interval_ms), version=version, committed=committed,
-                   single_tail_s=tail_s)
+    report = _report(cols, gaps, fl, num_workers=num_workers, single_path=single_ws,
+                     worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
+                     telemetry=bool(telemetry_interval_ms), version=version, committed=committed,
+                     single_tail_s=tail_s)
+    if tier is not None and tier.g3.cap > 0:  # Dynamo's G3 counters (decision 0355)
+        from fastsim.kernels.g3_tier import g3_counters
+
+        report.summary["g3_offload"] = g3_counters(tier.g3)
+    return report
 
 
 def _load_tier_kernels(run_loop_nb, args):
@@ -423,7 +428,14 @@ def _host_tier(st, engine, rings, workload):
     from fastsim.kernels.dynamo_hash import sequence_hashes
 
     dhash = sequence_hashes(workload, st.params.block_size, st.requests.key_ptr)
-    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0], dhash)
+    g3 = None
+    if host.g3 is not None:  # one rank a worker (dp_size 1): rank k's G3 pool is its worker's
+        from fastsim.kernels.g3_tier import make_g3_tier
+
+        g3 = make_g3_tier(n_ranks, host.g3.num_g3_blocks, st.params.block_size * host.kv_cache_bytes_per_token,
+                          host.g3.latency_to_first_byte_ms, host.g3.read_bandwidth_gbps,
+                          host.g3.write_bandwidth_gbps, n_jobs=4 * rings[0], n_keys=4 * rings[1])
+    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0], dhash, g3)
 
 
 def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=False, num_workers=1,

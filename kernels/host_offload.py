@@ -40,11 +40,17 @@ import numpy as np
 
 from fastsim.kernels.admission import finish_nb, log_readmission, schedule
 from fastsim.kernels.blocks import blocks_ceil, blocks_floor, fill_keys, key_span
+from fastsim.kernels.g3_tier import make_g3_tier
 from fastsim.kernels.codes import SCHEDULED, TERM_REJECTED, WAITING
 from fastsim.kernels.host_fences import eviction_dep_nb, store_in_flight_nb
-from fastsim.kernels.host_tier import (CLOCK, HIT, LOAD, LOG_FULL, MISS, PENDING, PREPARED, loading_nb, lookup_nb,
-                                       next_deadline_nb, pop_due_nb, prepare_store_nb, schedule_load_nb,
-                                       store_fence_nb, submit_prepared_nb, touch_nb)
+from fastsim.kernels.g3_tier import (FULL, KTAIL, WRITE, advance_nb, drop_done_nb, next_event_nb, probe_nb, submit_read_nb,
+                                     submit_write_nb, take_first_nb)
+from fastsim.kernels.g3_tier import EPOCH as G3_EPOCH
+from fastsim.kernels.host_tier import (CLOCK, HIT, LOAD, LOG_FULL, MISS, PENDING, PREPARED, complete_external_nb,
+                                       loading_nb, lookup_nb, next_deadline_nb, pin_external_nb, pop_due_nb,
+                                       prepare_store_nb, reserve_external_nb, schedule_load_nb, store_blocks_nb,
+                                       store_fence_nb, submit_prepared_nb, touch_nb, unpin_begin_nb, unpin_end_nb,
+                                       unpin_nb)
 from fastsim.kernels.jit import inline, inner
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, can_use_nb, match_slots_nb, register_nb, seal_feed_nb
 from fastsim.kernels.queues import start_running, unlink_waiting
@@ -54,6 +60,9 @@ from fastsim.kernels.rank_state import BUDGET, NLOG, PREEMPTED_ANY, PROGRESS
 NO_LOAD, LOADING, ACTIVATED = 0, 1, 2
 # ``TierRun.flag`` slots: why the run stopped (0: it did not), and the rank
 STOP, STOP_RANK = 0, 1
+# ``flag[STOP]``: a request staged blocks from G3 this many times (no progress: decision 0355)
+G3_STUCK = 9
+G3_MAX_STAGES = 64
 
 
 class TierRun(NamedTuple):
@@ -98,9 +107,17 @@ class TierRun(NamedTuple):
     hashes: np.ndarray  # uint64[max blocks of a request]: scratch
     miss: np.ndarray  # bool[max blocks of a request]: scratch
     flag: np.ndarray  # int64[2]: STOP reason, its rank
+    # the G3 tier behind the host tiers (``kernels/g3_tier.py``; ``g3.cap`` 0: none) and scratch
+    # for its blocks: those a lookup stages, the stores a boundary completes, a store's blocks
+    g3: object
+    g3keys: np.ndarray  # uint64[max blocks of a request]
+    g3stores: np.ndarray  # int64[transfers in flight of a rank]
+    g3skeys: np.ndarray  # uint64[blocks of a transfer]
+    g3shash: np.ndarray  # uint64[blocks of a transfer]
+    g3n: np.ndarray  # int64[n]: reads from G3 a request's lookups submitted
 
 
-def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash):
+def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None):
     """The connector state of ``n_rows`` requests on ``n_ranks`` ranks of ``cap`` GPU blocks;
     ``dhash``: Dynamo's sequence hash of every full prompt block (``kernels/dynamo_hash.py``)."""
 
@@ -120,6 +137,12 @@ def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash):
         keys=np.zeros(max(max_blocks, 1), dtype=np.uint64), hashes=np.zeros(max(max_blocks, 1), dtype=np.uint64),
         miss=np.zeros(max(max_blocks, 1), dtype=np.bool_),
         flag=np.zeros(2, dtype=np.int64),
+        g3=g3 if g3 is not None else make_g3_tier(n_ranks, 0, 1.0, 0.0, 0.0, 0.0, n_jobs=1, n_keys=1),
+        g3keys=np.zeros(max(max_blocks, 1), dtype=np.uint64),
+        g3stores=np.zeros(ht.xkind.shape[0] // ht.meta.shape[0], dtype=np.int64),
+        g3skeys=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
+        g3shash=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
+        g3n=np.zeros(n_rows, dtype=np.int64),
     )
 
 
@@ -205,7 +228,7 @@ def _next_candidate(tr, rk, k):
 
 # ----------------------------------------------------------------------------- lookups
 @inline
-def _host_lookup(tr, p, rq, k, r, base, n_prompt):
+def _host_lookup(tr, p, rq, k, r, base, n_prompt, now):
     """Dynamo's host lookup of ``r`` past its ``base`` GPU-prefix blocks: (MISS, 0), (PENDING, 0)
     for a deferral, or (HIT, blocks)."""
     ht = tr.ht
@@ -218,6 +241,9 @@ def _host_lookup(tr, p, rq, k, r, base, n_prompt):
         if store_in_flight_nb(tr, k, tr.last_store[r]):
             return PENDING, np.int64(0)
         tr.last_store[r] = -1
+    if tr.g3.cap > 0 and base < n_prompt and _stage(tr, rq, k, r, base, n_prompt, now):
+        _touch_prompt(tr, k, r, n_prompt)
+        return PENDING, np.int64(0)
     kind, nh = _host_match(tr, k, base, n_prompt)
     _touch_prompt(tr, k, r, n_prompt)  # vLLM touches the prompt's blocks after the lookup
     return kind, nh
@@ -234,6 +260,47 @@ def _touch_prompt(tr, k, r, n_prompt):
         touch_nb(ht, k, tr.keys[j])
     tr.touched_row[k] = r
     tr.touched_clock[k] = ht.meta[k, CLOCK]
+
+
+@inner
+def _stage(tr, rq, k, r, base, n_prompt, now):
+    """Dynamo's G3 staging before a host lookup: the prompt's blocks past the GPU prefix that the
+    host tier misses and G3 holds, in order up to the first that neither holds (or that the host
+    tier has no room for), get a reserved host entry each and one read from G3. True when the
+    lookup must wait: a read was submitted, or a block is still on its way to either tier."""
+    ht = tr.ht
+    g = tr.g3
+    kbase = key_span(rq, r)[0]
+    deferred = False
+    n = 0
+    for j in range(base, n_prompt):
+        key = tr.keys[j]
+        s = lookup_nb(ht, k, key)
+        if s == HIT:
+            continue
+        if s == PENDING:
+            deferred = True
+            continue
+        q = probe_nb(g, k, key)
+        if q == 2:
+            if not reserve_external_nb(ht, k, key, tr.dhash[kbase + j]):
+                break
+            tr.g3keys[n] = key
+            n += 1
+        elif q == 1:
+            deferred = True
+        else:
+            break
+    if n == 0:
+        return deferred
+    tr.g3n[r] += 1
+    if tr.g3n[r] > G3_MAX_STAGES and tr.flag[STOP] == 0:  # Dynamo gives up restoring then (not modelled)
+        tr.flag[STOP] = G3_STUCK
+        tr.flag[STOP_RANK] = k
+    if not submit_read_nb(g, k, tr.g3keys, n, now) and tr.flag[STOP] == 0:
+        tr.flag[STOP] = LOG_FULL
+        tr.flag[STOP_RANK] = k
+    return True
 
 
 @inline
@@ -339,7 +406,7 @@ def admit_waiting_tier(p, pool, rq, rk, k, now, defer, pa, pend_head, pend_tail,
         if activated:  # the first try after a load: the loaded prefix, frozen
             matched = tr.lpb[u]
             active = tr.lpb[u]
-        kind, nh = _host_lookup(tr, p, rq, k, u, matched, n_prompt)
+        kind, nh = _host_lookup(tr, p, rq, k, u, matched, n_prompt, now)
         if kind == PENDING:
             _sleep(tr, rq, rk, k, u)
             acc[PROGRESS] = 1
@@ -477,18 +544,78 @@ def _advance(tr, pool, rq, k, now):
     """Complete rank ``k``'s transfers due by ``now``; a completed load's blocks become its
     request's cached GPU blocks. True if any completed."""
     any_done = False
+    n_stores = 0
     while True:
         tid, kind, r = pop_due_nb(tr.ht, k, now)
         if tid < 0:
-            return any_done
+            break
         any_done = True
-        if kind == LOAD:
+        if kind != LOAD:
+            if tr.g3.cap > 0:  # written to G3 once every due transfer has completed
+                tr.g3stores[n_stores] = tid
+                n_stores += 1
+        else:
             # the loaded blocks (the reservation past the GPU prefix) become visible
             register_nb(pool, k, rq.bslot, key_span(rq, r)[0], tr.lg1b[r], tr.lpb[r])
             # Dynamo publishes the loaded blocks' stored KV events as the load completes, not at
             # the end of the next pass (a lagging kv_router sees them from then; 0353)
             seal_feed_nb(pool, k, now)
             tr.lstate[r] = ACTIVATED
+    if tr.g3.cap > 0:
+        for i in range(n_stores):
+            _write_g3(tr, k, tr.g3stores[i], now)
+        if _take_g3(tr, k, now):
+            any_done = True
+    return any_done
+
+
+@inner
+def _write_g3(tr, k, tid, now):
+    """A completed host store of rank ``k`` is written to G3: the blocks G3 takes stay pinned in
+    the host tier until the write completes."""
+    ht = tr.ht
+    g = tr.g3
+    n = store_blocks_nb(ht, k, tid, tr.g3skeys, tr.g3shash)
+    m = submit_write_nb(g, k, tr.g3skeys, tr.g3shash, n, now)
+    if m > 0:
+        n_ring = g.kkey.shape[0]
+        for i in range(g.meta[KTAIL] - m, g.meta[KTAIL]):
+            pin_external_nb(ht, k, g.kkey[i % n_ring])
+    elif g.meta[FULL] != 0 and tr.flag[STOP] == 0:
+        tr.flag[STOP] = LOG_FULL
+        tr.flag[STOP_RANK] = k
+
+
+@inner
+def _take_g3(tr, k, now):
+    """Rank ``k`` takes its G3 jobs completed by ``now``: a write unpins its host blocks (they
+    rejoin the LRU together), a read makes its reserved host entries resident, one by one. True
+    if any G3 job completed since the rank last looked (it wakes the sleepers)."""
+    ht = tr.ht
+    g = tr.g3
+    advance_nb(g, now)
+    progressed = False
+    n_ring = g.kkey.shape[0]
+    while True:
+        m = take_first_nb(g, k, now)
+        if m < 0:
+            break
+        progressed = True
+        first = g.dfirst[m]
+        n = g.dn[m]
+        if g.ddir[m] == WRITE:
+            at = unpin_begin_nb(ht, k, n)
+            for i in range(n):
+                unpin_nb(ht, k, g.kkey[(first + i) % n_ring])
+            unpin_end_nb(ht, k, at)
+        else:
+            for i in range(n):
+                complete_external_nb(ht, k, g.kkey[(first + i) % n_ring], now)
+        drop_done_nb(g, m)
+    if g.seen[k] != g.meta[G3_EPOCH]:
+        progressed = True
+        g.seen[k] = g.meta[G3_EPOCH]
+    return progressed
 
 
 @inner
@@ -505,8 +632,13 @@ def pass_boundary_nb(tr, pool, rq, k, now):
 
 @inner
 def idle_deadline_nb(tr, k):
-    """When rank ``k``'s next transfer completes (inf: none in flight)."""
-    return next_deadline_nb(tr.ht, k)
+    """When rank ``k``'s next transfer completes or its G3 tier has an event (inf: none)."""
+    d = next_deadline_nb(tr.ht, k)
+    if tr.g3.cap > 0:
+        e = next_event_nb(tr.g3, k)
+        if e < d:
+            d = e
+    return d
 
 
 @inner

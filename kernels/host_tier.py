@@ -45,6 +45,8 @@ PREPARED, ALREADY_PRESENT, RETRY_CAPACITY, LOG_FULL = 0, 1, 2, 3
 # transfer kinds, in Dynamo's same-deadline completion order
 STORE, LOAD = 0, 1
 _RESIDENT = np.int64(-1)  # entry state; > 0: pending store (transfer id + 1); 0: empty slot
+# entry state of a block reserved for a read from the G3 tier (Dynamo's ``External`` transfer)
+_EXTERNAL = np.int64(-2)
 # per-rank integer meta columns
 (ENTRIES, NEXT_ID, D2H_HEAD, D2H_SUBMITTED, D2H_TAIL, H2D_HEAD, H2D_TAIL, KEY_HEAD,
  KEY_TAIL, LRU_HEAD, LRU_TAIL, CLOCK, EVICTED) = range(13)
@@ -70,6 +72,8 @@ class HostTier(NamedTuple):
     thash: np.ndarray  # uint64[R * tsize]: Dynamo's sequence hash of the entry's block
     tepoch: np.ndarray  # int64[R * tsize]: its LRU epoch (0: not in the LRU: pending or loading)
     tprot: np.ndarray  # int8[R * tsize]: scratch: in the cohort being admitted (not a victim)
+    # writes to the G3 tier reading the block (it leaves the LRU while any does; 0355)
+    tpin: np.ndarray  # int64[R * tsize]
     # the LRU ring of each rank, ``n_lru`` items a rank (module docstring)
     lkey: np.ndarray  # uint64[R * n_lru]
     lhash: np.ndarray  # uint64[R * n_lru]
@@ -113,6 +117,7 @@ def make_host_tier(n_ranks, cap, block_size, kv_cache_bytes_per_token, d2h_gbps,
         thash=np.zeros(n_ranks * tsize, dtype=np.uint64),
         tepoch=np.zeros(n_ranks * tsize, dtype=np.int64),
         tprot=np.zeros(n_ranks * tsize, dtype=np.int8),
+        tpin=np.zeros(n_ranks * tsize, dtype=np.int64),
         lkey=np.zeros(n_ranks * n_lru, dtype=np.uint64),
         lhash=np.zeros(n_ranks * n_lru, dtype=np.uint64),
         lep=np.zeros(n_ranks * n_lru, dtype=np.int64),
@@ -261,7 +266,7 @@ def touch_nb(ht, k, key):
     """A recency of its own for ``key`` on rank ``k`` if it is resident and no load reads it
     (Dynamo's ``touch``: other blocks ignore it)."""
     p = _pos(ht, k, key)
-    if ht.tstate[p] != _RESIDENT or ht.tload[p] != 0:
+    if ht.tstate[p] != _RESIDENT or ht.tload[p] != 0 or ht.tpin[p] != 0:
         return
     ht.meta[k, CLOCK] += 1
     ht.tepoch[p] = ht.meta[k, CLOCK]
@@ -338,6 +343,7 @@ def _delete(ht, k, p):
         ht.thash[a] = ht.thash[b]
         ht.tepoch[a] = ht.tepoch[b]
         ht.tprot[a] = ht.tprot[b]
+        ht.tpin[a] = ht.tpin[b]
         i = j
     a = base + i
     ht.tkey[a] = 0
@@ -347,6 +353,7 @@ def _delete(ht, k, p):
     ht.thash[a] = 0
     ht.tepoch[a] = 0
     ht.tprot[a] = 0
+    ht.tpin[a] = 0
 
 
 @inner
@@ -559,6 +566,8 @@ def pop_due_nb(ht, k, now):
             ht.tres[p] = now
         elif ht.tload[p] == tid + 1:
             ht.tload[p] = 0
+            if ht.tpin[p] != 0:  # a G3 write still reads it
+                continue
         else:
             continue
         ht.tepoch[p] = epoch
@@ -587,3 +596,82 @@ def resident_blocks_nb(ht, k):
         if ht.tstate[base + i] == _RESIDENT:
             m += 1
     return m
+
+
+# ----------------------------------------------------------------------------- the G3 tier's side
+@kernel_noalloc
+def reserve_external_nb(ht, k, key, h):
+    """Reserve an entry on rank ``k`` for block ``key`` (sequence hash ``h``) that a G3 read will
+    fill (Dynamo's ``reserve_external``), evicting the least recently used block if the tier is
+    full: True, or False when nothing can be evicted (nothing changes)."""
+    meta = ht.meta
+    if meta[k, ENTRIES] >= ht.cap:
+        # (the block itself is absent: nothing to protect)
+        if not _evict(ht, k, ht.lkey, 0, meta[k, ENTRIES] + 1 - ht.cap):
+            return False
+    p = _pos(ht, k, key)
+    ht.tkey[p] = key
+    ht.tstate[p] = _EXTERNAL
+    ht.thash[p] = h
+    ht.tepoch[p] = 0
+    ht.tpin[p] = 0
+    ht.tload[p] = 0
+    meta[k, ENTRIES] += 1
+    return True
+
+
+@kernel_noalloc
+def complete_external_nb(ht, k, key, now):
+    """A G3 read filled ``key``'s reserved entry: it is resident, with a recency of its own."""
+    p = _pos(ht, k, key)
+    ht.tstate[p] = _RESIDENT
+    ht.tres[p] = now
+    if ht.tpin[p] == 0 and ht.tload[p] == 0:
+        ht.meta[k, CLOCK] += 1
+        ht.tepoch[p] = ht.meta[k, CLOCK]
+        _lru_push(ht, k, key, ht.thash[p], ht.meta[k, CLOCK])
+
+
+@kernel_noalloc
+def pin_external_nb(ht, k, key):
+    """A G3 write reads resident block ``key``: it leaves the LRU until the write completes."""
+    p = _pos(ht, k, key)
+    ht.tpin[p] += 1
+    ht.tepoch[p] = 0
+
+
+@inner
+def unpin_begin_nb(ht, k, n):
+    """Room for the ``n`` blocks a completed G3 write unpins; returns the ring index to pass to
+    ``unpin_end_nb`` after ``unpin_nb`` of each block."""
+    first = _cohort_room(ht, k, n)
+    ht.meta[k, CLOCK] += 1
+    return first
+
+
+@inner
+def unpin_nb(ht, k, key):
+    """One block of a completed G3 write: unpinned, it rejoins the LRU with the write's epoch."""
+    p = _pos(ht, k, key)
+    ht.tpin[p] -= 1
+    if ht.tpin[p] == 0 and ht.tload[p] == 0 and ht.tstate[p] == _RESIDENT:
+        ht.tepoch[p] = ht.meta[k, CLOCK]
+        _lru_push(ht, k, key, ht.thash[p], ht.meta[k, CLOCK])
+
+
+@inner
+def unpin_end_nb(ht, k, first):
+    _touch_cohort_end(ht, k, first)
+
+
+@inner
+def store_blocks_nb(ht, k, tid, keys, hashes):
+    """The blocks of rank ``k``'s completed store ``tid`` (its keys still in the key ring) into
+    ``keys`` and their sequence hashes into ``hashes``; returns their count."""
+    n_live = ht.xkind.shape[0] // ht.meta.shape[0]
+    n = ht.xn[k * n_live + tid % n_live]
+    for i in range(n):
+        key = ht.keys[_key_at(ht, k, tid, i)]
+        keys[i] = key
+        hashes[i] = ht.thash[_pos(ht, k, key)]
+    return n

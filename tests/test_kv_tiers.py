@@ -76,11 +76,18 @@ def test_bad_tier_settings_name_the_field(engine, pattern):
     assert not isinstance(ei.value, NotSupportedError)
 
 
-def test_g3_tier_is_refused_by_name():
-    engine = dict(KV, native_host_offload={"num_host_blocks": 5}, g3_offload={"scope": "worker_local",
+def test_a_cluster_shared_g3_tier_is_refused_by_name():
+    engine = dict(KV, native_host_offload={"num_host_blocks": 5}, g3_offload={"scope": "cluster_shared",
                                                                              "num_g3_blocks": 9})
-    with pytest.raises(NotSupportedError, match="engine.g3_offload .*not supported yet by fastsim"):
+    with pytest.raises(NotSupportedError, match="engine.g3_offload.scope 'cluster_shared'.*not supported yet"):
         parse(engine)
+
+
+def test_a_worker_local_g3_tier_is_kept_with_its_host_tier():
+    host = parse(dict(KV, native_host_offload={"num_host_blocks": 5},
+                      g3_offload={"scope": "worker_local", "num_g3_blocks": 9, "read_bandwidth_gbps": 2})).host_offload
+    assert (host.g3.scope, host.g3.num_g3_blocks, host.g3.read_bandwidth_gbps, host.g3.write_bandwidth_gbps,
+            host.g3.latency_to_first_byte_ms) == ("worker_local", 9, 2.0, 10.0, 0.1)
 
 
 def test_host_tier_settings_are_kept():
@@ -189,8 +196,10 @@ def test_recorded_161_cases_are_complete():
 
 # recorded cases fastsim refuses, and a word of the refusal: a configuration not supported yet
 REFUSED = {
-    "g2_shared": "scope 'cluster_shared'", "disagg_prefill_g2": "disaggregated", "g3_worker_local": "engine.g3_offload",
+    "g2_shared": "scope 'cluster_shared'", "disagg_prefill_g2": "disaggregated",
 }
+# g3_worker_local runs since decision 0355; three of its requests are admitted later than in Dynamo
+DIFFERS = {"g3_worker_local"}
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
@@ -199,7 +208,9 @@ def test_recorded_161_case_is_refused_by_name(name, capsys):
 
 
 # conv_kv4's three kv_router runs gave one report (to the last bits of four means): compared as one
-@pytest.mark.parametrize("name", [n for n in CASES if n not in REFUSED])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    strict=True, reason="known difference from Dynamo, see docs/decisions/0355")) if n in DIFFERS else n
+    for n in CASES if n not in REFUSED])
 def test_recorded_161_case_matches_dynamo(name, tmp_path, capsys):
     got, mine = recorded.cli_replay(CASES[name]["args"], DATA, tmp_path, capsys)
     misses = _misses(got, json.loads((DATA / f"{name}.json").read_text()))
