@@ -220,6 +220,19 @@ def next_fleet_event_nb(fl):
     return t
 
 
+@inline
+def write_row_nb(fl, n, t, g, run, wait, kv, cached):
+    """Telemetry row ``n``: worker ``g`` at time ``t`` (requests running and waiting, KV blocks in
+    use and cached, passes so far)."""
+    fl.tel_t[n] = t
+    fl.tel_w[n] = g
+    fl.tel_run[n] = run
+    fl.tel_wait[n] = wait
+    fl.tel_kv[n] = kv
+    fl.tel_cached[n] = cached
+    fl.tel_passes[n] = fl.passes[g]
+
+
 @inner
 def sample_nb(fl, pool, n_run, n_wait, dp, t):
     """Record one telemetry row per live worker at time ``t``; False if the buffers are full."""
@@ -239,13 +252,7 @@ def sample_nb(fl, pool, n_run, n_wait, dp, t):
             wait += n_wait[k]
             kv += pool.meta[k, NACTIVE]
             cached += pool.meta[k, NINACTIVE]
-        fl.tel_t[n] = t
-        fl.tel_w[n] = g
-        fl.tel_run[n] = run
-        fl.tel_wait[n] = wait
-        fl.tel_kv[n] = kv
-        fl.tel_cached[n] = cached
-        fl.tel_passes[n] = fl.passes[g]
+        write_row_nb(fl, n, t, g, run, wait, kv, cached)
         n += 1
     fl.fs[TELN] = n
     return True

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim.kernels.host_tier import _sift as _sift_by_hash
+from fastsim.kernels.host_tier import _home_of, _sift as _sift_by_hash
 from fastsim.kernels.jit import inner
 
 READ, WRITE = 0, 1
@@ -123,7 +123,7 @@ def make_g3_tier(n_ranks, cap, block_bytes, latency_ms, read_gbps, write_gbps, n
 def _pos(g, k, key):
     """Table position of ``key`` in worker ``k``'s pool, or of the empty entry where it would go."""
     base = k * (g.tmask + 1)
-    i = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & g.tmask
+    i = _home_of(g.tmask, key)
     while True:
         if g.gstate[base + i] == _EMPTY or g.gkey[base + i] == key:
             return base + i
@@ -140,7 +140,7 @@ def _delete(g, k, p):
         j = (j + 1) & g.tmask
         if g.gstate[base + j] == _EMPTY:
             break
-        home = np.int64((g.gkey[base + j] * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & g.tmask
+        home = _home_of(g.tmask, g.gkey[base + j])
         if (i <= j and (i < home <= j)) or (i > j and (home <= j or home > i)):
             continue
         a = base + i

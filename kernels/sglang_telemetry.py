@@ -11,7 +11,7 @@ evictable pages of unlocked radix nodes, both as the pass start left them (the r
 completes have released theirs into the radix cache then).
 """
 
-from fastsim.kernels.fleet import ACTIVE, DRAINING, NCREATED, NEXTTEL, NLIVE, STARTING, TELN
+from fastsim.kernels.fleet import ACTIVE, DRAINING, NCREATED, NEXTTEL, NLIVE, STARTING, TELN, write_row_nb
 from fastsim.kernels.jit import inner, kernel_noalloc
 
 
@@ -55,13 +55,7 @@ def sample_ticks_nb(fl, q, s, k, t, n_workers, dp, pages_per_rank, now):
             if st != ACTIVE and st != DRAINING and st != STARTING:
                 continue  # (one row per live worker: retired and cancelled ones have none)
             run, wait, used, cached = worker_counts_nb(q, s, k, t, g, dp, pages_per_rank)
-            fl.tel_t[n] = tick
-            fl.tel_w[n] = g
-            fl.tel_run[n] = run
-            fl.tel_wait[n] = wait
-            fl.tel_kv[n] = used
-            fl.tel_cached[n] = cached
-            fl.tel_passes[n] = fl.passes[g]
+            write_row_nb(fl, n, tick, g, run, wait, used, cached)
             n += 1
         fl.fs[TELN] = n
         fl.ff[NEXTTEL] = tick + fl.tel_ms
