@@ -221,7 +221,8 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--router-mode", choices=("round_robin", "kv_router"), default="round_robin")
     p.add_argument("--arrival-speedup-ratio", type=float, default=1.0)
     p.add_argument("--trace-format", choices=_TRACE_FORMATS, default="mooncake",
-                   help="format of the trace file (fastsim supports mooncake and azure)")
+                   help="format of the trace file: Mooncake JSONL, its delta and agentic forms, Dynamo request traces, "
+                        "weka trace directories, or Azure CSV")
     p.add_argument("--trace-block-size", type=int, help="tokens represented by each hash_id; defaults to 512")
     p.add_argument("--trace-shared-prefix-ratio", type=float, default=0.0,
                    help="applied_compute_agentic only")
@@ -243,7 +244,8 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     d16.add_argument("--coverage-json", help="write the replay's coverage dict (Dynamo 1.6) to this path")
     d16.add_argument("--quiet", action="store_true", help="print nothing on stdout (the summary and the saved-file lines)")
     d16.add_argument("--kv-event-lag-ms", type=float,
-                     help="delay of the KV events the kv_router's indexer sees (ms); only 0 is supported yet")
+                     help="delay of the KV events the kv_router's indexer sees (ms; kv_router only, aggregated "
+                          "replay of single-turn workloads)")
     d16.add_argument("--agentic-lanes", type=int,
                      help="agentic traces: run this many plays at a time, each on the cluster's own timing "
                           "(default: every play at its recorded time)")
@@ -251,7 +253,7 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
                      help="target model of an agentic trace (required for agentic_mooncake and weka; no effect "
                           "on Mooncake/Azure)")
     d16.add_argument("--weka-nested-timestamp-basis", choices=("auto", "absolute", "relative"),
-                     help="weka traces only (not supported yet)")
+                     help="weka traces only: how nested timestamps are read (none: auto)")
     d16.add_argument("--telemetry-jsonl", help="Dynamo 1.6 telemetry samples as JSONL (not supported yet)")
     d16.add_argument("--ais-perf-config", help="AIS timing for the router's estimator (not supported yet)")
     p.add_argument("--strict", action="store_true",
