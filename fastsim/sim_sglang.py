@@ -64,9 +64,6 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     kv = router_mode == "kv_router"
     if router_mode not in ("round_robin", "kv_router"):
         raise _not_yet(f"router_mode {router_mode!r}")
-    if engine.aic_nextn and version == "1.4.2":
-        raise NotSupportedError("speculative decoding (aic_nextn) on the SGLang engine is not supported yet by "
-                                "fastsim for --dynamo-version 1.4.2 (it is reproduced for 1.6.1)")
     if kv:
         _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_concurrency)
     if (max_sim_time_ms is not None or replay_concurrency) and reference:

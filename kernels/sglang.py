@@ -797,14 +797,16 @@ def _steady_step_nb(q, pr, fp, s, t, k, sd, tl, r, start_t, perf):
 
 
 @llvm_inline
-def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v, sd):
+def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v, sd, spec):
     """One pass of rank ``r`` at ``now`` under Dynamo 1.4.2's SGLang core: a prefill batch, then
     a decode step over every running request, those whose prompt the batch finished included
     (their first token), timed after the prefill. Admission matches no cached prefix first: a
     request is charged its whole remaining prompt (in pages, plus its clipped output when the
     prompt goes whole) and goes whole when it fits the configured chunk size. Retracted requests
     go back to the front of the waiting queue and reset the new-token ratio, which decays after
-    every pass. Returns the pass's end time, or -1.0 when an admission ran out of KV."""
+    every pass. ``spec``: an ``SgSpec`` with speculative decoding (every running request draws its
+    step, the ones just prefilled included), else None. Returns the pass's end time, or -1.0 when
+    an admission ran out of KV."""
     ps = pr[P_PS]
     if pr[P_LPM]:
         _lpm_nb(q, pr, s, t, k, r)
@@ -888,7 +890,7 @@ def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v, sd):
     k.prefilled[r] = 1 if n > 0 else 0  # (a pass that only admitted is followed by the next at once)
     fin0 = s.cnt[CNT_FIN]
     emit0 = s.cnt[CNT_EMIT]
-    end_t, nret = _decode_step_nb(q, pr, fp, s, t, k, r, now + prefill, perf)
+    end_t, nret = _decode_step_nb(q, pr, fp, s, t, k, r, now + prefill, perf, spec)
     if s.cnt[CNT_EMIT] > emit0:  # a decode step of the rank: its tokens are the next slot of its ring
         sd.dec[r] = 1
         sd.step[r] += 1
@@ -903,7 +905,7 @@ def rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v, sd):
 
 
 @llvm_inline
-def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf):
+def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf, spec):
     """The decode step that ends 1.4.2's pass, on rank ``r`` from ``start_t``: the requests with
     nothing left to generate complete; while the next tokens do not fit (free + evictable pages),
     the running request with the fewest output tokens (the first of them) is retracted (into
@@ -920,7 +922,7 @@ def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf):
             _r_remove(q, k, r, row)
             _fin_nb(s, row)
         row = nxt
-    grow, total = _growth_nb(q, pr, k, r)
+    grow, total = _decode_growth_nb(q, pr, k, r, spec)
     while (t.free[r] + t.evictable[r]) * ps < grow and k.rn[r] > 1:
         victim = -1
         row = k.rh[r]
@@ -932,7 +934,7 @@ def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf):
         _release_nb(q, t, r, victim)
         s.rows2[nret] = victim
         nret += 1
-        grow, total = _growth_nb(q, pr, k, r)
+        grow, total = _decode_growth_nb(q, pr, k, r, spec)
     g = grow // ps
     if g > t.free[r]:
         evict_nb(t, r, g - t.free[r])
@@ -941,17 +943,20 @@ def _decode_step_nb(q, pr, fp, s, t, k, r, start_t, perf):
         active = min(total, pr[P_PAGES] * ps)
         end_t = start_t + modeled_ms_nb(
             decode_time_nb(perf, active, total // cnt, pr[P_PAGES] * ps), fp[F_SPEED] * fp[F_DSPEED])
-        row = k.rh[r]
-        while row != -1:
-            nxt = q.rnext[row]
-            _append_token_nb(q, pr, t, r, row)
-            _emit_nb(s, row)
-            if q.gen[row] >= q.osl[row]:
-                _r_remove(q, k, r, row)
-                _fin_nb(s, row)
-            else:
-                _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
-            row = nxt
+        if spec is not None:
+            _burst_tokens_nb(q, pr, s, t, k, r, spec)
+        else:
+            row = k.rh[r]
+            while row != -1:
+                nxt = q.rnext[row]
+                _append_token_nb(q, pr, t, r, row)
+                _emit_nb(s, row)
+                if q.gen[row] >= q.osl[row]:
+                    _r_remove(q, k, r, row)
+                    _fin_nb(s, row)
+                else:
+                    _cache_prefix_nb(q, pr, s, t, r, row, q.mat[row])
+                row = nxt
     return end_t, nret
 
 
@@ -1101,10 +1106,11 @@ def _reject_nb(q, pr, s, k, r):
 
 
 @inner
-def _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping):
-    """The tokens of a group pass with speculative decoding, all stamped ``end``: a row's step of
-    ``b`` tokens adds one gap since its last token and ``b - 1`` gaps of 0 (ITL only: a zero gap
-    adds nothing to the throughput per user), as the vLLM engine's ``stamp_bursts`` does."""
+def _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping, rt, g):
+    """The tokens of worker ``g``'s pass with speculative decoding, all stamped ``end``: a row's
+    step of ``b`` tokens adds one gap since its last token and ``b - 1`` gaps of 0 (ITL only: a
+    zero gap adds nothing to the throughput per user), as the vLLM engine's ``stamp_bursts`` does.
+    With the kv_router (``rt``), a first token's prefill load leaves it when the pass ends."""
     zeros = 0
     run_gap = 0.0
     run_n = 0
@@ -1117,6 +1123,8 @@ def _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping):
         lo = m - b + 1  # the index of this step's first token
         if lo == 1:
             q.first_token[row] = end
+            if rt is not None:
+                note_first_token_nb(rt, g, row)
         if lo <= 2 and m >= 2:
             q.second_token[row] = end
         pool = True
@@ -1281,7 +1289,7 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                         if v142 is None:
                             e = rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl, spec)
                         else:
-                            e = rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v142, sd)
+                            e = rank_pass_142_nb(q, pr, fp, s, t, k, r, now, perf, v142, sd, spec)
                         if e < 0.0:
                             return ADMIT_OOM
                         end = max(end, e)
@@ -1297,7 +1305,7 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                 run_gap = 0.0
                 run_n = 0
                 if spec is not None:
-                    _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping)
+                    _stamp_bursts_nb(q, s, tl, lp, spec, end, skipping, rt, g)
                 for i in range(s.cnt[CNT_EMIT] if spec is None else 0):
                     row = s.emit[i]
                     # (1.4.2's loop is compiled without the steady members' branches: every token

@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 
 import recorded
-from fastsim.api import run_synthetic_trace_replay
 from fastsim.config import EngineArgs, accept_rates
-from fastsim.errors import InputError, NotSupportedError
+from fastsim.errors import InputError
 from fastsim.kernels.jit import kernel
 from fastsim.kernels.mtp import accept_thresholds, new_streams, sample_burst_nb
 from fastsim.rust_rng import StdRng
@@ -128,9 +127,3 @@ def test_accept_rates_as_dynamo_reads_them():
 def test_bad_settings(args, err):
     with pytest.raises(InputError, match=err):
         EngineArgs.from_json(json.dumps(args))
-
-
-def test_not_yet():
-    sglang = {"engine": {"backend": "sglang", "aic_nextn": 2}}
-    with pytest.raises(NotSupportedError, match="SGLang engine is not supported yet by fastsim for --dynamo-version 1.4.2"):
-        run_synthetic_trace_replay(100, 10, 5, arrival_interval_ms=5.0, extra_engine_args=sglang, dynamo_version="1.4.2")

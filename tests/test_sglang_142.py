@@ -9,6 +9,8 @@ recorded outputs (decision 0291).
   retractions),
   several workers, max_num_seqs, speed-ups, the NPZ timing model, zero-output and fully cached
   prompts, and the bundled 1000-request Mooncake trace.
+* ``tests/data/sglang_mtp_142``: speculative decoding (``aic_nextn``) on those traces and on four
+  synthetic loads of ``tests/data/sglang_mtp_161`` (decision 0279).
 
 Every report field within 1e-9, and every request's admission, first and last token times (to the
 ns) and reused tokens.
@@ -25,7 +27,7 @@ from fastsim.api import run_synthetic_trace_replay
 from fastsim.errors import NotSupportedError
 
 DATA = Path(__file__).parent / "data"
-FOLDERS = ("sglang_142", "sglang_142_traces")
+FOLDERS = ("sglang_142", "sglang_142_traces", "sglang_mtp_142")
 CASES = [(folder, name, args) for folder in FOLDERS for name, args in recorded.cases(DATA / folder)]
 TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens", "decode_worker_idx")
 
@@ -41,7 +43,8 @@ def test_case_matches_dynamo_142(folder, name, args):
 
 @pytest.mark.parametrize("folder,name", [("sglang_142", "F03_pressure"), ("sglang_142_traces", "tight_retract_p16"),
                                          ("sglang_142_traces", "dp2_retract"), ("sglang_142_traces", "repeats_zero_output"),
-                                         ("sglang_142_traces", "long_tight_chunked")])
+                                         ("sglang_142_traces", "long_tight_chunked"), ("sglang_mtp_142", "k3_tight"),
+                                         ("sglang_mtp_142", "k2_dp2_retract"), ("sglang_mtp_142", "k2_burst_retract")])
 def test_compiled_engine_equals_reference_142(folder, name, monkeypatch):
     """The compiled 1.4.2 pass (``kernels/sglang.py``, ``rank_pass_142_nb``) against the
     plain-Python one (``fastsim/sglang_ref.py``, ``run_pass_142``): every per-request column
