@@ -84,9 +84,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     if mml and version == "1.4.2":
         raise InputError("field 'max_model_len' is supported only for engine_type=vllm with "
                          "dynamo_version='1.4.2' (Dynamo 1.4.2 refuses it on sglang; 1.6.1 takes it)")
-    if mml and (reference or max_sim_time_ms is not None or replay_concurrency):
-        raise NotSupportedError("max_model_len with engine_type=sglang under a time cap, in a closed loop or on the "
-                                "plain-Python reference engine is not supported yet by fastsim")
+    if mml and reference:
+        raise NotSupportedError("max_model_len with engine_type=sglang on the plain-Python reference engine is not "
+                                "supported yet by fastsim")
     if version == "1.4.2" and s.prefill_decode_interval:
         raise NotSupportedError(
             "prefill_decode_interval with --dynamo-version 1.4.2: Dynamo 1.4.2's SGLang engine has no "

@@ -1099,8 +1099,7 @@ def _reject_nb(q, pr, s, k, r):
         before = q.wprev[row]
         if q.isl[row] >= pr[P_MML]:
             _w_remove(q, k, r, row)
-            q.status[row] = OUTCOME_REJECTED
-            _fin_nb(s, row)
+            _fin_nb(s, row)  # (rejected when the pass ends: under a time cap before then, it is in flight)
             k.rejects[r] -= 1
         row = before
 
@@ -1230,7 +1229,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                     if rt is not None:
                         _leave_router_nb(q, pr, s, rt, row)
                     s.cnt[CNT_DONE] += 1
-                    if q.status[row] != OUTCOME_REJECTED:  # (max_model_len's rejections have no gaps)
+                    if pr[P_MML] > 0 and q.isl[row] >= pr[P_MML]:  # max_model_len's rejections have no gaps
+                        q.status[row] = OUTCOME_REJECTED
+                    else:
                         q.status[row] = OUTCOME_COMPLETED
                         fold_request(tl, row, True, now, g)  # its gaps into the running statistics
                     nt = q.next_row[row]
