@@ -384,8 +384,9 @@ def simulate(
     del st, rt
     # 1.6.1's single worker stops at its time cap like a cluster, with the worker-seconds so far
     single_ws = single_path and not (status == SIM_CAP and rules == TIMING_161)
-    # a single worker's clock runs on to its host tier's last transfer (decision 0354)
-    tail_s = float(out[1]) / 1000.0 if tier is not None and single_ws else 0.0
+    # a single worker's clock runs on to its host tier's last transfer (decision 0354) and, under
+    # 1.6.1's rules, to its last event: an arrival it rejects after its last token counts
+    tail_s = float(out[1]) / 1000.0 if single_ws and (tier is not None or rules == TIMING_161) else 0.0
     report = _report(cols, gaps, fl, num_workers=num_workers, single_path=single_ws,
                      worker_seconds=float(out[0]), dp=dp, wall_ms=wall_ms, sla=sla,
                      telemetry=bool(telemetry_interval_ms), version=version, committed=committed,
