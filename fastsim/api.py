@@ -43,11 +43,11 @@ _SYNTHETIC_KEYWORDS = _COMMON_KEYWORDS + (
 
 
 def _lag_not_yet(kv_event_lag_ms, what) -> None:
-    """A positive KV event lag is modelled for aggregated replay of single-turn traces and
-    synthetic workloads; elsewhere it is refused rather than ignored."""
+    """A positive KV event lag is modelled for aggregated replay (single-turn and multi-turn
+    traces, agentic traces, synthetic workloads); elsewhere it is refused rather than ignored."""
     if kv_event_lag_ms is not None and kv_event_lag_ms > 0 and what:
         raise NotSupportedError(f"kv_event_lag_ms is not supported yet by fastsim with {what} "
-                                "(only aggregated replay of single-turn workloads)")
+                                "(only aggregated replay of traces other than mooncake-delta streams, and synthetic workloads)")
 
 
 def _reject_unknown(func: str, unsupported: dict, valid) -> None:
@@ -371,12 +371,12 @@ def run_trace_replay(
         shared_prefix_ratio=trace_shared_prefix_ratio,
         num_prefix_groups=trace_num_prefix_groups,
     )
-    _lag_not_yet(kv_event_lag_ms, "agentic traces" if workload.graph is not None or trace_format in
-                 agentic_run.GRAPH_FORMATS else "mooncake-delta streams" if workload.stream_row is not None
+    agentic = workload.graph is not None or trace_format in agentic_run.GRAPH_FORMATS
+    _lag_not_yet(kv_event_lag_ms, "mooncake-delta streams" if workload.stream_row is not None and not agentic
                  else "disaggregated replay" if opts["disagg"] is not None else None)
-    if workload.graph is not None or trace_format in agentic_run.GRAPH_FORMATS:
+    if agentic:
         return agentic_run.run(workload, opts, trace_format, agentic_lanes, execution_model, report_jsonl_path,
-                               seed=seed, debug=debug, dynamo_version=dynamo_version,
+                               seed=seed, debug=debug, dynamo_version=dynamo_version, kv_event_lag_ms=kv_event_lag_ms,
                                cluster_kw=_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
                                                       telemetry_interval_ms, threads, gap_statistics))
     if workload.stream_row is not None:

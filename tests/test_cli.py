@@ -229,7 +229,8 @@ from fastsim.errors import FastsimError, InputError, NotSupportedError  # noqa: 
     [
         (dict(replay_mode="online"), NotSupportedError, "replay_mode 'online' is not supported yet"),
         (dict(replay_mode="fast"), InputError, "replay_mode must be either 'offline' or 'online'"),
-        (dict(router_mode="kv_router"), InputError, "kv_router with more than one worker/DP-rank target"),
+        (dict(router_mode="kv_router", dynamo_version="1.4.2"), InputError,
+         "kv_router with more than one worker/DP-rank target"),
         (dict(router_mode="random"), InputError, "router_mode must be either"),
         (dict(prefill_engine_args={}), InputError, "decode_engine_args is missing"),
         (dict(prefill_engine_args={"worker_type": "prefill"}, decode_engine_args={"worker_type": "decode", "block_size": 16}),
@@ -277,7 +278,7 @@ def test_run_synthetic_trace_replay_validation():
     with pytest.raises(InputError, match="request_count must be at least 1"):
         run_synthetic_trace_replay(16, 2, 0, arrival_interval_ms=1.0)
     with pytest.raises(InputError, match="kv_router with more than one worker"):
-        run_synthetic_trace_replay(16, 2, 3, arrival_interval_ms=1.0, router_mode="kv_router")
+        run_synthetic_trace_replay(16, 2, 3, arrival_interval_ms=1.0, router_mode="kv_router", dynamo_version="1.4.2")
     with pytest.raises(InputError, match="did you mean 'arrival_interval_ms'"):
         run_synthetic_trace_replay(16, 2, 3, arrival_interval=1.0)
 

@@ -1,5 +1,6 @@
-"""Dynamo 1.6.1's other trace formats (tests/data/traces_161, see its README): recorded cases of
-each format fastsim replays, run through ``fastsim replay --dynamo-version 1.6.1`` with the
+"""Dynamo 1.6.1's other trace formats (tests/data/traces_161, see its README; and
+tests/data/agentic_lag_161, the agentic formats with the kv_router's KV event lag, decision 0230):
+recorded cases of each format fastsim replays, run through ``fastsim replay --dynamo-version 1.6.1`` with the
 arguments Dynamo was given. Every numeric report field must agree within 1e-9 relative and every
 request's timeline (admission, first and last token, terminal time, input length, reuse) to the
 nanosecond; a kv_router case (random ties in Dynamo) must fall within the band of Dynamo's three
@@ -17,8 +18,10 @@ import pytest
 import recorded
 from fastsim import cli
 
-DATA = Path(__file__).parent / "data" / "traces_161"
-CASES = json.loads((DATA / "cases.json").read_text())
+DATA = Path(__file__).parent / "data"
+FOLDERS = [DATA / f for f in ("traces_161", "agentic_lag_161")]
+CASES = {(folder.name, name): case for folder in FOLDERS
+         for name, case in json.loads((folder / "cases.json").read_text()).items()}
 TIMELINE = ("session_id", "turn_index", "arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms",
             "terminal_time_ms", "input_length", "output_length", "reused_input_tokens", "terminal_status",
             "request_id", "play_id", "agentic", "dispatched_at_ms", "decode_worker_idx")
@@ -26,11 +29,11 @@ TIMELINE = ("session_id", "turn_index", "arrival_time_ms", "first_admit_ms", "fi
 AGENTIC = ("agentic_graph", "agentic_model_projection", "agentic_play_outcomes")
 
 
-def _replay(args, version, tmp_path, capsys):
+def _replay(folder, args, version, tmp_path, capsys):
     rep, jsonl = tmp_path / "r.json", tmp_path / "r.jsonl"
     argv = ["replay", *args, "--dynamo-version", version, "--report-json", str(rep), "--report-jsonl", str(jsonl)]
     cwd = os.getcwd()
-    os.chdir(DATA)
+    os.chdir(folder)
     try:
         assert cli.main(argv) == 0
     finally:
@@ -61,19 +64,30 @@ def _timeline(recs):
     return sorted(map(norm, recs), key=repr)
 
 
-@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.get("runs", 1) > 1])
-def test_trace_format_random_case_within_dynamo_band(name, tmp_path, capsys):
-    got, _ = _replay(CASES[name]["args"], CASES[name].get("dynamo_version", "1.6.1"), tmp_path, capsys)
-    runs = [json.loads((DATA / f).read_text()) for f in (f"{name}.json", f"{name}.run2.json", f"{name}.run3.json")]
+def _ids(keys):
+    return [name if folder == "traces_161" else f"{folder}/{name}" for folder, name in keys]
+
+
+RANDOM = [k for k, c in CASES.items() if c.get("runs", 1) > 1]
+EXACT = [k for k, c in CASES.items() if c.get("runs", 1) == 1]
+
+
+@pytest.mark.parametrize("key", RANDOM, ids=_ids(RANDOM))
+def test_trace_format_random_case_within_dynamo_band(key, tmp_path, capsys):
+    folder, name = DATA / key[0], key[1]
+    case = CASES[key]
+    got, _ = _replay(folder, case["args"], case.get("dynamo_version", "1.6.1"), tmp_path, capsys)
+    runs = [json.loads((folder / f).read_text()) for f in (f"{name}.json", f"{name}.run2.json", f"{name}.run3.json")]
     misses = recorded.band_misses(got, runs)
     assert not misses, "\n".join(misses)
 
 
-@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.get("runs", 1) == 1])
-def test_trace_format_case_matches_dynamo_161(name, tmp_path, capsys):
-    got, mine = _replay(CASES[name]["args"], CASES[name].get("dynamo_version", "1.6.1"), tmp_path, capsys)
-    name = CASES[name].get("same_as", name)
-    want = json.loads((DATA / f"{name}.json").read_text())
+@pytest.mark.parametrize("key", EXACT, ids=_ids(EXACT))
+def test_trace_format_case_matches_dynamo_161(key, tmp_path, capsys):
+    folder, case = DATA / key[0], CASES[key]
+    got, mine = _replay(folder, case["args"], case.get("dynamo_version", "1.6.1"), tmp_path, capsys)
+    name = case.get("same_as", key[1])
+    want = json.loads((folder / f"{name}.json").read_text())
     for k in AGENTIC:
         if k in want:
             assert _no_digests(got.get(k)) == _no_digests(want[k]), k
@@ -81,6 +95,6 @@ def test_trace_format_case_matches_dynamo_161(name, tmp_path, capsys):
               if k not in recorded.WALL_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)
               and not (isinstance(got.get(k), (int, float)) and _rel(got[k], v) <= 1e-9)]
     assert not misses, "\n".join(misses)
-    with gzip.open(DATA / f"{name}.per_request.jsonl.gz", "rt") as f:
+    with gzip.open(folder / f"{name}.per_request.jsonl.gz", "rt") as f:
         ref = [json.loads(line) for line in f]
     assert _timeline(mine) == _timeline(ref)

@@ -74,8 +74,9 @@ def lanes_of_plays(graph, terminal):
 
 
 def run(workload, opts, trace_format, agentic_lanes, execution_model, report_jsonl_path, *, seed, debug,
-        dynamo_version, cluster_kw):
-    """Simulate an agentic workload and add the agentic report fields."""
+        dynamo_version, cluster_kw, kv_event_lag_ms=None):
+    """Simulate an agentic workload and add the agentic report fields (``kv_event_lag_ms``: the
+    kv_router's KV event lag, decision 0230)."""
     import dataclasses
 
     from fastsim.api import _write_jsonl, simulate_workload
@@ -105,7 +106,7 @@ def run(workload, opts, trace_format, agentic_lanes, execution_model, report_jso
     report = simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         sla=opts["sla"], router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version,
-        debug=debug, **cluster_kw)
+        debug=debug, kv_event_lag_ms=kv_event_lag_ms, **cluster_kw)
     terminal = np.asarray(report._req["terminal_ms"], dtype=np.float64)
     agentic_report.attach(report, graph, execution_model, lanes_of_plays(graph, terminal) if graph.lanes else None)
     if report_jsonl_path is not None:
