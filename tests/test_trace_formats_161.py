@@ -1,5 +1,6 @@
 """Dynamo 1.6.1's other trace formats (tests/data/traces_161, see its README; and
-tests/data/agentic_lag_161, the agentic formats with the kv_router's KV event lag, decision 0230):
+tests/data/agentic_lag_161, the agentic formats with the kv_router's KV event lag, decision 0230;
+tests/data/agentic_cap_161, the agentic formats under a time cap, decision 0300):
 recorded cases of each format fastsim replays, run through ``fastsim replay --dynamo-version 1.6.1`` with the
 arguments Dynamo was given. Every numeric report field must agree within 1e-9 relative and every
 request's timeline (admission, first and last token, terminal time, input length, reuse) to the
@@ -19,7 +20,7 @@ import recorded
 from fastsim import cli
 
 DATA = Path(__file__).parent / "data"
-FOLDERS = [DATA / f for f in ("traces_161", "agentic_lag_161")]
+FOLDERS = [DATA / f for f in ("traces_161", "agentic_lag_161", "agentic_cap_161")]
 CASES = {(folder.name, name): case for folder in FOLDERS
          for name, case in json.loads((folder / "cases.json").read_text()).items()}
 TIMELINE = ("session_id", "turn_index", "arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms",

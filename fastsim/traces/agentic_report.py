@@ -2,10 +2,13 @@
 
 Summary: ``agentic_graph`` (block size, node and play counts, the trace's source provenance and
 models), ``agentic_model_projection`` (every source model projected to the configured
-``execution_model``), ``agentic_play_outcomes`` (per play in play order: its last request's end as
-``causal_terminal_ms`` and ``settled_at_ms``, and its status) and ``agentic_lifecycle_event_count``
-(three events per finished request, dispatch, end and quiescence, and one per settled play), and
-the trajectory figures: each settled play's latency from its first dispatch to its last end.
+``execution_model``), ``agentic_play_outcomes`` (per play in play order: its last finished
+request's end as ``causal_terminal_ms``, the same as ``settled_at_ms`` once every request of the
+play has finished, and its status; a play cut by a time cap is ``incomplete``, with no
+``settled_at_ms``, and no ``causal_terminal_ms`` while none of its requests has finished) and
+``agentic_lifecycle_event_count`` (one event per dispatched request, two more per finished one, end
+and quiescence, and one per settled play), and the trajectory figures: each settled play's latency
+from its first dispatch to its last end.
 Dynamo's two digests (``graph_digest``, ``agentic_lifecycle_digest``) hash its internal
 serialisations and are left out rather than made up.
 
@@ -20,7 +23,8 @@ from json.encoder import encode_basestring_ascii
 
 import numpy as np
 
-COMPLETED_STATUS = 2  # fastsim.report STATUS_NAMES index of "completed"
+NOT_ARRIVED_STATUS = 0  # fastsim.report STATUS_NAMES index of "pending"
+COMPLETED_STATUS = 2  # ... and of "completed"
 
 
 def attach(report, graph, execution_model, lanes_of_play=None):
@@ -36,9 +40,10 @@ def attach(report, graph, execution_model, lanes_of_play=None):
         if settled:
             outcomes.append({"causal_terminal_ms": t, "play_id": name, "settled_at_ms": t,
                              "status": "completed" if ok else "failed"})
+        elif t == t:  # (NaN while none of its requests has finished)
+            outcomes.append({"causal_terminal_ms": t, "play_id": name, "status": "incomplete"})
         else:
-            outcomes.append({"causal_terminal_ms": None, "play_id": name, "settled_at_ms": None,
-                             "status": "incomplete"})
+            outcomes.append({"play_id": name, "status": "incomplete"})
     s = report.summary
     s["agentic_graph"] = {"block_size": graph.block_size, "node_count": len(graph.request_ids),
                           "play_count": graph.n_plays,
@@ -47,7 +52,8 @@ def attach(report, graph, execution_model, lanes_of_play=None):
     s["agentic_model_projection"] = {"policy": "project_to_configured_target",
                                      "source_models": list(graph.source_models), "target_model": execution_model}
     s["agentic_play_outcomes"] = outcomes
-    s["agentic_lifecycle_event_count"] = 3 * int(done.sum()) + int(plays["done"].sum())
+    dispatched = int(np.count_nonzero(status != NOT_ARRIVED_STATUS))
+    s["agentic_lifecycle_event_count"] = dispatched + 2 * int(done.sum()) + int(plays["done"].sum())
     s.update(_trajectories(graph, req, plays))
     s.update(graph.extra_report)
     req["uuid_base"] = 1
@@ -55,12 +61,13 @@ def attach(report, graph, execution_model, lanes_of_play=None):
 
 
 def _per_play(graph, done, completed, terminal):
-    """Per play (play order): all its requests done, all completed, and its last end (a play has at
-    least one request)."""
+    """Per play (play order): all its requests done, all completed, and its last finished request's
+    end (NaN if none has; a play has at least one request)."""
     rows, starts = graph.play_rows, graph.play_ptr[:-1]
+    ended = np.where(done, terminal, np.nan)[rows]
     return {"done": np.logical_and.reduceat(done[rows], starts),
             "completed": np.logical_and.reduceat(completed[rows], starts),
-            "terminal": np.maximum.reduceat(terminal[rows], starts)}
+            "terminal": np.fmax.reduceat(ended, starts)}
 
 
 def _trajectories(graph, req, plays):

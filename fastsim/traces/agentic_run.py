@@ -97,8 +97,6 @@ def run(workload, opts, trace_format, agentic_lanes, execution_model, report_jso
         what = "--replay-concurrency (agentic traces set their own arrivals)"
     elif getattr(opts["engine"], "max_model_len", None) is not None:
         what = "max_model_len (a rejected request would cancel the requests waiting for it)"
-    elif opts["max_sim_time_ms"] is not None:
-        what = "--max-sim-time-seconds"
     if what is not None:
         raise NotSupportedError(f"trace_format '{trace_format}' with {what} is not supported yet by fastsim")
     graph = workload.graph.with_lanes(agentic_lanes)
@@ -106,7 +104,7 @@ def run(workload, opts, trace_format, agentic_lanes, execution_model, report_jso
     report = simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         sla=opts["sla"], router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version,
-        debug=debug, kv_event_lag_ms=kv_event_lag_ms, **cluster_kw)
+        debug=debug, kv_event_lag_ms=kv_event_lag_ms, max_sim_time_ms=opts["max_sim_time_ms"], **cluster_kw)
     terminal = np.asarray(report._req["terminal_ms"], dtype=np.float64)
     agentic_report.attach(report, graph, execution_model, lanes_of_plays(graph, terminal) if graph.lanes else None)
     if report_jsonl_path is not None:
