@@ -104,6 +104,17 @@ def account(report, workload, engines, max_sim_time_ms: Optional[float] = None,
         else:
             reason = "failed in disaggregated serving"
         groups[reason] = [int(failed.size), int(failed[0])]
+    graph = getattr(workload, "graph", None)
+    if graph is not None and rejected.size:
+        from fastsim.traces.agentic_report import cancelled_rows
+
+        cancelled = cancelled_rows(graph, status == OUTCOME_REJECTED, status != OUTCOME_NOT_ARRIVED)
+        rows = lost[cancelled[lost]]
+        if rows.size:
+            groups["cancelled: a request of their play was rejected first (Dynamo cancels them too)"] = \
+                [int(rows.size), int(rows[0])]
+            lost = lost[~cancelled[lost]]
+            st = status[lost]
     cap = "the --max-sim-time-seconds cap" if max_sim_time_ms is not None else "the end of the run"
     cap_ms = f" ({max_sim_time_ms:g} ms)" if max_sim_time_ms is not None else ""
     for code, reason in ((OUTCOME_NOT_ARRIVED, f"never arrived before {cap}{cap_ms}"),

@@ -383,7 +383,8 @@ def _no_graph():
     f = np.zeros(0)
     return Graph(lanes=0, play=z, ndeps=z, ready=f, rel=f, out_ptr=np.zeros(1, dtype=np.int64), out_row=z,
                  out_delay=f, out_trigger=np.zeros(0, dtype=np.int8), play_ptr=np.zeros(1, dtype=np.int64),
-                 play_rows=z, left=z, start=f, settled=f, lane=z, next_play=np.zeros(1, dtype=np.int64))
+                 play_rows=z, left=z, start=f, settled=f, lane=z, next_play=np.zeros(1, dtype=np.int64),
+                 fate=np.zeros(1, dtype=np.int64))
 
 
 def graph_table(g):
@@ -403,6 +404,7 @@ def graph_table(g):
         play_ptr=g.play_ptr, play_rows=g.play_rows, left=np.diff(g.play_ptr).astype(np.int64),
         start=np.full(n_plays, np.nan), settled=np.full(n_plays, np.nan),
         lane=np.full(n_plays, -1, dtype=np.int64), next_play=np.zeros(1, dtype=np.int64),
+        fate=np.zeros(nb.shape[0] + 1, dtype=np.int64),
     )
 
 

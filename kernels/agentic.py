@@ -7,8 +7,11 @@ static arrivals (``Sessions.order``, in time then row order, merged with the hea
 rule), which keeps the heap to the requests released and not yet arrived.
 A node enters the heap when its play has started and its last dependency has fired; its time is
 the latest of its play-relative earliest time and each dependency's firing time plus delay.
-Dependencies fire when their source is dispatched (taken from the heap) or ends. With lanes, a
-play that settles (its last node ends) hands its lane to the next play at once.
+Dependencies fire when their source is dispatched (taken from the heap) or ends. A request that
+is rejected (``max_model_len``) fails its play, as in Dynamo 1.6.1: every node of the play not yet
+dispatched is cancelled (the caller takes them off the arrival heap and the static arrivals),
+while the ones in flight run to their end. With lanes, a play that settles (its last node ends or
+is cancelled) hands its lane to the next play at once.
 
 A workload without a graph has an empty :class:`Graph` (``play`` of length 0): every hook returns
 at its first test.
@@ -22,6 +25,8 @@ from fastsim.kernels.heap import heap_push_nb
 from fastsim.kernels.jit import inner
 
 _DISPATCH = 1
+# a node's fate
+PENDING, DISPATCHED, CANCELLED = 0, 1, 2
 
 
 class Graph(NamedTuple):
@@ -43,6 +48,7 @@ class Graph(NamedTuple):
     settled: np.ndarray  # float64[P]: when its last node ended (NaN: not yet)
     lane: np.ndarray  # int64[P]: its lane (-1: open replay)
     next_play: np.ndarray  # int64[1]: the next play a freed lane takes
+    fate: np.ndarray  # int64[n + 1]: PENDING, DISPATCHED or CANCELLED; the last slot counts the cancelled
 
 
 @inner
@@ -88,7 +94,7 @@ def _fire(ss, count, slot, r, t, trigger):
         if e > gr.ready[d]:
             gr.ready[d] = e
         gr.ndeps[d] -= 1
-        if gr.ndeps[d] == 0:
+        if gr.ndeps[d] == 0 and gr.fate[d] != CANCELLED:
             _push(ss, count, slot, d, gr.ready[d])
 
 
@@ -97,14 +103,31 @@ def graph_dispatched_nb(ss, count, slot, r, t):
     """Row ``r`` arrived (was dispatched) at ``t``."""
     if ss.graph.play.shape[0] == 0:
         return
+    ss.graph.fate[r] = DISPATCHED
     _fire(ss, count, slot, r, t, _DISPATCH)
 
 
 @inner
-def graph_ended_nb(ss, count, slot, r, t):
-    """Row ``r`` ended at ``t``: its completion dependents, and its play's settlement."""
+def _cancel_play(gr, p):
+    """Play ``p`` failed: its nodes not yet dispatched are cancelled."""
+    n = gr.play.shape[0]
+    for k in range(gr.play_ptr[p], gr.play_ptr[p + 1]):
+        c = gr.play_rows[k]
+        if gr.fate[c] == PENDING:
+            gr.fate[c] = CANCELLED
+            gr.fate[n] += 1
+            gr.left[p] -= 1
+
+
+@inner
+def graph_ended_nb(ss, count, slot, r, t, rejected):
+    """Row ``r`` ended at ``t`` (``rejected``: without completing): its completion dependents, or
+    their cancellation, and its play's settlement."""
     gr = ss.graph
-    _fire(ss, count, slot, r, t, 0)
+    if rejected:
+        _cancel_play(gr, gr.play[r])
+    else:
+        _fire(ss, count, slot, r, t, 0)
     p = gr.play[r]
     gr.left[p] -= 1
     if gr.left[p] == 0:
@@ -112,3 +135,16 @@ def graph_ended_nb(ss, count, slot, r, t):
         if gr.lanes > 0 and gr.next_play[0] < gr.play_ptr.shape[0] - 1:
             _start_play(ss, count, slot, gr.next_play[0], t, gr.lane[p])
             gr.next_play[0] += 1
+
+
+@inner
+def graph_cancelled_nb(ss):
+    """Nodes cancelled so far (0 without a graph)."""
+    gr = ss.graph
+    return gr.fate[gr.fate.shape[0] - 1]
+
+
+@inner
+def graph_cancelled_row_nb(ss, r):
+    """True if row ``r`` is a cancelled node of an agentic graph."""
+    return ss.graph.play.shape[0] > 0 and ss.graph.fate[r] == CANCELLED

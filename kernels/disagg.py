@@ -163,7 +163,7 @@ def _final(rq_d, ss, cl, r, status, t):
     rq_d.status[r] = status
     rq_d.terminal[r] = t
     cl.state[NDONE] += 1
-    on_terminal(ss, cl, r, t)
+    on_terminal(ss, cl, r, t, status != COMPLETED)
 
 
 @inner

@@ -21,7 +21,8 @@ from typing import NamedTuple
 import numpy as np
 from numba.core import types
 
-from fastsim.kernels.agentic import Graph, graph_dispatched_nb, graph_ended_nb, graph_start_nb
+from fastsim.kernels.agentic import (Graph, graph_cancelled_nb, graph_cancelled_row_nb, graph_dispatched_nb,
+                                     graph_ended_nb, graph_start_nb)
 from fastsim.kernels.codes import (
     COMPLETED,
     DEAD_END,
@@ -261,8 +262,13 @@ def _mark(cl, g):
 # ----------------------------------------------------------------------------- arrivals
 @inner
 def _load_static(ss, cl):
-    """Put the next static first turn (in arrival order) and its time in the cursor."""
+    """Put the next static first turn (in arrival order) and its time in the cursor (an agentic
+    graph's cancelled roots are passed over)."""
     pos = cl.state[STATIC]
+    while pos < ss.n_static and graph_cancelled_row_nb(ss, ss.rows[ss.ptr[ss.order[pos] if ss.order.shape[0] > 0
+                                                                           else pos]]):
+        pos += 1
+        cl.state[STATIC] = pos
     if pos < ss.n_static:
         s = ss.order[pos] if ss.order.shape[0] > 0 else pos
         ss.cur[0] = ss.rows[ss.ptr[s]]
@@ -333,11 +339,31 @@ def turns_follow(ss, cl):
 
 
 @inner
-def on_terminal(ss, cl, r, t):
-    """A turn ended (completed or rejected): release the session's next turn or free its slot
-    (agentic graphs: its dependents)."""
+def _drop_cancelled_arrivals(ss, cl):
+    """Take an agentic graph's cancelled nodes off the arrival heap (the survivors, packed in
+    heap order, are pushed again in place) and the static cursor."""
+    m = cl.state[NHEAP]
+    k = 0
+    for i in range(m):
+        r = ss.heap[i]
+        if not graph_cancelled_row_nb(ss, r):
+            ss.heap[k] = r
+            k += 1
+    cl.state[NHEAP] = 0
+    for i in range(k):
+        heap_push_nb(ss.heap, cl.state, np.int64(NHEAP), ss.ready_at, ss.tie, ss.heap[i])
+    if ss.cur[0] >= 0 and graph_cancelled_row_nb(ss, ss.cur[0]):
+        _load_static(ss, cl)
+
+
+@inner
+def on_terminal(ss, cl, r, t, rejected):
+    """A turn ended (completed, or ``rejected``): release the session's next turn or free its slot
+    (agentic graphs: its dependents, or their cancellation)."""
     if ss.graph.play.shape[0] > 0:
-        graph_ended_nb(ss, cl.state, np.int64(NHEAP), r, t)
+        graph_ended_nb(ss, cl.state, np.int64(NHEAP), r, t, rejected)
+        if rejected:  # its play failed: the nodes it cancelled leave the pending arrivals
+            _drop_cancelled_arrivals(ss, cl)
         return
     if not turns_follow(ss, cl):
         return
@@ -592,7 +618,7 @@ def _complete_group(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t, tier):
             fold_request(gaps.tl, r, rq.term_kind[r] == TERM_COMPLETED, t, g)
         if rt.mode == KV_ROUTER:
             _release_kv(p, rq, rt, pa, r)
-        on_terminal(ss, cl, r, t)
+        on_terminal(ss, cl, r, t, rq.term_kind[r] != TERM_COMPLETED)
         r = nxt
     cl.pend_head[g] = -1
     cl.pend_tail[g] = -1
@@ -1347,7 +1373,7 @@ def _loop(tabs, tier, out):
                 fl.ff[NEXTPLAN] = now + fl.planner_ms
                 status = PLANNER_TICK
                 break
-        if cl.state[NDONE] >= n_rows:
+        if cl.state[NDONE] + graph_cancelled_nb(ss) >= n_rows:  # (an agentic graph's cancelled nodes never arrive)
             if tier is not None:
                 ws, now = _tier_tail(rk, cl, pool, rq, fl, tier, ws, now)
             break

@@ -255,7 +255,8 @@ for i, args in enumerate([["--num-workers", "0"], ["--num-workers", "-3"], ["--a
                           ["--scaling-schedule", "[[-1, 2]]"], ["--scaling-schedule", "[[0, 1.5]]"],
                           ["--scaling-schedule", "5"], ["--router-config", "{"],
                           ["--router-config", '{"router_temperature": "hot"}'],
-                          ["--router-mode", "kv_router"], ["--planner-config", "x"], ["--model-name", "m"],
+                          ["--router-mode", "kv_router", "--dynamo-version", "1.4.2"],  # (1.6.1 runs one target)
+                          ["--planner-config", "x"], ["--model-name", "m"],
                           ["--replay-mode", "online"], ["--trace-format", "dynamo"],
                           ["--request-rate", "5"], ["--num-prefill-workers", "2"]]):
     flag = args[0]

@@ -24,7 +24,8 @@ from json.encoder import encode_basestring_ascii
 import numpy as np
 
 NOT_ARRIVED_STATUS = 0  # fastsim.report STATUS_NAMES index of "pending"
-COMPLETED_STATUS = 2  # ... and of "completed"
+COMPLETED_STATUS = 2  # ... of "completed"
+REJECTED_STATUS = 3  # ... and of "rejected"
 
 
 def attach(report, graph, execution_model, lanes_of_play=None):
@@ -33,13 +34,19 @@ def attach(report, graph, execution_model, lanes_of_play=None):
     status = np.asarray(req["status"]).astype(np.int64)
     terminal = np.asarray(req.get("terminal_ms", req.get("terminal_time_ms")), dtype=np.float64)
     done = status >= COMPLETED_STATUS
-    plays = _per_play(graph, done, status == COMPLETED_STATUS, terminal)
+    cancelled = cancelled_rows(graph, status == REJECTED_STATUS, status != NOT_ARRIVED_STATUS)
+    plays = _per_play(graph, done, cancelled, status == COMPLETED_STATUS, terminal)
+    failure = _first_rejection(graph, status == REJECTED_STATUS, terminal)
     outcomes = []
-    for name, settled, ok, t in zip(graph.play_ids, plays["done"].tolist(), plays["completed"].tolist(),
-                                    plays["terminal"].tolist()):
-        if settled:
-            outcomes.append({"causal_terminal_ms": t, "play_id": name, "settled_at_ms": t,
-                             "status": "completed" if ok else "failed"})
+    for p, (name, settled, ok, t) in enumerate(zip(graph.play_ids, plays["done"].tolist(),
+                                                   plays["completed"].tolist(), plays["terminal"].tolist())):
+        if settled and ok:
+            outcomes.append({"causal_terminal_ms": t, "play_id": name, "settled_at_ms": t, "status": "completed"})
+        elif settled:  # a request rejected: the play failed when it was
+            r = failure[p]
+            outcomes.append({"causal_terminal_ms": float(terminal[r]), "failure_request_id": graph.request_ids[r],
+                             "failure_status": "rejected", "play_id": name, "settled_at_ms": t,
+                             "status": "failed"})
         elif t == t:  # (NaN while none of its requests has finished)
             outcomes.append({"causal_terminal_ms": t, "play_id": name, "status": "incomplete"})
         else:
@@ -53,21 +60,39 @@ def attach(report, graph, execution_model, lanes_of_play=None):
                                      "source_models": list(graph.source_models), "target_model": execution_model}
     s["agentic_play_outcomes"] = outcomes
     dispatched = int(np.count_nonzero(status != NOT_ARRIVED_STATUS))
-    s["agentic_lifecycle_event_count"] = dispatched + 2 * int(done.sum()) + int(plays["done"].sum())
+    s["agentic_lifecycle_event_count"] = (dispatched + 2 * int(done.sum()) + int(cancelled.sum())
+                                          + int(plays["done"].sum()))
     s.update(_trajectories(graph, req, plays))
     s.update(graph.extra_report)
     req["uuid_base"] = 1
     req["agentic_texts"] = _record_texts(graph, lanes_of_play)
 
 
-def _per_play(graph, done, completed, terminal):
-    """Per play (play order): all its requests done, all completed, and its last finished request's
-    end (NaN if none has; a play has at least one request)."""
+def _per_play(graph, done, cancelled, completed, terminal):
+    """Per play (play order): all its requests done or cancelled, all completed, and its last
+    finished request's end (NaN if none has; a play has at least one request)."""
     rows, starts = graph.play_rows, graph.play_ptr[:-1]
     ended = np.where(done, terminal, np.nan)[rows]
-    return {"done": np.logical_and.reduceat(done[rows], starts),
+    return {"done": np.logical_and.reduceat((done | cancelled)[rows], starts),
             "completed": np.logical_and.reduceat(completed[rows], starts),
             "terminal": np.fmax.reduceat(ended, starts)}
+
+
+def cancelled_rows(graph, rejected, arrived):
+    """The requests cancelled by rejections (the loop's rule, ``kernels/agentic.py``): a rejection
+    fails its play, whose requests not yet dispatched then never are."""
+    failed = np.zeros(graph.n_plays, dtype=bool)
+    failed[graph.play[rejected]] = True
+    return failed[graph.play] & ~arrived
+
+
+def _first_rejection(graph, rejected, terminal):
+    """Per play, the row of its first rejected request (by end, then row), or -1."""
+    first = np.full(graph.n_plays, -1, dtype=np.int64)
+    rows = np.flatnonzero(rejected)
+    for r in rows[np.lexsort((rows, terminal[rows]))][::-1]:
+        first[graph.play[r]] = r
+    return first
 
 
 def _trajectories(graph, req, plays):
@@ -77,7 +102,7 @@ def _trajectories(graph, req, plays):
 
     arrival = np.asarray(req["arrival_ms"], dtype=np.float64)
     first = np.minimum.reduceat(arrival[graph.play_rows], graph.play_ptr[:-1])
-    settled = plays["done"]
+    settled = plays["done"] & plays["completed"]  # (a failed play has no trajectory)
     lat = plays["terminal"][settled] - first[settled]
     mean, lo, hi, med, p75, p90, p95, p99, std = _exact_dist(np.ascontiguousarray(lat, dtype=np.float64))
     return {"total_trajectories": graph.n_plays, "completed_trajectories": int(lat.shape[0]),

@@ -90,13 +90,13 @@ def run(workload, opts, trace_format, agentic_lanes, execution_model, report_jso
                                 "by fastsim (only Dynamo 1.6.1's agentic driver is reproduced)")
     if execution_model is None:
         raise InputError("agentic execution requires a configured target model (--execution-model)")
+    if opts["replay_concurrency"] is not None:  # (Dynamo 1.6.1's own refusals, word for word)
+        raise InputError("agentic_mooncake trace format is not supported with replay_concurrency"
+                         if trace_format.startswith("agentic") else
+                         "agentic Dynamo request traces are not supported with replay_concurrency")
     what = None
     if opts["disagg"] is not None:
         what = "disaggregated replay"
-    elif opts["replay_concurrency"] is not None:
-        what = "--replay-concurrency (agentic traces set their own arrivals)"
-    elif getattr(opts["engine"], "max_model_len", None) is not None:
-        what = "max_model_len (a rejected request would cancel the requests waiting for it)"
     if what is not None:
         raise NotSupportedError(f"trace_format '{trace_format}' with {what} is not supported yet by fastsim")
     graph = workload.graph.with_lanes(agentic_lanes)
