@@ -75,8 +75,8 @@ def test_bad_settings(text, err):
 
 
 @pytest.mark.parametrize("kw,err", [
-    (dict(router_mode="kv_router", num_workers=2, router_config={"router_queue_threshold": 1.0}),
-     "router_queue_threshold"),
+    (dict(router_mode="kv_router", num_workers=2, router_config={"router_queue_threshold": 1.0},
+          dynamo_version="1.4.2"), "router_queue_threshold"),
 ])
 def test_not_yet(kw, err):
     args = dict(extra_engine_args={"engine_type": "sglang", "block_size": 64})
