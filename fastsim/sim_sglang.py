@@ -286,11 +286,6 @@ def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_
     cfg = RouterConfig.coerce(router_config)
     if reference:
         raise NotSupportedError("kv_router on the plain-Python SGLang reference engine is not supported yet")
-    if cfg.router_queue_threshold is not None and version == "1.4.2":
-        raise NotSupportedError(
-            "kv_router's router_queue_threshold with engine_type=sglang is not supported yet by fastsim for "
-            "--dynamo-version 1.4.2 (it is reproduced for 1.6.1; Dynamo 1.4.2 releases its queue by rules not "
-            "settled yet: decision 0410); leave router_queue_threshold unset, or run with --dynamo-version 1.6.1")
 
 
 def _union_table_size(workload, ps, n_ranks):

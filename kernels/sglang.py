@@ -1093,6 +1093,17 @@ def _release_queued_nb(q, pr, s, t, k, rt, gstate, now):
 
 
 @inner
+def _release_first_tokens_nb(q, pr, s, t, k, rt, gstate, g, now):
+    """kv_router: the prefill loads of the first tokens worker ``g``'s pass made leave the router,
+    one at a time, the router queue moving after each (decision 0410)."""
+    fr = next_first_token_nb(rt, g)
+    while fr >= 0:
+        release_prefill_nb(rt, fr, q.rank[fr])
+        _release_queued_nb(q, pr, s, t, k, rt, gstate, now)
+        fr = next_first_token_nb(rt, g)
+
+
+@inner
 def _submit_nb(q, pr, k, row, r):
     """Request ``row`` joins the waiting queue of rank ``r``, the router's choice."""
     q.rank[row] = r
@@ -1241,15 +1252,11 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                     row = nxt
                 row = first
                 s.done_head[g] = -1
-                if rt is not None:  # the first tokens' prefill loads leave the router (the queue moving after each)
-                    fr = next_first_token_nb(rt, g)
-                    while fr >= 0:
-                        release_prefill_nb(rt, fr, q.rank[fr])
-                        _release_queued_nb(q, pr, s, t, k, rt, gstate, now)
-                        fr = next_first_token_nb(rt, g)
+                if rt is not None and v142 is None:  # 1.6.1: the first tokens' prefill loads leave the router first
+                    _release_first_tokens_nb(q, pr, s, t, k, rt, gstate, g, now)
                 while row != -1:
                     nxt = q.done_next[row]
-                    if rt is not None:
+                    if rt is not None:  # (its loads leave, the router queue moving after)
                         _leave_router_nb(q, pr, s, rt, row)
                         _release_queued_nb(q, pr, s, t, k, rt, gstate, now)
                     s.cnt[CNT_DONE] += 1
@@ -1268,6 +1275,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                             q.ready[nt] = now
                             heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
                     row = nxt
+                if rt is not None and v142 is not None:  # 1.4.2: after the completions
+                    _release_first_tokens_nb(q, pr, s, t, k, rt, gstate, g, now)
         if tel is not None and tel.fs[NSTARTING] > 0:  # workers that finished starting
             mark_ready_nb(tel, now)
         # 2. arrivals

@@ -1,5 +1,5 @@
 """kv_router's router queue (``router_queue_threshold``) on SGLang workers against Dynamo 1.6.1
-(decision 0410).
+and 1.4.2 (decision 0410).
 
 Cases in tests/data/sglang_queue_161 (cases.tsv, recorded by its record_runs.py: four runs of each
 case, every run with its per-request records). Dynamo breaks the router's ties at random, and a
@@ -21,17 +21,19 @@ import recorded
 
 DATA = Path(__file__).parent / "data" / "sglang_queue_161"
 CASES = recorded.cases(DATA)
+DATA_142 = Path(__file__).parent / "data" / "sglang_queue_142"
+CASES_142 = recorded.cases(DATA_142)
 SEEDS = range(3)
 # cases for which no seed gives one of Dynamo's recorded runs (checked against their band):
 # q_3w_t05 follows Dynamo's fourth run to 12,072 ms, where two idle workers tie
 BAND_ONLY = {"q_3w_t05"}
 
 
-def _runs(name):
+def _runs(name, folder=DATA):
     """Dynamo's runs of case ``name``: (report, per-request records), the recorded one first."""
-    stems = [name] + sorted((p.name[:-5] for p in DATA.glob(f"{name}.run*.json")),
+    stems = [name] + sorted((p.name[:-5] for p in folder.glob(f"{name}.run*.json")),
                             key=lambda s: int(s[len(name) + 4:]))
-    return [(json.loads((DATA / f"{s}.json").read_text()), recorded.per_request(DATA, s)) for s in stems]
+    return [(json.loads((folder / f"{s}.json").read_text()), recorded.per_request(folder, s)) for s in stems]
 
 
 def _key(r):
@@ -100,13 +102,13 @@ def _assert_capped_records_match(rep, rows):
                                                      "reused_input_tokens"))
 
 
-def test_queue_under_1_4_2_is_refused_by_name():
-    """Dynamo 1.4.2's router queue on SGLang workers is not reproduced yet (decision 0410)."""
-    from fastsim.api import run_synthetic_trace_replay
-    from fastsim.errors import NotSupportedError
-
-    with pytest.raises(NotSupportedError, match="router_queue_threshold") as e:
-        run_synthetic_trace_replay(256, 8, 10, arrival_interval_ms=10.0, num_workers=2, router_mode="kv_router",
-                                   router_config={"router_queue_threshold": 1.0}, dynamo_version="1.4.2",
-                                   extra_engine_args={"engine_type": "sglang", "block_size": 64})
-    assert "not supported yet" in str(e.value) and "1.4.2" in str(e.value)
+@pytest.mark.parametrize("name,args", CASES_142, ids=[c[0] for c in CASES_142])
+def test_router_queue_matches_dynamo_142(name, args):
+    """Dynamo 1.4.2 (tests/data/sglang_queue_142, three runs of each case, which agree): the
+    report within 1e-9 of every run's and every request's times and reused tokens equal to each
+    run's records (1.4.2's records have no routing history)."""
+    rep = recorded.replay_capped(args, DATA_142, dynamo_version="1.4.2")
+    for report, rows in _runs(name, DATA_142):
+        recorded.assert_summary_matches(rep.summary, report)
+        recorded.assert_timelines_match(rep.requests, rows, ("first_admit_ms", "first_token_ms", "last_token_ms",
+                                                             "reused_input_tokens"))
