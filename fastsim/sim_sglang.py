@@ -139,8 +139,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
         state = build()
         tel = fleet()
         table = _union_table_size(workload, cfg.ps, num_workers * dp) if kv else 0
-        rt = _router(router_config, workload, cfg, num_workers * dp, num_workers, table, seed, kv_event_lag_ms,
-                     version) if kv else None
+        rt = _router(router_config, workload, cfg, engine, num_workers * dp, num_workers, table, seed,
+                     kv_event_lag_ms, version) if kv else None
         # load (or compile) the loop before the clock starts, as the vLLM path does
         from numba import typeof
 
@@ -195,7 +195,7 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
             v142 = sglang_state.table_142(workload) if cfg.v142 else None
             spec = _speculation(engine, num_workers * dp, workload.n_requests)  # (its generators from the start)
             if kv:
-                rt = _router(router_config, workload, cfg, num_workers * dp, num_workers, table, seed,
+                rt = _router(router_config, workload, cfg, engine, num_workers * dp, num_workers, table, seed,
                              kv_event_lag_ms, version)
         progress.untrack()
         if status == ADMIT_OOM:
@@ -283,12 +283,6 @@ def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_
     cfg = RouterConfig.coerce(router_config)
     if reference:
         raise NotSupportedError("kv_router on the plain-Python SGLang reference engine is not supported yet")
-    if cfg.router_queue_threshold is not None:
-        raise NotSupportedError(
-            "kv_router's router_queue_threshold with engine_type=sglang is not supported yet by fastsim (Dynamo "
-            "1.6.1 and 1.4.2 run it; which loads and overlaps the router scores a queued request with when it "
-            "releases it to SGLang workers is not settled: decisions 0295, 0380); leave router_queue_threshold "
-            "unset, or use the vLLM engine")
 
 
 def _union_table_size(workload, ps, n_ranks):
@@ -303,7 +297,7 @@ def _union_table_size(workload, ps, n_ranks):
     return size
 
 
-def _router(router_config, workload, cfg, n_ranks, n_workers, table, seed, lag, version):
+def _router(router_config, workload, cfg, engine, n_ranks, n_workers, table, seed, lag, version):
     """The kv_router's state (``kernels/router.py``), its index fed by the radix caches' KV events
     with the lag ``lag`` (1.6.1: from the end of the pass that made them)."""
     from types import SimpleNamespace
@@ -311,9 +305,12 @@ def _router(router_config, workload, cfg, n_ranks, n_workers, table, seed, lag, 
     from fastsim.run_config import history_kept
     from fastsim.state import router_state
 
-    params = SimpleNamespace(budget=cfg.chunk, cap=cfg.total_pages)
+    # the router queue's busy test reads the workers' max_num_batched_tokens, which an SGLang
+    # worker's own schedule never uses (decision 0410)
+    budget = engine.max_num_batched_tokens if engine.max_num_batched_tokens is not None else 8192
+    params = SimpleNamespace(budget=int(budget), cap=cfg.total_pages)
     return router_state("kv_router", router_config, params, workload.n_requests, n_ranks, n_workers, table, seed,
-                        record=history_kept(version), kv_event_lag_ms=float(lag or 0.0),
+                        record=history_kept(version), queue_overlaps=True, kv_event_lag_ms=float(lag or 0.0),
                         index_keys=cfg.total_pages)
 
 

@@ -30,7 +30,9 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
   (docs/decisions/0353);
 * with ``router_queue_threshold`` set, a target is busy iff ``PF > thr * max_num_batched_tokens``
   and a request waits in the router queue while every target is busy (released at first-token and
-  completion events, in fcfs, lcfs or wspt order).
+  completion events, in fcfs, lcfs or wspt order). The SGLang loop moves the queue after each
+  single release and scores a released request with the overlaps of its queue entry
+  (``score_queued_nb``, docs/decisions/0410).
 
 The union of active prompt blocks is a refcounted open-addressing table keyed by (rank, block).
 """
@@ -249,6 +251,46 @@ def _with_host_blocks(rt, k, keys, d, nshare):
 
 # ----------------------------------------------------------------------------- decisions
 @inner
+def _least_prefill_nb(rt, n_targets, gstate, dp):
+    """The least prefill backlog among the targets that can take a request (0 if none can)."""
+    min_pf = np.int64(-1)
+    for k in range(n_targets):
+        if gstate[k if dp == 1 else k // dp] == 2 and (min_pf < 0 or rt.pf[k] < min_pf):
+            min_pf = rt.pf[k]
+    if min_pf < 0:
+        min_pf = 0
+    return min_pf
+
+
+@inner
+def _target_cost_nb(rt, k, keys, nfull, nshare, overlap, isl, bs, min_pf, req_blocks):
+    """Target ``k``'s cost for a request whose overlap there is ``overlap`` blocks (``rt.host``'s
+    scratch holds its device and host parts with a host tier)."""
+    tiered = rt.host.tres.shape[0] > 0
+    pf = rt.pf[k] if rt.track_prefill else 0
+    credit = rt.credit
+    if rt.decay > 0.0 and rt.track_prefill:
+        excess = max(rt.pf[k] - min_pf, 0) / float(bs)
+        credit = credit * (1.0 / (1.0 + rt.decay * (excess / req_blocks)))
+    if tiered:  # the credit (and its decay) is the device overlap's; host blocks have their weight
+        load = (pf + isl) / bs - (credit * rt.host.dev[k] + rt.host.hcredit[k])
+    else:
+        load = (pf + isl) / bs - credit * overlap
+    if load < 0.0:
+        load = 0.0
+    c = rt.pls * load
+    if rt.track_active:
+        if rt.dedup:
+            new = nfull - (_union_prefix(rt, k, keys, nshare) if nshare > 0 else 0)
+        else:
+            new = nfull
+        c = c + rt.active[k] + new
+    if rt.req_weight != 0.0:
+        c = c + rt.req_weight * rt.nreq[k]
+    return c
+
+
+@inner
 def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, dp):
     """Fill ``rt.cost`` and ``rt.overlap`` for a request with full prompt blocks ``keys[:nfull]``,
     of which only the first ``nshare`` can be held elsewhere (the rest are unique to it).
@@ -257,15 +299,9 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
     ``pool`` None: the overlaps are read from the index alone (the SGLang engine's radix caches
     feed it their KV events, ``kernels/sglang_route.py``).
     """
-    decaying = rt.decay > 0.0 and rt.track_prefill
     min_pf = np.int64(0)
-    if decaying:  # the least prefill backlog among the targets that can take the request
-        min_pf = np.int64(-1)
-        for k in range(n_targets):
-            if gstate[k if dp == 1 else k // dp] == 2 and (min_pf < 0 or rt.pf[k] < min_pf):
-                min_pf = rt.pf[k]
-        if min_pf < 0:
-            min_pf = 0
+    if rt.decay > 0.0 and rt.track_prefill:
+        min_pf = _least_prefill_nb(rt, n_targets, gstate, dp)
     req_blocks = float((isl + bs - 1) // bs)
     for k in range(n_targets):
         # (every request scores every target: without attention DP, no division per target)
@@ -279,34 +315,32 @@ def score_targets_nb(rt, pool, keys, nfull, nshare, isl, bs, n_targets, gstate, 
             overlap = _union_prefix(rt.index, k, keys, nshare)
         else:
             overlap = match_prefix_nb(pool, k, keys, nshare)[0]
-        tiered = rt.host.tres.shape[0] > 0
-        if tiered:
+        if rt.host.tres.shape[0] > 0:
             rt.host.dev[k] = overlap
             rt.host.hcredit[k] = 0.0
             if overlap < nshare:
                 overlap = _with_host_blocks(rt, k, keys, overlap, nshare)
         rt.overlap[k] = overlap
-        pf = rt.pf[k] if rt.track_prefill else 0
-        credit = rt.credit
-        if decaying:
-            excess = max(rt.pf[k] - min_pf, 0) / float(bs)
-            credit = credit * (1.0 / (1.0 + rt.decay * (excess / req_blocks)))
-        if tiered:  # the credit (and its decay) is the device overlap's; host blocks have their weight
-            load = (pf + isl) / bs - (credit * rt.host.dev[k] + rt.host.hcredit[k])
-        else:
-            load = (pf + isl) / bs - credit * overlap
-        if load < 0.0:
-            load = 0.0
-        c = rt.pls * load
-        if rt.track_active:
-            if rt.dedup:
-                new = nfull - (_union_prefix(rt, k, keys, nshare) if nshare > 0 else 0)
-            else:
-                new = nfull
-            c = c + rt.active[k] + new
-        if rt.req_weight != 0.0:
-            c = c + rt.req_weight * rt.nreq[k]
-        rt.cost[k] = c
+        rt.cost[k] = _target_cost_nb(rt, k, keys, nfull, nshare, overlap, isl, bs, min_pf, req_blocks)
+
+
+@inner
+def score_queued_nb(rt, r, keys, nfull, nshare, isl, bs, n_targets, gstate, dp):
+    """``score_targets_nb`` for request ``r`` leaving the router queue: the loads are those of
+    now, the overlaps those its queue entry saw (``rt.qov``: Dynamo 1.6.1 keeps a queued
+    request's overlap scores from its arrival, decision 0410). No host tier."""
+    min_pf = np.int64(0)
+    if rt.decay > 0.0 and rt.track_prefill:
+        min_pf = _least_prefill_nb(rt, n_targets, gstate, dp)
+    req_blocks = float((isl + bs - 1) // bs)
+    for k in range(n_targets):
+        if gstate[k if dp == 1 else k // dp] != 2:  # fleet.ACTIVE
+            rt.cost[k] = np.inf
+            rt.overlap[k] = 0
+            continue
+        overlap = np.int64(rt.qov[r, k])
+        rt.overlap[k] = overlap
+        rt.cost[k] = _target_cost_nb(rt, k, keys, nfull, nshare, overlap, isl, bs, min_pf, req_blocks)
 
 
 @inner

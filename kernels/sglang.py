@@ -31,7 +31,9 @@ from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 from fastsim.kernels.kvpool import seal_feed_nb
 from fastsim.kernels.mtp import sample_burst_nb
 from fastsim.kernels.radix import chain_key_nb, dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
-from fastsim.kernels.sglang_route import note_first_token_nb, pass_end_nb, request_done_nb, route_nb
+from fastsim.kernels.router import release_prefill_nb
+from fastsim.kernels.sglang_route import (enter_queue_nb, must_wait_nb, next_first_token_nb, next_released_nb,
+                                          note_first_token_nb, request_done_nb, route_nb, route_released_nb)
 from fastsim.kernels.fleet import (NEXTPLAN, NSTARTING, SCHEDPOS, TARGET, apply_schedule_nb, apply_target_nb,
                                    mark_ready_nb, next_fleet_event_nb)
 from fastsim.kernels.sglang_fleet import add_worker_seconds_nb, pick_worker_nb, retire_drained_nb
@@ -1067,13 +1069,48 @@ def _chained_keys_nb(q, pr, s, row, npages):
 
 @inner
 def _arrive_kv_nb(q, pr, s, t, k, rt, gstate, row, now):
-    """kv_router: request ``row`` goes to the rank the router chooses (``kernels/sglang_route.py``)."""
+    """kv_router: request ``row`` goes to the rank the router chooses, or waits in its queue
+    (``kernels/sglang_route.py``)."""
+    q.arrival[row] = now
+    q.status[row] = OUTCOME_IN_FLIGHT
     ps = pr[P_PS]
     nfull = q.isl[row] // ps
     _chained_keys_nb(q, pr, s, row, nfull)
-    r = route_nb(rt, t, s.keys, nfull, nfull if pr[P_HASHED] else 0, q.isl[row], ps, gstate, row, now)
-    q.arrival[row] = now
-    q.status[row] = OUTCOME_IN_FLIGHT
+    nshare = nfull if pr[P_HASHED] else 0
+    if must_wait_nb(rt, gstate.shape[0]):
+        enter_queue_nb(rt, t, s.keys, nfull, nshare, q.isl[row], ps, gstate, row, now)
+        return
+    _submit_nb(q, pr, k, row, route_nb(rt, t, s.keys, nfull, nshare, q.isl[row], ps, gstate, row, now))
+
+
+@inner
+def _release_queued_nb(q, pr, s, t, k, rt, gstate, now):
+    """kv_router: the router queue releases requests while some rank is not busy, each routed at
+    ``now`` (with the overlaps of its queue entry)."""
+    row = next_released_nb(rt, gstate.shape[0])
+    while row >= 0:
+        ps = pr[P_PS]
+        nfull = q.isl[row] // ps
+        _chained_keys_nb(q, pr, s, row, nfull)
+        r = route_released_nb(rt, s.keys, nfull, nfull if pr[P_HASHED] else 0, q.isl[row], ps, gstate, row, now)
+        _submit_nb(q, pr, k, row, r)
+        row = next_released_nb(rt, gstate.shape[0])
+
+
+@inner
+def _release_first_tokens_nb(q, pr, s, t, k, rt, gstate, g, now):
+    """kv_router: the prefill loads of the first tokens worker ``g``'s pass made leave the router,
+    one at a time, the router queue moving after each (decision 0410)."""
+    fr = next_first_token_nb(rt, g)
+    while fr >= 0:
+        release_prefill_nb(rt, fr, q.rank[fr])
+        _release_queued_nb(q, pr, s, t, k, rt, gstate, now)
+        fr = next_first_token_nb(rt, g)
+
+
+@inner
+def _submit_nb(q, pr, k, row, r):
+    """Request ``row`` joins the waiting queue of rank ``r``, the router's choice."""
     q.rank[row] = r
     _w_push_back(q, k, r, row)
     if pr[P_MML] > 0 and q.isl[row] >= pr[P_MML]:
@@ -1222,12 +1259,13 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                     row = nxt
                 row = first
                 s.done_head[g] = -1
-                if rt is not None:  # the first tokens' prefill loads leave the router
-                    pass_end_nb(rt, q.rank, g)
+                if rt is not None and v142 is None:  # 1.6.1: the first tokens' prefill loads leave the router first
+                    _release_first_tokens_nb(q, pr, s, t, k, rt, gstate, g, now)
                 while row != -1:
                     nxt = q.done_next[row]
-                    if rt is not None:
+                    if rt is not None:  # (its loads leave, the router queue moving after)
                         _leave_router_nb(q, pr, s, rt, row)
+                        _release_queued_nb(q, pr, s, t, k, rt, gstate, now)
                     s.cnt[CNT_DONE] += 1
                     if pr[P_MML] > 0 and q.isl[row] >= pr[P_MML]:  # max_model_len's rejections have no gaps
                         q.status[row] = OUTCOME_REJECTED
@@ -1246,6 +1284,8 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
                             q.ready[nt] = now
                             heap_push_nb(s.heap, s.cnt, CNT_HEAP, q.ready, q.tie, nt)
                     row = nxt
+                if rt is not None and v142 is not None:  # 1.4.2: after the completions
+                    _release_first_tokens_nb(q, pr, s, t, k, rt, gstate, g, now)
         if tel is not None and tel.fs[NSTARTING] > 0:  # workers that finished starting
             mark_ready_nb(tel, now)
         # 2. arrivals

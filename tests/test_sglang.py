@@ -13,7 +13,7 @@ import pytest
 import recorded
 from fastsim.api import run_synthetic_trace_replay
 from fastsim.config import EngineArgs
-from fastsim.errors import InputError, NotSupportedError
+from fastsim.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "sglang_161"
 DATA_DP = Path(__file__).parent / "data" / "sglang_dp_161"
@@ -72,17 +72,6 @@ def test_config_forms():
 def test_bad_settings(text, err):
     with pytest.raises(InputError, match=err):
         EngineArgs.from_json(text)
-
-
-@pytest.mark.parametrize("kw,err", [
-    (dict(router_mode="kv_router", num_workers=2, router_config={"router_queue_threshold": 1.0}),
-     "router_queue_threshold"),
-])
-def test_not_yet(kw, err):
-    args = dict(extra_engine_args={"engine_type": "sglang", "block_size": 64})
-    args.update(kw)
-    with pytest.raises(NotSupportedError, match=err):
-        run_synthetic_trace_replay(256, 8, 10, arrival_interval_ms=10.0, **args)
 
 
 @pytest.mark.parametrize("name", ["F03_pressure", "lpm_2w_trace", "dp4_interval", "tight_page16", "clip_small",

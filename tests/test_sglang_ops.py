@@ -157,8 +157,6 @@ def test_telemetry_under_a_cap_or_in_a_closed_loop(folder, name):
     (dict(scaling_schedule=[[0, 1], [100, 2]], dynamo_version="1.4.2"), "scaling schedule"),
     (dict(planner=lambda s: None, planner_interval_ms=100.0, router_mode="kv_router"), "planner"),
     (dict(planner=lambda s: None, planner_interval_ms=100.0, dynamo_version="1.4.2"), "planner"),
-    (dict(router_mode="kv_router", num_workers=2, router_config={"router_queue_threshold": 1.0}),
-     "router_queue_threshold"),
 ])
 def test_refused_by_name(kw, words):
     with pytest.raises(NotSupportedError, match=words) as e:
