@@ -47,6 +47,7 @@ from fastsim.kernels.fleet import (
     nth_active_nb,
     retire_drained_nb,
 )
+from fastsim.kernels.agentic import graph_cancelled_nb
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
 from fastsim.kernels.jit import inline, inner, loop_kernel
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
@@ -728,7 +729,7 @@ def run_disagg_nb(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d
             # the one call site of the drain (it is inlined: a call would copy the whole state)
             _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, cl, gaps, rt_p,
                    rt_d, rt_none, fl_p, fl_d, dg, pa, now)
-        if cl.state[NDONE] >= n_rows:
+        if cl.state[NDONE] + graph_cancelled_nb(ss) >= n_rows:  # (an agentic graph's cancelled nodes never arrive)
             break
         if cl.state[CTRL_C] != 0:  # (set from another thread: fastsim/interrupt.py)
             status = INTERRUPTED

@@ -94,17 +94,19 @@ def run(workload, opts, trace_format, agentic_lanes, execution_model, report_jso
         raise InputError("agentic_mooncake trace format is not supported with replay_concurrency"
                          if trace_format.startswith("agentic") else
                          "agentic Dynamo request traces are not supported with replay_concurrency")
-    what = None
-    if opts["disagg"] is not None:
-        what = "disaggregated replay"
-    if what is not None:
-        raise NotSupportedError(f"trace_format '{trace_format}' with {what} is not supported yet by fastsim")
     graph = workload.graph.with_lanes(agentic_lanes)
     workload = dataclasses.replace(workload, graph=graph)
-    report = simulate_workload(
-        workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
-        sla=opts["sla"], router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version,
-        debug=debug, kv_event_lag_ms=kv_event_lag_ms, max_sim_time_ms=opts["max_sim_time_ms"], **cluster_kw)
+    if opts["disagg"] is not None:  # prefill and decode pools: the same graph drives the arrivals
+        from fastsim.api import _no_disagg_telemetry, _run_disagg
+
+        _no_disagg_telemetry(cluster_kw["telemetry_interval_ms"])
+        report = _run_disagg(workload, opts, None, seed, cluster_kw["scaling_schedule"], dynamo_version,
+                             cluster_kw["gap_statistics"])
+    else:
+        report = simulate_workload(
+            workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
+            sla=opts["sla"], router_config=opts["router_config"], seed=seed, dynamo_version=dynamo_version,
+            debug=debug, kv_event_lag_ms=kv_event_lag_ms, max_sim_time_ms=opts["max_sim_time_ms"], **cluster_kw)
     terminal = np.asarray(report._req["terminal_ms"], dtype=np.float64)
     agentic_report.attach(report, graph, execution_model, lanes_of_plays(graph, terminal) if graph.lanes else None)
     if report_jsonl_path is not None:
