@@ -26,7 +26,7 @@ import numpy as np
 from fastsim.kernels.codes import DEAD_END, INTERRUPTED, OK, OUTCOME_COMPLETED, OUTCOME_FAILED, \
     OUTCOME_IN_FLIGHT, SIM_CAP
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.jit import inner, loop_kernel
+from fastsim.kernels.jit import llvm_inline, loop_kernel
 from fastsim.kernels.sglang import (CNT_COMMITTED, CNT_EMIT, CNT_FIN, CNT_HEAP, CNT_NEXTSESS, F_CAP, F_NOW, P_CONC,
                                     P_DP, P_MAXRUN, P_PAGES, P_PS, P_WORKERS, _alloc_new_nb, _cache_prefix_nb,
                                     _finish_nb, _r_push_back, _w_push_back, rank_pass_nb)
@@ -89,8 +89,12 @@ def new_handoff(n, n_dec_ranks, n_pre_workers, n_dec_workers, xfer, tokens):
                    ints(n_dec_workers, 0), ints(max(tokens, 1), 0), np.zeros(max(tokens, 1)), ints(max(n, 1)))
 
 
+# (every function below is inlined into the loop: a call passes each table's arrays, some 150 of
+# them, and cost more than the pass it made on these small batches, decision 0400)
+
+
 # ---------------------------------------------------------------- the decode rank's queues
-@inner
+@llvm_inline
 def _reserve_nb(qp, kp, prp, qd, prd, sd, td, h, x, now):
     """One attempt to reserve the KV of the prompt at the head of decode rank ``x``'s queue; the
     request reserved goes to the next prefill rank in turn (a worker's DP ranks in a row)."""
@@ -112,7 +116,7 @@ def _reserve_nb(qp, kp, prp, qd, prd, sd, td, h, x, now):
     _w_push_back(qp, kp, i, row)
 
 
-@inner
+@llvm_inline
 def _arrive_nb(qp, kp, prp, qd, prd, sd, td, h, row, now):
     """Request ``row`` is routed to the next decode rank in turn; returns 1 if it fails there (a
     prompt larger than the rank's KV), else 0."""
@@ -137,7 +141,7 @@ def _arrive_nb(qp, kp, prp, qd, prd, sd, td, h, row, now):
     return 0
 
 
-@inner
+@llvm_inline
 def _transfer_nb(h, row, x, end):
     """Request ``row``'s transfer to decode rank ``x`` ends at ``end``: filed by (end, row)."""
     h.xend[row] = end
@@ -157,7 +161,7 @@ def _transfer_nb(h, row, x, end):
         h.xprev[before] = row
 
 
-@inner
+@llvm_inline
 def _activate_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, x, now):
     """Decode rank ``x`` takes the requests whose transfer has ended (prompt materialized, its
     complete pages cached: a page the rank holds already is freed), each followed by one
@@ -195,7 +199,7 @@ def _activate_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, x, now):
 
 
 # ---------------------------------------------------------------- the workers' passes
-@inner
+@llvm_inline
 def _prefill_pass_nb(qp, prp, fpp, sp, tp, kp, sdp, tl, perf, h, w, now):
     """One pass of prefill worker ``w``'s busy ranks together; True if it started one."""
     dp = prp[P_DP]
@@ -225,7 +229,7 @@ def _prefill_pass_nb(qp, prp, fpp, sp, tp, kp, sdp, tl, perf, h, w, now):
     return False
 
 
-@inner
+@llvm_inline
 def _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf, h, w, now):
     """One pass of decode worker ``w``'s busy ranks together, its tokens stamped at the slowest
     one's end; True if it started one. Taken requests join the running batch first, as room allows;
@@ -283,7 +287,7 @@ def _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf, h, w, now):
     return False
 
 
-@inner
+@llvm_inline
 def _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, now):
     """The idle workers' handoff commands and passes at ``now``, until none can start."""
     P, D, dpd = prp[P_WORKERS], prd[P_WORKERS], prd[P_DP]
