@@ -15,8 +15,6 @@ from fastsim.kernels.codes import DEAD_END, INTERRUPTED, OUTCOME_COMPLETED, SIM_
 
 def not_covered(prefill_engine, decode_engine):
     """Why the compiled loop does not run these pools yet (None: it does); the reference runs them."""
-    if decode_engine.aic_nextn:
-        return "speculative decoding (aic_nextn) on the decode pool"
     return None
 
 
@@ -31,6 +29,7 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
     from fastsim.kernels.sglang_disagg import G_CTRL_C, G_DONE, G_GAPS, new_handoff, run_sglang_disagg_nb
     from fastsim.perf import engine_perf_model
     from fastsim.sglang_disagg import _cfg, _report, _stuck
+    from fastsim.sim_sglang import _speculation
 
     n = workload.n_requests
     P, D = int(num_prefill_workers), int(num_decode_workers)
@@ -58,15 +57,18 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
         h = new_handoff(n, D * dp_d, P, D, xfer, tokens)
         qp, prp, fpp, sp, tp, kp, tl, _, sdp = pre
         qd, prd, fpd, sd, td, kd, _, lp, sdd = dec
-        return (qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, lp, perf_p, perf_d, h)
+        # speculative decoding: each decode rank's sampler seeded with aic_mtp_seed plus its number
+        # in the pool (made again with the state: its generators from the start)
+        spec = _speculation(decode_engine, D * dp_d, n)
+        return (qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, lp, perf_p, perf_d, h, spec)
 
     args = build()
     # load (or compile) the loop before the clock starts, as the aggregated path does
     run_sglang_disagg_nb.compile(tuple(typeof(a) for a in args))
     t0 = time.perf_counter()
     while True:
-        h, sd, sdp = args[18], args[10], args[3]
-        progress.track(n, lambda: _progress_of(h, sdp, sd))  # (read by a watcher thread)
+        h, sp, sd = args[18], args[3], args[10]
+        progress.track(n, lambda: _progress_of(h, sp, sd))  # (read by a watcher thread)
         with interrupt.on_ctrl_c(interrupt.flag((h.cnt, G_CTRL_C))):
             status = run_sglang_disagg_nb(*args)
         progress.untrack()

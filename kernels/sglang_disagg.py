@@ -230,11 +230,13 @@ def _prefill_pass_nb(qp, prp, fpp, sp, tp, kp, sdp, tl, perf, h, w, now):
 
 
 @llvm_inline
-def _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf, h, w, now):
+def _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf, h, spec, w, now):
     """One pass of decode worker ``w``'s busy ranks together, its tokens stamped at the slowest
     one's end; True if it started one. Taken requests join the running batch first, as room allows;
     while some wait for room, or a request waits for its reservation, the rank prefills nothing of
-    its own. A rank's prefill (of a retracted request, again) takes no time."""
+    its own. A rank's prefill (of a retracted request, again) takes no time. ``spec``: an
+    ``SgSpec`` with speculative decoding (a request's step of ``b`` tokens adds a gap since its
+    last token and ``b - 1`` gaps of 0), else None."""
     dp = prd[P_DP]
     sd.cnt[CNT_EMIT] = 0
     sd.cnt[CNT_FIN] = 0
@@ -256,7 +258,7 @@ def _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf, h, w, now):
             h.dadmit[row] = now
             _r_push_back(qd, kd, r, row)
         hold = h.bn[r] > 0 or h.pn[r] > 0
-        e = rank_pass_nb(qd, prd, fpd, sd, td, kd, r, now, hold, perf, sdd, tl, None)
+        e = rank_pass_nb(qd, prd, fpd, sd, td, kd, r, now, hold, perf, sdd, tl, spec)
         if kd.prefilled[r]:
             admitted = True
         else:
@@ -266,15 +268,20 @@ def _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf, h, w, now):
     h.commit_d[w] = sd.cnt[CNT_COMMITTED] - c0
     for i in range(sd.cnt[CNT_EMIT]):
         row = sd.emit[i]
-        if qd.gen[row] == 1:
+        b = 1
+        if spec is not None:
+            b = spec.burst[row]
+            spec.burst[row] = 1
+        m = qd.gen[row]
+        lo = m - b + 1  # the index of this step's first token
+        if lo == 1:
             qd.first_token[row] = end
         else:
-            j = h.cnt[G_GAPS]
-            h.gap_row[j] = row
-            h.gap_ms[j] = end - qd.last_token[row]
-            h.cnt[G_GAPS] = j + 1
-            if qd.gen[row] == 2:
-                qd.second_token[row] = end
+            _log_gap_nb(h, row, end - qd.last_token[row])
+        if lo <= 2 and m >= 2:
+            qd.second_token[row] = end
+        for _ in range(b - 1):
+            _log_gap_nb(h, row, 0.0)
         qd.last_token[row] = end
     for i in range(sd.cnt[CNT_FIN]):  # (the chain holds them last first)
         row = sd.fin[i]
@@ -288,7 +295,15 @@ def _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf, h, w, now):
 
 
 @llvm_inline
-def _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, now):
+def _log_gap_nb(h, row, gap):
+    j = h.cnt[G_GAPS]
+    h.gap_row[j] = row
+    h.gap_ms[j] = gap
+    h.cnt[G_GAPS] = j + 1
+
+
+@llvm_inline
+def _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, spec, now):
     """The idle workers' handoff commands and passes at ``now``, until none can start."""
     P, D, dpd = prp[P_WORKERS], prd[P_WORKERS], prd[P_DP]
     progress = True
@@ -304,16 +319,17 @@ def _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, p
                     progress = True
         for w in range(D):
             if sd.busy[w] == np.inf:
-                if _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf_d, h, w, now):
+                if _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf_d, h, spec, w, now):
                     progress = True
 
 
 # ---------------------------------------------------------------- the event loop
 @loop_kernel
-def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, lp, perf_p, perf_d, h):
+def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, lp, perf_p, perf_d, h, spec):
     """Run the simulation (prefill pool: ``qp .. sdp``, decode pool: ``qd .. sdd``, each as
     ``kernels.sglang.run_sglang_nb`` takes them; ``lp``: the decode pool's ``SgLoop``, for a closed
-    loop's sessions; ``h``: the ``Handoff``). Returns OK, DEAD_END (nothing can move any more),
+    loop's sessions; ``h``: the ``Handoff``; ``spec``: the decode pool's ``SgSpec`` with speculative
+    decoding, else None: its loop is compiled without it). Returns OK, DEAD_END (nothing can move any more),
     SIM_CAP (the time cap ``fpd[F_CAP]`` stopped it; ``fpd[F_NOW]``: the last event processed) or
     INTERRUPTED (``h.cnt[G_CTRL_C]`` was set)."""
     n = qd.isl.shape[0]
@@ -381,7 +397,7 @@ def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd
         while sd.cnt[CNT_HEAP] > 0 and qd.ready[sd.heap[0]] <= now:
             row = heap_pop_nb(sd.heap, sd.cnt, CNT_HEAP, qd.ready, qd.tie)
             h.cnt[G_DONE] += _arrive_nb(qp, kp, prp, qd, prd, sd, td, h, row, now)
-        _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, now)
+        _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, spec, now)
         # requests a completion releases at once arrive after the workers started their next
         # passes, in (time, session, turn) order
         m = h.cnt[G_BORN]
@@ -401,5 +417,5 @@ def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd
                     heap_push_nb(sd.heap, sd.cnt, CNT_HEAP, qd.ready, qd.tie, row)
                 else:
                     h.cnt[G_DONE] += _arrive_nb(qp, kp, prp, qd, prd, sd, td, h, row, now)
-            _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, now)
+            _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, spec, now)
     return OK

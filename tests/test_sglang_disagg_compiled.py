@@ -82,6 +82,10 @@ def _engines(rng):
         if rng.random() < 0.3:
             e["speedup_ratio"] = float(rng.choice([1.5, 2.0]))
         out.append(e)
+    if rng.random() < 0.3:  # speculative decoding on the decode pool
+        k = int(rng.integers(1, 4))
+        out[1].update(aic_nextn=k, aic_nextn_accept_rates=",".join(str(round(0.9 - 0.2 * i, 1)) for i in range(k)),
+                      aic_mtp_seed=int(rng.integers(0, 100)))
     if rng.random() < 0.4:
         out[0].update(kv_bytes_per_token=int(rng.choice([1000, 100000])), kv_transfer_bandwidth=float(rng.choice([1, 25])))
     return out
@@ -104,7 +108,8 @@ def _trace(path, rng, n, ps):
 
 @pytest.mark.parametrize("seed", range(32))
 def test_trace_replays_agree(seed, monkeypatch, tmp_path):
-    """Random traces, pools, KV sizes, chunks, policies, DP, transfer times, time caps and closed loops."""
+    """Random traces, pools, KV sizes, chunks, policies, DP, speculative decoding, transfer times,
+    time caps and closed loops."""
     rng = np.random.default_rng(seed)
     pe, de = _engines(rng)
     path = tmp_path / "trace.jsonl"
