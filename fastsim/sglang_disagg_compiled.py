@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from fastsim import interrupt, progress
+from fastsim import interrupt, progress, warmup
 from fastsim.kernels.codes import DEAD_END, INTERRUPTED, OUTCOME_COMPLETED, SIM_CAP
 
 
@@ -64,7 +64,11 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
 
     args = build()
     # load (or compile) the loop before the clock starts, as the aggregated path does
-    run_sglang_disagg_nb.compile(tuple(typeof(a) for a in args))
+    mtp = args[19] is not None
+    with warmup.variant("sglang-disagg-mtp" if mtp else "sglang-disagg",
+                        "the SGLang disaggregated kernels" + (" with speculative decoding" if mtp else ""),
+                        "a minute or two"):
+        run_sglang_disagg_nb.compile(tuple(typeof(a) for a in args))
     t0 = time.perf_counter()
     while True:
         h, sp, sd = args[18], args[3], args[10]
