@@ -1,7 +1,10 @@
 """Disaggregated prefill/decode serving on SGLang engines (Dynamo 1.6.1, decision 0370).
 
-Prefill and decode workers are groups of DP ranks of the plain-Python SGLang engine
-(:mod:`fastsim.sglang_ref`), run in Dynamo 1.6.1's handoff order:
+:func:`simulate_sglang_disagg` runs it in the compiled loop (``kernels/sglang_disagg.py``,
+``fastsim/sglang_disagg_compiled.py``, decision 0400). This module keeps the refusals, the report
+both paths share, and the reference the tests compare the loop with: prefill and decode workers
+as groups of DP ranks of the plain-Python SGLang engine (:mod:`fastsim.sglang_ref`), run in
+Dynamo 1.6.1's handoff order:
 
 * a request is routed to a decode rank at its arrival; the rank reserves the KV of its prompt
   (cached prefix matched, fresh pages for the rest), head of its queue first, one reservation an
