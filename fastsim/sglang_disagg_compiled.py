@@ -26,7 +26,7 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
 
     from fastsim import sglang_state
     from fastsim.kernels.sglang import CNT_COMMITTED, CNT_READMISSIONS, F_NOW, P_POOL, POOL_DECODE, POOL_PREFILL
-    from fastsim.kernels.sglang_disagg import G_CTRL_C, G_DONE, G_GAPS, new_handoff, run_sglang_disagg_nb
+    from fastsim.kernels.sglang_disagg import G_CTRL_C, G_GAPS, new_handoff, run_sglang_disagg_nb
     from fastsim.perf import engine_perf_model
     from fastsim.sglang_disagg import _cfg, _report, _stuck
     from fastsim.sim_sglang import _speculation

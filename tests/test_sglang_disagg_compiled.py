@@ -70,7 +70,8 @@ def _engines(rng):
     for kind in ("prefill", "decode"):
         e = {"engine_type": "sglang", "worker_type": kind, "block_size": ps,
              # (a prefill rank holds the longest prompt; a decode rank may be tight: retractions)
-             "num_gpu_blocks": int(rng.choice([160, 400, 2000] if kind == "prefill" else [60, 90, 160, 2000])) * 16 // ps,
+             "num_gpu_blocks": int(rng.choice([160, 400, 2000] if kind == "prefill" else [60, 90, 160, 2000]))
+             * 16 // ps,
              "enable_prefix_caching": bool(rng.random() < 0.85),
              "sglang": {"schedule_policy": str(rng.choice(["fifo", "lpm"])),
                         "chunked_prefill_size": int(rng.choice([256, 512, 8192])),
@@ -87,11 +88,12 @@ def _engines(rng):
         out[1].update(aic_nextn=k, aic_nextn_accept_rates=",".join(str(round(0.9 - 0.2 * i, 1)) for i in range(k)),
                       aic_mtp_seed=int(rng.integers(0, 100)))
     if rng.random() < 0.4:
-        out[0].update(kv_bytes_per_token=int(rng.choice([1000, 100000])), kv_transfer_bandwidth=float(rng.choice([1, 25])))
+        out[0].update(kv_bytes_per_token=int(rng.choice([1000, 100000])),
+                      kv_transfer_bandwidth=float(rng.choice([1, 25])))
     return out
 
 
-def _trace(path, rng, n, ps):
+def _trace(path, rng, n):
     """A random Mooncake trace of ``n`` rows sharing prefixes (hash ids from a small pool)."""
     t = 0.0
     with open(path, "w") as f:
@@ -113,7 +115,7 @@ def test_trace_replays_agree(seed, monkeypatch, tmp_path):
     rng = np.random.default_rng(seed)
     pe, de = _engines(rng)
     path = tmp_path / "trace.jsonl"
-    _trace(path, rng, int(rng.integers(20, 120)), pe["block_size"])
+    _trace(path, rng, int(rng.integers(20, 120)))
     kw = dict(prefill_engine_args=pe, decode_engine_args=de, num_prefill_workers=int(rng.integers(1, 3)),
               num_decode_workers=int(rng.integers(1, 4)), trace_block_size=64)
     if seed % 4 == 1:
