@@ -141,3 +141,26 @@ def test_synthetic_sessions_agree(seed, monkeypatch):
     lengths = int(rng.integers(50, 700)), int(rng.integers(2, 40)), int(rng.integers(10, 60))
     fast, slow = _both(monkeypatch, lambda: run_synthetic_trace_replay(*lengths, **kw))
     _assert_identical(fast, slow)
+
+
+def test_a_full_readmission_log_runs_again_with_room(monkeypatch):
+    """More readmissions than the decode pool's log holds: the run is made again with room for all."""
+    from fastsim import sglang_state
+
+    build = sglang_state.build
+
+    def small_log(workload, cfg, *args, **kw):
+        if len(args) == 4:  # (the decode pool's call, the log's size not given yet: room for one)
+            args = (*args, 1)
+        elif args[4] is None:
+            args = (*args[:4], 1, *args[5:])
+        return build(workload, cfg, *args, **kw)
+
+    kw = dict(arrival_interval_ms=1.0, num_prefill_workers=1, num_decode_workers=1,
+              prefill_engine_args={"engine_type": "sglang", "worker_type": "prefill", "block_size": 16},
+              decode_engine_args={"engine_type": "sglang", "worker_type": "decode", "block_size": 16,
+                                  "num_gpu_blocks": 70})
+    monkeypatch.setattr(sglang_state, "build", small_log)
+    fast, slow = _both(monkeypatch, lambda: run_synthetic_trace_replay(100, 900, 12, **kw))
+    assert len(slow._req["readmit_row"]) > 1
+    _assert_identical(fast, slow)
