@@ -409,24 +409,43 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
     if cap_ms is not None and done < n:
         # stopped at the cap: the passes in flight have not committed their prompt tokens
         committed[0] -= sum(w.pass_commit for w in pre + dec if w.busy_until is not None and w.busy_until > last_event)
-    gaps = np.array([g for row, g in gaps if status[row] == OUTCOME_COMPLETED], np.float64)
+    from fastsim.kernels.sglang_disagg import GapPool, pool_gaps_nb
+    from fastsim.kernels.stats import dd_new_hist
+
+    pool = GapPool(np.zeros(16), dd_new_hist(), dd_new_hist())
+    pool_gaps_nb(pool, np.array([g for row, g in gaps if status[row] == OUTCOME_COMPLETED], np.float64))
     return _report(workload, {
         "arrival_ms": arrival, "first_admit_ms": padmit, "first_token_ms": first_tok,
         "second_token_ms": second_tok, "last_token_ms": last_tok, "terminal_ms": terminal, "status": status,
         "output_length": gen, "reused_tokens": reused, "dec_idx": dec_idx, "pre_idx": pre_idx, "source_held_ms": held,
         "destination_reserved_ms": reserved, "destination_activated_ms": activated, "decode_admit_ms": dadmit,
-        "source_released_ms": released}, readmits, gaps, committed[0],
+        "source_released_ms": released}, readmits, gap_stats(pool), committed[0],
         last_event if cap_ms is not None and done < n else None, t0,
         P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency, sla=sla, version=version)
 
 
+def gap_stats(pool):
+    """The ``gaps`` of ``fastsim.report.build_report`` from gaps pooled as ``kernels.sglang``'s
+    ``_pool_gap_nb`` pools them (``pool``: its ``gaps``, ``itl_hist`` and ``otpu_hist``)."""
+    g = pool.gaps
+    out = {}
+    for name, off, comp, hist in (("itl", 0, 12, pool.itl_hist), ("otpu", 6, 14, pool.otpu_hist)):
+        cnt = int(g[off])
+        out.update({f"{name}_count": cnt, f"{name}_sum": float(g[off + 1] + g[comp]),
+                    f"{name}_sumsq": float(g[off + 2] + g[comp + 1]),
+                    f"{name}_min": float(g[off + 3]) if cnt else 0.0,
+                    f"{name}_max": float(g[off + 4]) if cnt else 0.0, f"{name}_shift": float(g[off + 5]),
+                    f"{name}_hist": hist})
+    return out
+
+
 def _report(workload, c, readmits, gaps, committed, cap_event, t0, *, P, D, dp_p, dp_d, concurrency, sla, version):
     """The report of a run (``c``: the per-request arrays; ``readmits``: (row, time, reused tokens)
-    of each readmission on a decode rank; ``gaps``: the inter-token gaps of the completed requests
-    in the order they were stamped; ``cap_event``: the last event of a run the time cap stopped,
-    else None; ``t0``: the clock at its start)."""
+    of each readmission on a decode rank; ``gaps``: the pooled gaps of the completed requests,
+    :func:`gap_stats`; ``cap_event``: the last event of a run the time cap stopped, else None;
+    ``t0``: the clock at its start)."""
     from fastsim.history import identity_columns
-    from fastsim.report import build_report, make_gap_stats
+    from fastsim.report import build_report
 
     isl, osl = workload.isl, workload.osl
     status, pre_idx, dec_idx, activated = c["status"], c["pre_idx"], c["dec_idx"], c["destination_activated_ms"]
@@ -456,7 +475,7 @@ def _report(workload, c, readmits, gaps, committed, cap_event, t0, *, P, D, dp_p
     if cap_event is not None:  # stopped at the cap: the workers' time runs to the last event
         last = cap_event / 1000.0
     wall_ms = (time.perf_counter() - t0) * 1000.0
-    return build_report(cols, make_gap_stats(gaps), {
+    return build_report(cols, gaps, {
         "num_workers": P + D, "single_path": False, "decode_worker_seconds": D * last,
         "prefill_worker_seconds": P * last, "prefill_gpus_per_worker": dp_p, "decode_gpus_per_worker": dp_d,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from fastsim import interrupt, progress, warmup
-from fastsim.kernels.codes import DEAD_END, INTERRUPTED, OUTCOME_COMPLETED, SIM_CAP
+from fastsim.kernels.codes import DEAD_END, INTERRUPTED, OUTCOME_IN_FLIGHT, SIM_CAP
 
 
 def not_covered(prefill_engine, decode_engine):
@@ -26,9 +26,9 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
 
     from fastsim import sglang_state
     from fastsim.kernels.sglang import CNT_COMMITTED, CNT_READMISSIONS, F_NOW, P_POOL, POOL_DECODE, POOL_PREFILL
-    from fastsim.kernels.sglang_disagg import G_CTRL_C, G_GAPS, new_handoff, run_sglang_disagg_nb
+    from fastsim.kernels.sglang_disagg import G_CTRL_C, new_handoff, run_sglang_disagg_nb
     from fastsim.perf import engine_perf_model
-    from fastsim.sglang_disagg import _cfg, _report, _stuck
+    from fastsim.sglang_disagg import _cfg, _report, _stuck, gap_stats
     from fastsim.sim_sglang import _speculation
 
     n = workload.n_requests
@@ -42,9 +42,8 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
         xfer = np.zeros(n)
     else:
         xfer = isl.astype(np.float64) * float(kvb) / (float(bw) * 1e9) * 1000.0
-    tokens = int(np.asarray(workload.osl, np.int64).sum()) + 1  # (a request's gaps: one fewer than its tokens)
 
-    def build(log_size=None):
+    def build(log_size=None, gap_skip=None):
         pre = sglang_state.build(workload, cfg_p, P, dp_p, float(prefill_engine.speedup_ratio),
                                  float(prefill_engine.decode_speedup_ratio), steady=False)
         # the prefill pool prefills a copy of each request that generates one token, and holds its KV
@@ -54,7 +53,7 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
                                  float(decode_engine.decode_speedup_ratio), log_size, 0, cap_ms, None,
                                  int(concurrency or 0), 0, False)
         dec[1][P_POOL] = POOL_DECODE
-        h = new_handoff(n, D * dp_d, P, D, xfer, tokens)
+        h = new_handoff(n, D * dp_d, P, D, xfer, gap_skip)
         qp, prp, fpp, sp, tp, kp, tl, _, sdp = pre
         qd, prd, fpd, sd, td, kd, _, lp, sdd = dec
         # speculative decoding: each decode rank's sampler seeded with aic_mtp_seed plus its number
@@ -70,6 +69,7 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
                         "a minute or two"):
         run_sglang_disagg_nb.compile(tuple(typeof(a) for a in args))
     t0 = time.perf_counter()
+    log_size, gap_skip = None, None
     while True:
         h, sp, sd = args[18], args[3], args[10]
         progress.track(n, lambda: _progress_of(h, sp, sd))  # (read by a watcher thread)
@@ -78,9 +78,19 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
         progress.untrack()
         if status == INTERRUPTED:
             raise KeyboardInterrupt  # (if Python has not raised the pending one already)
-        if sd.cnt[CNT_READMISSIONS] <= sd.rlog_row.shape[0] or status == DEAD_END:
+        qd = args[7]
+        if status == DEAD_END:
             break
-        args = build(int(sd.cnt[CNT_READMISSIONS]))  # more readmissions than the log held: again, with room
+        if sd.cnt[CNT_READMISSIONS] > sd.rlog_row.shape[0]:  # more readmissions than the log held: again, with room
+            log_size = int(sd.cnt[CNT_READMISSIONS])
+        elif status == SIM_CAP and gap_skip is None and ((qd.status == OUTCOME_IN_FLIGHT) & (qd.gen >= 2)).any():
+            # the requests in flight at the cap add no gaps (Dynamo folds a request's gaps into its
+            # statistics when it completes); they are known only now: the run is made again (it is
+            # deterministic) with their gaps left out
+            gap_skip = (qd.status == OUTCOME_IN_FLIGHT) & (qd.gen >= 2)
+        else:
+            break
+        args = build(log_size, gap_skip)
     qp, sp, qd, fpd = args[0], args[3], args[7], args[9]
     status_col = qd.status.astype(np.int8)
     if status == DEAD_END:
@@ -91,9 +101,6 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
         cap_event = float(fpd[F_NOW])
         committed -= int(h.commit_p[(sp.busy < np.inf) & (sp.busy > cap_event)].sum()
                          + h.commit_d[(sd.busy < np.inf) & (sd.busy > cap_event)].sum())
-    m = int(h.cnt[G_GAPS])
-    gap_rows = h.gap_row[:m]
-    gaps = h.gap_ms[:m][qd.status[gap_rows] == OUTCOME_COMPLETED]
     k = int(sd.cnt[CNT_READMISSIONS])
     readmits = (sd.rlog_row[:k], sd.rlog_ms[:k], sd.rlog_reused[:k])
     return _report(workload, {
@@ -102,7 +109,7 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
         "status": status_col, "output_length": qd.gen.copy(), "reused_tokens": qp.reused, "dec_idx": h.dec_idx,
         "pre_idx": h.pre_idx, "source_held_ms": h.held, "destination_reserved_ms": h.reserved,
         "destination_activated_ms": h.activated, "decode_admit_ms": h.dadmit, "source_released_ms": h.released},
-        readmits, gaps, committed, cap_event, t0, P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency, sla=sla,
+        readmits, gap_stats(sd), committed, cap_event, t0, P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency, sla=sla,
         version=version)
 
 

@@ -26,15 +26,15 @@ import numpy as np
 from fastsim.kernels.codes import DEAD_END, INTERRUPTED, OK, OUTCOME_COMPLETED, OUTCOME_FAILED, \
     OUTCOME_IN_FLIGHT, SIM_CAP
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.jit import llvm_inline, loop_kernel
+from fastsim.kernels.jit import kernel_noalloc, llvm_inline, loop_kernel
 from fastsim.kernels.sglang import (CNT_COMMITTED, CNT_EMIT, CNT_FIN, CNT_HEAP, CNT_NEXTSESS, F_CAP, F_NOW, P_CONC,
                                     P_DP, P_MAXRUN, P_PAGES, P_PS, P_WORKERS, _alloc_new_nb, _cache_prefix_nb,
-                                    _finish_nb, _r_push_back, _w_push_back, rank_pass_nb)
+                                    _finish_nb, _pool_gap_nb, _r_push_back, _w_push_back, rank_pass_nb)
 
 # ``Handoff.cnt`` slots: the two pools' round-robin counters, requests done, a Ctrl-C to stop at
-# (set from another thread: fastsim/interrupt.py), inter-token gaps logged, completions' releases
-# waiting to arrive
-G_RRP, G_RRD, G_DONE, G_CTRL_C, G_GAPS, G_BORN = range(6)
+# (set from another thread: fastsim/interrupt.py), 1 if some rows' gaps are skipped, completions'
+# releases waiting to arrive
+G_RRP, G_RRD, G_DONE, G_CTRL_C, G_SKIP, G_BORN = range(6)
 
 
 class Handoff(NamedTuple):
@@ -67,14 +67,14 @@ class Handoff(NamedTuple):
     started_d: np.ndarray  # float64[D]
     commit_p: np.ndarray   # int64[P]: the prompt tokens the worker's pass in flight computes
     commit_d: np.ndarray   # int64[D]
-    gap_row: np.ndarray    # int64[tokens]: the inter-token gaps in the order they were stamped
-    gap_ms: np.ndarray     # float64[tokens]
+    gap_skip: np.ndarray   # bool[n]: the row's inter-token gaps stay out of the pooled statistics (a
+                           # capped run's requests left in flight, known on a second run)
     born: np.ndarray       # int64[n]: the requests completions released in this step
 
 
-def new_handoff(n, n_dec_ranks, n_pre_workers, n_dec_workers, xfer, tokens):
-    """The handoff state of ``n`` requests (``xfer``: each one's transfer time; ``tokens``: room for
-    every inter-token gap)."""
+def new_handoff(n, n_dec_ranks, n_pre_workers, n_dec_workers, xfer, gap_skip=None):
+    """The handoff state of ``n`` requests (``xfer``: each one's transfer time; ``gap_skip``: the
+    rows whose gaps the pooled statistics leave out, None: none)."""
     def ints(m, v=-1):
         return np.full(m, v, np.int64)
 
@@ -82,11 +82,29 @@ def new_handoff(n, n_dec_ranks, n_pre_workers, n_dec_workers, xfer, tokens):
         return np.full(n, np.nan)
 
     R = n_dec_ranks
-    return Handoff(np.zeros(6, np.int64), np.ascontiguousarray(xfer, dtype=np.float64), ints(n), ints(n),
+    cnt = np.zeros(6, np.int64)
+    cnt[G_SKIP] = gap_skip is not None
+    skip = np.zeros(n, np.bool_) if gap_skip is None else np.ascontiguousarray(gap_skip, dtype=np.bool_)
+    return Handoff(cnt, np.ascontiguousarray(xfer, dtype=np.float64), ints(n), ints(n),
                    nans(), nans(), nans(), nans(), nans(), np.zeros(n), ints(n), ints(R), ints(R), ints(R, 0),
                    ints(n), ints(n), ints(R), ints(R), ints(n), ints(R), ints(R), ints(R, 0), ints(R, 0), ints(R),
                    np.zeros(n_pre_workers), np.zeros(n_dec_workers), ints(n_pre_workers, 0),
-                   ints(n_dec_workers, 0), ints(max(tokens, 1), 0), np.zeros(max(tokens, 1)), ints(max(n, 1)))
+                   ints(n_dec_workers, 0), skip, ints(max(n, 1)))
+
+
+class GapPool(NamedTuple):
+    """Pooled inter-token gaps, as ``kernels.sglang.SgScratch`` keeps them (``_pool_gap_nb``)."""
+    gaps: np.ndarray       # float64[16]: itl [n, sum, sumsq, min, max, shift], otpu [...], compensations
+    itl_hist: np.ndarray
+    otpu_hist: np.ndarray
+
+
+@kernel_noalloc
+def pool_gaps_nb(pool, values):
+    """Pool ``values`` one by one, in order, as the loop pools the gaps it stamps (the reference's
+    pooling: the two agree to the bit)."""
+    for i in range(values.shape[0]):
+        _pool_gap_nb(pool, values[i], 1)
 
 
 # (every function below is inlined into the loop: a call passes each table's arrays, some 150 of
@@ -277,11 +295,11 @@ def _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf, h, spec, w, now):
         if lo == 1:
             qd.first_token[row] = end
         else:
-            _log_gap_nb(h, row, end - qd.last_token[row])
+            _log_gap_nb(h, sd, row, end - qd.last_token[row])
         if lo <= 2 and m >= 2:
             qd.second_token[row] = end
         for _ in range(b - 1):
-            _log_gap_nb(h, row, 0.0)
+            _log_gap_nb(h, sd, row, 0.0)
         qd.last_token[row] = end
     for i in range(sd.cnt[CNT_FIN]):  # (the chain holds them last first)
         row = sd.fin[i]
@@ -295,11 +313,10 @@ def _decode_pass_nb(qd, prd, fpd, sd, td, kd, sdd, tl, perf, h, spec, w, now):
 
 
 @llvm_inline
-def _log_gap_nb(h, row, gap):
-    j = h.cnt[G_GAPS]
-    h.gap_row[j] = row
-    h.gap_ms[j] = gap
-    h.cnt[G_GAPS] = j + 1
+def _log_gap_nb(h, sd, row, gap):
+    """Pool one inter-token gap of ``row``, one at a time (unless its gaps are skipped)."""
+    if h.cnt[G_SKIP] == 0 or not h.gap_skip[row]:
+        _pool_gap_nb(sd, gap, 1)
 
 
 @llvm_inline
