@@ -164,3 +164,32 @@ def test_a_full_readmission_log_runs_again_with_room(monkeypatch):
     fast, slow = _both(monkeypatch, lambda: run_synthetic_trace_replay(100, 900, 12, **kw))
     assert len(slow._req["readmit_row"]) > 1
     _assert_identical(fast, slow)
+
+
+def test_ctrl_c_stops_a_long_run_within_a_second():
+    """The loop reads its Ctrl-C flag every event (fastsim/interrupt.py, decision 0323)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    pools = dict(prefill_engine_args={"engine_type": "sglang", "worker_type": "prefill", "block_size": 64},
+                 decode_engine_args={"engine_type": "sglang", "worker_type": "decode", "block_size": 64},
+                 num_prefill_workers=2, num_decode_workers=4)
+    run_synthetic_trace_replay(64, 4, 20, arrival_interval_ms=1.0, **pools)  # (the loop compiled or loaded first)
+    sent = []
+
+    def send():
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(4.0, send)  # (the loop has long started by then)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):  # (minutes of simulation: long outputs, overloaded pools)
+            run_synthetic_trace_replay(512, 16000, 200_000, request_rate=1500.0, **pools)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert sent and time.monotonic() - sent[0] < 1.0, "the loop ran on after Ctrl-C"
