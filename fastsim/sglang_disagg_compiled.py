@@ -109,8 +109,8 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
         "status": status_col, "output_length": qd.gen.copy(), "reused_tokens": qp.reused, "dec_idx": h.dec_idx,
         "pre_idx": h.pre_idx, "source_held_ms": h.held, "destination_reserved_ms": h.reserved,
         "destination_activated_ms": h.activated, "decode_admit_ms": h.dadmit, "source_released_ms": h.released},
-        readmits, gap_stats(sd), committed, cap_event, t0, P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency, sla=sla,
-        version=version)
+        readmits, gap_stats(sd), committed, cap_event, t0, P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency,
+        sla=sla, version=version)
 
 
 def _progress_of(h, sp, sd):

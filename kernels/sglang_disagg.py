@@ -1,10 +1,10 @@
 """Disaggregated prefill/decode serving on SGLang ranks (Dynamo 1.6.1, decision 0370), compiled.
 
 Two pools of the compiled SGLang engine (``kernels/sglang.py``), each with its own request table,
-radix caches and queues: the prefill pool's table holds each request's one-token prefill copy
-(its ranks keep a finished copy's KV: ``POOL_PREFILL``), the decode pool's the request itself. The loop
-(``run_sglang_disagg_nb``) follows the plain-Python reference ``fastsim/sglang_disagg.py`` step by
-step (the tests compare the two):
+radix caches and queues: the prefill pool's table holds each request's one-token prefill copy (its
+ranks keep a finished copy's KV: ``POOL_PREFILL``), the decode pool's the request itself. The
+loop (``run_sglang_disagg_nb``) follows the plain-Python reference ``fastsim/sglang_disagg.py``
+step by step (the tests compare the two):
 
 * an arrival is routed round robin to a decode rank, whose queue of requests waiting for their
   reservation it joins; an idle worker attempts one reservation at once;
@@ -107,8 +107,8 @@ def pool_gaps_nb(pool, values):
         _pool_gap_nb(pool, values[i], 1)
 
 
-# (every function below is inlined into the loop: a call passes each table's arrays, some 150 of
-# them, and cost more than the pass it made on these small batches, decision 0400)
+# (every function below is inlined into the loop: a call passed each table's arrays, some 150 of
+# them, and cost more than the small pass it made, decision 0400)
 
 
 # ---------------------------------------------------------------- the decode rank's queues
