@@ -1,7 +1,10 @@
 """Disaggregated prefill/decode serving on SGLang engines (Dynamo 1.6.1, decision 0370).
 
-Prefill and decode workers are groups of DP ranks of the plain-Python SGLang engine
-(:mod:`fastsim.sglang_ref`), run in Dynamo 1.6.1's handoff order:
+:func:`simulate_sglang_disagg` runs it in the compiled loop (``kernels/sglang_disagg.py``,
+``fastsim/sglang_disagg_compiled.py``, decision 0400). This module keeps the refusals, the report
+both paths share, and the reference the tests compare the loop with: prefill and decode workers
+as groups of DP ranks of the plain-Python SGLang engine (:mod:`fastsim.sglang_ref`), run in
+Dynamo 1.6.1's handoff order:
 
 * a request is routed to a decode rank at its arrival; the rank reserves the KV of its prompt
   (cached prefix matched, fresh pages for the rest), head of its queue first, one reservation an
@@ -123,12 +126,25 @@ class _Worker:
 
 
 def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
-                           sla, version="1.6.1", concurrency=0, cap_ms=None):
+                           sla, version="1.6.1", concurrency=0, cap_ms=None, reference=False):
     """The :class:`fastsim.report.Report` of ``workload`` on SGLang prefill and decode pools
     (``concurrency``: a closed loop's; ``cap_ms``: the time cap, Dynamo stopping at the last event at
-    or before it)."""
-    from fastsim.history import identity_columns
-    from fastsim.report import build_report, make_gap_stats
+    or before it; ``reference``: the plain-Python ranks below even where the compiled loop,
+    ``fastsim/sglang_disagg_compiled.py``, runs them)."""
+    from fastsim import sglang_disagg_compiled
+
+    run = simulate_reference
+    if not reference and sglang_disagg_compiled.not_covered(prefill_engine, decode_engine) is None:
+        run = sglang_disagg_compiled.simulate
+    return run(workload, prefill_engine, decode_engine, num_prefill_workers=num_prefill_workers,
+               num_decode_workers=num_decode_workers, sla=sla, version=version, concurrency=concurrency,
+               cap_ms=cap_ms)
+
+
+def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
+                       sla, version="1.6.1", concurrency=0, cap_ms=None):
+    """:func:`simulate_sglang_disagg` on the plain-Python SGLang ranks (slow; the tests compare the
+    compiled loop with it)."""
     from fastsim.sglang_pages import page_keys_of
 
     t0 = time.perf_counter()
@@ -167,7 +183,7 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
     dec_idx = np.full(n, -1, np.int64)
     committed = [0]
     gaps = []      # (row, inter-token gap) in the order they were stamped
-    readmits = []  # (row, time, reused tokens) of the retracted requests prefilled again on decode
+    readmits = ([], [], [])  # rows, times, reused tokens of the retracted requests prefilled again on decode
     copies = {}    # row -> (prefill rank, the prefill copy): its KV held until the decode side takes it
     targets = {}   # row -> the decode-side request
     dec_rank = {}  # row -> its decode rank
@@ -257,7 +273,8 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
             committed[0] += computed
             w.pass_commit += computed
             if decode_side:  # a retracted request prefilled again
-                readmits.append((r.row, now, prefix))
+                for log, v in zip(readmits, (r.row, now, prefix)):
+                    log.append(v)
             elif np.isnan(padmit[r.row]):
                 padmit[r.row] = now
                 reused[r.row] = prefix
@@ -389,46 +406,80 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                 done += arrive(e[3], now)
         work(now)
 
-    cols = {
+    if cap_ms is not None and done < n:
+        # stopped at the cap: the passes in flight have not committed their prompt tokens
+        committed[0] -= sum(w.pass_commit for w in pre + dec if w.busy_until is not None and w.busy_until > last_event)
+    from fastsim.kernels.sglang_disagg import GapPool, pool_gaps_nb
+    from fastsim.kernels.stats import dd_new_hist
+
+    pool = GapPool(np.zeros(16), dd_new_hist(), dd_new_hist())
+    pool_gaps_nb(pool, np.array([g for row, g in gaps if status[row] == OUTCOME_COMPLETED], np.float64))
+    return _report(workload, {
         "arrival_ms": arrival, "first_admit_ms": padmit, "first_token_ms": first_tok,
-        "second_token_ms": second_tok, "last_token_ms": last_tok, "terminal_ms": terminal,
-        "status": status, "input_length": np.asarray(isl, np.int64),
-        "requested_output_length": np.asarray(osl, np.int64), "output_length": gen,
-        "reused_tokens": reused, "ratio_reused_tokens": reused, "first_reused_tokens": reused.copy(),
+        "second_token_ms": second_tok, "last_token_ms": last_tok, "terminal_ms": terminal, "status": status,
+        "output_length": gen, "reused_tokens": reused, "dec_idx": dec_idx, "pre_idx": pre_idx, "source_held_ms": held,
+        "destination_reserved_ms": reserved, "destination_activated_ms": activated, "decode_admit_ms": dadmit,
+        "source_released_ms": released}, readmits, gap_stats(pool), committed[0],
+        last_event if cap_ms is not None and done < n else None, t0,
+        P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency, sla=sla, version=version)
+
+
+def gap_stats(pool):
+    """The ``gaps`` of ``fastsim.report.build_report`` from gaps pooled as ``kernels.sglang``'s
+    ``_pool_gap_nb`` pools them (``pool``: its ``gaps``, ``itl_hist`` and ``otpu_hist``)."""
+    g = pool.gaps
+    out = {}
+    for name, off, comp, hist in (("itl", 0, 12, pool.itl_hist), ("otpu", 6, 14, pool.otpu_hist)):
+        cnt = int(g[off])
+        out.update({f"{name}_count": cnt, f"{name}_sum": float(g[off + 1] + g[comp]),
+                    f"{name}_sumsq": float(g[off + 2] + g[comp + 1]),
+                    f"{name}_min": float(g[off + 3]) if cnt else 0.0,
+                    f"{name}_max": float(g[off + 4]) if cnt else 0.0, f"{name}_shift": float(g[off + 5]),
+                    f"{name}_hist": hist})
+    return out
+
+
+def _report(workload, c, readmits, gaps, committed, cap_event, t0, *, P, D, dp_p, dp_d, concurrency, sla, version):
+    """The report of a run (``c``: the per-request arrays; ``readmits``: (row, time, reused tokens)
+    of each readmission on a decode rank; ``gaps``: the pooled gaps of the completed requests,
+    :func:`gap_stats`; ``cap_event``: the last event of a run the time cap stopped, else None;
+    ``t0``: the clock at its start)."""
+    from fastsim.history import identity_columns
+    from fastsim.report import build_report
+
+    isl, osl = workload.isl, workload.osl
+    status, pre_idx, dec_idx, activated = c["status"], c["pre_idx"], c["dec_idx"], c["destination_activated_ms"]
+    padmit, reused = c["first_admit_ms"], c["reused_tokens"]
+    cols = {k: v for k, v in c.items() if k not in ("pre_idx", "dec_idx")}
+    cols.update({
+        "input_length": np.asarray(isl, np.int64), "requested_output_length": np.asarray(osl, np.int64),
+        "ratio_reused_tokens": reused, "first_reused_tokens": reused.copy(),
         "worker_idx": np.where(status == OUTCOME_FAILED, -1, dec_idx), "decode_route_idx": dec_idx,
         "prefill_worker_idx": pre_idx, "prefill_admit_ms": padmit,
-        "source_held_ms": held, "destination_reserved_ms": reserved, "destination_activated_ms": activated,
-        "decode_admit_ms": dadmit, "source_released_ms": released,
         "decode_reused_input_tokens": np.where(np.isnan(activated), -1, 0).astype(np.int64),
         "prefill_route_overlap_tokens": np.where(pre_idx >= 0, 0, -1).astype(np.int64),
         "decode_route_overlap_tokens": np.where(dec_idx >= 0, 0, -1).astype(np.int64),
-    }
-    rrow = np.array([e[0] for e in readmits], np.int64)
-    cols.update({"readmit_row": rrow, "readmit_reused": np.array([e[2] for e in readmits], np.int64),
+    })
+    n = workload.n_requests
+    rrow = np.asarray(readmits[0], np.int64)
+    cols.update({"readmit_row": rrow, "readmit_reused": np.asarray(readmits[2], np.int64),
                  "readmit_stage": np.full(rrow.shape[0], DECODE, np.int64),
-                 "readmit_ms": np.array([e[1] for e in readmits], np.float64),
+                 "readmit_ms": np.asarray(readmits[1], np.float64),
                  "preemptions": np.bincount(rrow, minlength=n).astype(np.int64)})
     cols.update(identity_columns(workload, bool(concurrency)))
     # the SGLang engine routes a request to its decode worker first; each pool's DP ranks name the
     # worker and the rank in the routing history
     cols.update({"decode_routed_first": True, "pool_dp": {"prefill": dp_p, "decode": dp_d}})
-    term = terminal[status == OUTCOME_COMPLETED]
+    term = c["terminal_ms"][status == OUTCOME_COMPLETED]
     last = float(term.max()) / 1000.0 if term.shape[0] else 0.0
-    done_rows = status == OUTCOME_COMPLETED
-    if cap_ms is not None and done < n:
-        # stopped at the cap: the workers' time runs to the last event, the passes in flight have
-        # not committed their prompt tokens, and the requests in flight add no gaps
-        last = last_event / 1000.0
-        committed[0] -= sum(w.pass_commit for w in pre + dec if w.busy_until is not None and w.busy_until > last_event)
-    gaps = [g for row, g in gaps if done_rows[row]]
+    if cap_event is not None:  # stopped at the cap: the workers' time runs to the last event
+        last = cap_event / 1000.0
     wall_ms = (time.perf_counter() - t0) * 1000.0
-    return build_report(cols, make_gap_stats(gaps), {
+    return build_report(cols, gaps, {
         "num_workers": P + D, "single_path": False, "decode_worker_seconds": D * last,
         "prefill_worker_seconds": P * last, "prefill_gpus_per_worker": dp_p, "decode_gpus_per_worker": dp_d,
         "wall_time_ms": wall_ms, "sla_ttft_ms": sla[0], "sla_itl_ms": sla[1], "sla_e2e_ms": sla[2],
-        "dynamo_version": version, "committed_prefill_tokens": committed[0], "disaggregated": True})
-
-
+        "dynamo_version": version, "committed_prefill_tokens": committed, "disaggregated": True})
 
 
 def _no_time(tokens):

@@ -62,7 +62,7 @@ def build(workload, cfg, num_workers, dp, speedup, decode_speedup, log_size=None
                 np.full(n_ranks, ACTIVE, np.int64))
     pr = np.array([cfg.ps, cfg.total_pages, cfg.policy == "lpm", cfg.max_prefill, cfg.chunk, cfg.clip,
                    min(cfg.max_running, 1 << 62), cfg.interval, num_workers, dp, workload.trace_block_size,
-                   hashed, concurrency, gap_skip is not None, not cfg.caching, cfg.max_model_len],
+                   hashed, concurrency, gap_skip is not None, not cfg.caching, cfg.max_model_len, 0],
                   dtype=np.int64)
     fp = np.array([init, mn, (init - mn) / 600.0, speedup, decode_speedup,
                    -1.0 if cap_ms is None else float(cap_ms), 0.0], dtype=np.float64)

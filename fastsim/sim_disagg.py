@@ -320,7 +320,7 @@ def simulate_disagg(
 
 
 def _sglang_disagg(args):
-    """The SGLang engine's disaggregated replay (``fastsim/sglang_disagg.py``)."""
+    """The SGLang engine's disaggregated replay (``fastsim/sglang_disagg.py``: compiled, decision 0400)."""
     from fastsim.dynamo_version import check_version
     from fastsim.sglang_disagg import check_sglang_disagg, simulate_sglang_disagg
 

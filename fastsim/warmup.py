@@ -129,6 +129,19 @@ def _sglang_kv_router():
                                extra_engine_args={"engine_type": "sglang", "block_size": 16})
 
 
+def _sglang_disaggregated():
+    # SGLang prefill and decode pools: a loop of their own, and its variant with speculative
+    # decoding on the decode pool (decision 0400)
+    from fastsim.api import run_synthetic_trace_replay
+
+    for extra in ({}, {"aic_nextn": 1}):
+        run_synthetic_trace_replay(40, 4, 2, arrival_interval_ms=1.0,
+                                   prefill_engine_args={"engine_type": "sglang", "worker_type": "prefill",
+                                                        "block_size": 16},
+                                   decode_engine_args={"engine_type": "sglang", "worker_type": "decode",
+                                                       "block_size": 16, **extra})
+
+
 def _trtllm():
     # the vLLM pass with TRT-LLM's admission (kernels/trtllm.py): the same compiled loop, on two DP ranks
     from fastsim.api import run_synthetic_trace_replay
@@ -153,6 +166,7 @@ STEPS = (("aggregated loop (one worker, a split cluster)", _aggregated),
          ("SGLang engine with a time cap or a closed loop (both releases)", _sglang_closed),
          ("SGLang engine with speculative decoding", _sglang_speculative),
          ("SGLang engine with kv_router", _sglang_kv_router),
+         ("SGLang disaggregated loop (with and without speculative decoding)", _sglang_disaggregated),
          ("TRT-LLM engine", _trtllm),
          (SPECULATIVE_STEP, _speculative))
 

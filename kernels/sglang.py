@@ -46,9 +46,12 @@ from fastsim.kernels.timelines import FREE_RECORDS, fold_request, note_token, no
 # Params indices (int64 array)
 # (P_CONC: the closed loop's concurrency, 0 for an open loop; P_SKIP: 1 if some rows' gaps are skipped;
 # P_NOCACHE: 1 without prefix caching, the radix cache then never holds a page; P_MML: max_model_len,
-# 0 for none)
+# 0 for none; P_POOL: POOL_AGGREGATED, or a disaggregated pool's, kernels/sglang_disagg.py)
 P_PS, P_PAGES, P_LPM, P_MAXPREFILL, P_CHUNK, P_CLIP, P_MAXRUN, P_INTERVAL, P_WORKERS, P_DP, P_TBS, \
-    P_HASHED, P_CONC, P_SKIP, P_NOCACHE, P_MML = range(16)
+    P_HASHED, P_CONC, P_SKIP, P_NOCACHE, P_MML, P_POOL = range(17)
+# a disaggregated prefill rank's finished requests keep their KV until the decode side takes them;
+# every admission on a disaggregated decode rank is a readmission (of a request it retracted)
+POOL_AGGREGATED, POOL_PREFILL, POOL_DECODE = range(3)
 # FParams indices (float64 array): the new-token ratio's schedule, the speed-ups, the time cap (< 0:
 # none) and, written by the loop, the time of the last event it processed
 F_INIT, F_MIN, F_STEP, F_SPEED, F_DSPEED, F_CAP, F_NOW = range(7)
@@ -593,10 +596,11 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl, spec):
             q.mat[row] = end
             q.alloc[row] = _ceil(end, ps)
             s.cnt[CNT_COMMITTED] += end - prefix  # committed prefill tokens
-            if math.isnan(q.first_admit[row]):
+            decode_pool = pr[P_POOL] == POOL_DECODE
+            if math.isnan(q.first_admit[row]) and not decode_pool:
                 q.first_admit[row] = now
                 q.reused[row] = prefix
-            elif fresh and q.gen[row] > 0:
+            elif (fresh and q.gen[row] > 0) or decode_pool:
                 # a retracted request admitted again (its first chunk after the retraction)
                 i = s.cnt[CNT_READMISSIONS]
                 if i < s.rlog_row.shape[0]:
@@ -707,8 +711,9 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl, spec):
                     row = nxt
             sd.dec[r] = 1  # (a decode step of the rank: its tokens are the next slot of its ring)
             sd.step[r] += 1
-    for i in range(fin0, s.cnt[CNT_FIN]):
-        _finish_nb(q, pr, s, t, r, s.fin[i])
+    if pr[P_POOL] != POOL_PREFILL:  # (a disaggregated prefill rank holds them for the transfer)
+        for i in range(fin0, s.cnt[CNT_FIN]):
+            _finish_nb(q, pr, s, t, r, s.fin[i])
     if n == 0:
         for i in range(nret):  # SGLang re-queues retracted requests at the back
             _w_push_back(q, k, r, s.rows2[i])
