@@ -435,10 +435,10 @@ def _host_tier(st, engine, rings, workload):
         from fastsim.errors import FastsimWarning
         from fastsim.kernels.g3_tier import make_g3_tier
 
-        warnings.warn("the G3 tier (engine.g3_offload) matches Dynamo 1.6.1 on 14 of the 26 configurations "
-                      "recorded; when a request whose blocks came back from G3 waits at the head of the queue, "
-                      "Dynamo may admit the requests behind it earlier (docs/decisions/0355-g3-tier.md)",
-                      FastsimWarning, stacklevel=2)
+        warnings.warn("the G3 tier (engine.g3_offload) matches Dynamo 1.6.1 on 17 of the 26 configurations "
+                      "recorded; when G3 is full of blocks being written, or requests restore blocks from it "
+                      "again and again, its counters and the requests' times may differ from Dynamo's "
+                      "(docs/decisions/0420-g3-load-holders-first.md)", FastsimWarning, stacklevel=2)
 
         g3 = make_g3_tier(n_ranks, host.g3.num_g3_blocks, st.params.block_size * host.kv_cache_bytes_per_token,
                           host.g3.latency_to_first_byte_ms, host.g3.read_bandwidth_gbps,

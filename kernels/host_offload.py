@@ -62,7 +62,7 @@ NO_LOAD, LOADING, ACTIVATED = 0, 1, 2
 STOP, STOP_RANK = 0, 1
 # ``flag[STOP]``: a request staged blocks from G3 this many times (no progress: decision 0355)
 G3_STUCK = 9
-G3_MAX_STAGES = 64
+G3_MAX_STAGES = 1024
 
 
 class TierRun(NamedTuple):
@@ -216,8 +216,16 @@ def ready_waiters_nb(tr, k):
 @inner
 def _next_candidate(tr, rk, k):
     """vLLM's next waiting request: the first ready one of the connector queue, else the head of
-    the ordinary waiting queue."""
+    the ordinary waiting queue. With a G3 tier, Dynamo first takes the first ready one that holds
+    GPU blocks for a host load (queued or landed), so that a request staging blocks from G3 ahead
+    of it in the queue cannot keep it waiting (decision 0420)."""
     if tr.n_cq[k] > tr.n_asleep[k]:
+        if tr.g3.cap > 0:
+            r = tr.cq_head[k]
+            while r >= 0:
+                if not tr.asleep[r] and tr.lstate[r] != NO_LOAD:
+                    return r
+                r = tr.cq_next[r]
         r = tr.cq_head[k]
         while r >= 0:
             if not tr.asleep[r]:

@@ -27,8 +27,8 @@ REFUSED = {"synth_rr2_shared_g5000": "scope 'cluster_shared'", "moon_kv3_h400_la
            "moon_kv4_h300_g3000": "without further G3 restores"}
 # recorded cases fastsim does not reproduce yet (decision 0355, "Left")
 DIFFERS = {
-    "synth_h2000_g20000", "synth_h200_g5000", "synth_h100_g300", "synth_h300_g3000_bw1", "synth_h300_g3000_bw100",
-    "synth_h300_g3000_slowhost", "synth_pressure_h200_g2000", "synthetic_groups_h100_g1000", "moon_rr2_h500_g5000",
+    "synth_h200_g5000", "synth_h100_g300", "synth_h300_g3000_bw1", "synth_h300_g3000_slowhost",
+    "synth_pressure_h200_g2000", "moon_rr2_h500_g5000",
 }
 TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens")
 
