@@ -306,8 +306,9 @@ def host_tier_stopped(reason: int, rank: int, engine) -> NotSupportedError:
     if reason == G3_STUCK:
         return NotSupportedError(
             f"a request on rank {rank} restored blocks from the G3 tier more than {G3_MAX_STAGES} times without "
-            "being admitted: Dynamo 1.6.1 then continues without further G3 restores, which is not supported "
-            "yet by fastsim; give the host tier more room (num_host_blocks)")
+            f"being admitted: Dynamo 1.6.1 then stops restoring it from G3 (\"G3 restore made no progress in "
+            f"{G3_MAX_STAGES} rounds; continuing without further G3 restores\"), which is not supported yet by "
+            "fastsim; give the host tier more room (num_host_blocks)")
     return NotSupportedError(f"the host KV tier stopped the run (reason {reason})")
 
 

@@ -436,8 +436,9 @@ def _host_tier(st, engine, rings, workload):
         from fastsim.kernels.g3_tier import make_g3_tier
 
         warnings.warn("the G3 tier (engine.g3_offload) matches Dynamo 1.6.1 on 17 of the 26 configurations "
-                      "recorded; when G3 is full of blocks being written, or requests restore blocks from it "
-                      "again and again, its counters and the requests' times may differ from Dynamo's "
+                      "recorded; when requests restore blocks from G3 again and again (a host tier small for "
+                      "the prompts) or its writes overlap (a slow host tier), the G3 counters, and in the "
+                      "first case the requests' times, may differ from Dynamo's "
                       "(docs/decisions/0420-g3-load-holders-first.md)", FastsimWarning, stacklevel=2)
 
         g3 = make_g3_tier(n_ranks, host.g3.num_g3_blocks, st.params.block_size * host.kv_cache_bytes_per_token,

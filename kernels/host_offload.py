@@ -60,7 +60,8 @@ from fastsim.kernels.rank_state import BUDGET, NLOG, PREEMPTED_ANY, PROGRESS
 NO_LOAD, LOADING, ACTIVATED = 0, 1, 2
 # ``TierRun.flag`` slots: why the run stopped (0: it did not), and the rank
 STOP, STOP_RANK = 0, 1
-# ``flag[STOP]``: a request staged blocks from G3 this many times (no progress: decision 0355)
+# ``flag[STOP]``: a request staged blocks from G3 more than this many times; Dynamo 1.6.1 stops
+# restoring it from G3 after this many rounds without progress, which is not modelled (decision 0420)
 G3_STUCK = 9
 G3_MAX_STAGES = 1024
 
@@ -302,7 +303,7 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
     if n == 0:
         return deferred
     tr.g3n[r] += 1
-    if tr.g3n[r] > G3_MAX_STAGES and tr.flag[STOP] == 0:  # Dynamo gives up restoring then (not modelled)
+    if tr.g3n[r] > G3_MAX_STAGES and tr.flag[STOP] == 0:  # Dynamo stops restoring it then
         tr.flag[STOP] = G3_STUCK
         tr.flag[STOP_RANK] = k
     if not submit_read_nb(g, k, tr.g3keys, n, now) and tr.flag[STOP] == 0:
