@@ -60,10 +60,10 @@ from fastsim.kernels.rank_state import BUDGET, NLOG, PREEMPTED_ANY, PROGRESS
 NO_LOAD, LOADING, ACTIVATED = 0, 1, 2
 # ``TierRun.flag`` slots: why the run stopped (0: it did not), and the rank
 STOP, STOP_RANK = 0, 1
-# ``flag[STOP]``: a request staged blocks from G3 more than this many times; Dynamo 1.6.1 stops
-# restoring it from G3 after this many rounds without progress, which is not modelled (decision 0420)
-G3_STUCK = 9
-G3_MAX_STAGES = 1024
+# a request that submitted this many reads from G3 since it last queued a host load (or was
+# admitted) restores nothing more from G3 until it is admitted: Dynamo 1.6.1's "G3 restore made no
+# progress in 1024 rounds; continuing without further G3 restores" (decision 0420)
+G3_MAX_ROUNDS = 1024
 
 
 class TierRun(NamedTuple):
@@ -115,7 +115,9 @@ class TierRun(NamedTuple):
     g3stores: np.ndarray  # int64[transfers in flight of a rank]
     g3skeys: np.ndarray  # uint64[blocks of a transfer]
     g3shash: np.ndarray  # uint64[blocks of a transfer]
-    g3n: np.ndarray  # int64[n]: reads from G3 a request's lookups submitted
+    g3n: np.ndarray  # int64[n]: reads from G3 its lookups submitted since it last queued a host load
+    g3skip: np.ndarray  # int8[n]: it restores nothing more from G3 until admitted (G3_MAX_ROUNDS)
+    g3bypass: np.ndarray  # int64[1]: times a request gave up restoring (Dynamo's ``bypassed_restores``)
 
 
 def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None):
@@ -143,7 +145,8 @@ def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None):
         g3stores=np.zeros(ht.xkind.shape[0] // ht.meta.shape[0], dtype=np.int64),
         g3skeys=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
         g3shash=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
-        g3n=np.zeros(n_rows, dtype=np.int64),
+        g3n=np.zeros(n_rows, dtype=np.int64), g3skip=np.zeros(n_rows, dtype=np.int8),
+        g3bypass=np.zeros(1, dtype=np.int64),
     )
 
 
@@ -276,9 +279,17 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
     """Dynamo's G3 staging before a host lookup: the prompt's blocks past the GPU prefix that the
     host tier misses and G3 holds, in order up to the first that neither holds (or that the host
     tier has no room for), get a reserved host entry each and one read from G3. True when the
-    lookup must wait: a read was submitted, or a block is still on its way to either tier."""
+    lookup must wait: a read was submitted, or a block is still on its way to either tier. A
+    request that submitted ``G3_MAX_ROUNDS`` reads without queuing a host load stages nothing more,
+    probes included, until it is admitted (Dynamo's bypass)."""
     ht = tr.ht
     g = tr.g3
+    if tr.g3skip[r]:
+        return False
+    if tr.g3n[r] >= G3_MAX_ROUNDS:
+        tr.g3skip[r] = 1
+        tr.g3bypass[0] += 1
+        return False
     kbase = key_span(rq, r)[0]
     deferred = False
     n = 0
@@ -303,9 +314,6 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
     if n == 0:
         return deferred
     tr.g3n[r] += 1
-    if tr.g3n[r] > G3_MAX_STAGES and tr.flag[STOP] == 0:  # Dynamo stops restoring it then
-        tr.flag[STOP] = G3_STUCK
-        tr.flag[STOP_RANK] = k
     if not submit_read_nb(g, k, tr.g3keys, n, now) and tr.flag[STOP] == 0:
         tr.flag[STOP] = LOG_FULL
         tr.flag[STOP_RANK] = k
@@ -362,6 +370,7 @@ def _start_load(tr, p, pool, rq, k, r, base, nh, length, now, hslot):
         tr.flag[STOP_RANK] = k
     tr.lstate[r] = LOADING
     tr.ltid[r] = tid
+    tr.g3n[r] = 0  # a host load is progress: its restore rounds count from 0 again
     tr.lpb[r] = n
     tr.lg1[r] = min(base * p.block_size, length)
     tr.lg1b[r] = base
@@ -474,6 +483,8 @@ def _admitted(tr, p, rq, u, cached, now):
         host = cached - g1
         tr.cursor[u] = cached // p.block_size
     tr.lstate[u] = NO_LOAD
+    tr.g3n[u] = 0
+    tr.g3skip[u] = 0
     if np.isnan(rq.first_admit[u]):
         rq.first_admit[u] = now
         if cached > 0:
