@@ -301,13 +301,6 @@ def host_tier_stopped(reason: int, rank: int, engine) -> NotSupportedError:
         return NotSupportedError(
             f"the host KV tier of rank {rank} had more transfers in flight than fastsim keeps (a store or "
             "load ring is full): not supported yet; lower the traffic or raise the bandwidths")
-    from fastsim.kernels.host_offload import G3_MAX_STAGES, G3_STUCK
-
-    if reason == G3_STUCK:
-        return NotSupportedError(
-            f"a request on rank {rank} restored blocks from the G3 tier more than {G3_MAX_STAGES} times without "
-            "being admitted: Dynamo 1.6.1 then continues without further G3 restores, which is not supported "
-            "yet by fastsim; give the host tier more room (num_host_blocks)")
     return NotSupportedError(f"the host KV tier stopped the run (reason {reason})")
 
 

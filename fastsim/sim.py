@@ -396,7 +396,7 @@ def simulate(
     if tier is not None and tier.g3.cap > 0:  # Dynamo's G3 counters (decision 0355)
         from fastsim.kernels.g3_tier import g3_counters
 
-        report.summary["g3_offload"] = g3_counters(tier.g3)
+        report.summary["g3_offload"] = g3_counters(tier.g3, int(tier.g3bypass[0]))
     return report
 
 
@@ -438,10 +438,11 @@ def _host_tier(st, engine, rings, workload):
         from fastsim.errors import FastsimWarning
         from fastsim.kernels.g3_tier import make_g3_tier
 
-        warnings.warn("the G3 tier (engine.g3_offload) matches Dynamo 1.6.1 on 14 of the 26 configurations "
-                      "recorded; when a request whose blocks came back from G3 waits at the head of the queue, "
-                      "Dynamo may admit the requests behind it earlier (docs/decisions/0355-g3-tier.md)",
-                      FastsimWarning, stacklevel=2)
+        warnings.warn("the G3 tier (engine.g3_offload) matches Dynamo 1.6.1 on 23 of the 32 configurations "
+                      "recorded; when requests restore blocks from G3 again and again (a host tier small for "
+                      "the prompts) or its writes overlap (a slow host tier), the G3 counters, and in the "
+                      "first case the requests' times, may differ from Dynamo's "
+                      "(docs/decisions/0420-g3-load-holders-first.md)", FastsimWarning, stacklevel=2)
 
         g3 = make_g3_tier(n_ranks, host.g3.num_g3_blocks, st.params.block_size * host.kv_cache_bytes_per_token,
                           host.g3.latency_to_first_byte_ms, host.g3.read_bandwidth_gbps,

@@ -529,8 +529,9 @@ def drop_done_nb(g, m):
     g.meta[NDONE] -= 1
 
 
-def g3_counters(g):
-    """The report's ``g3_offload`` object (Dynamo's ``G3Stats``)."""
+def g3_counters(g, bypassed=0):
+    """The report's ``g3_offload`` object (Dynamo's ``G3Stats``); ``bypassed``: the times a request
+    gave up restoring from G3, a field Dynamo writes only when it is not 0."""
     resident = int((g.gstate == _RESIDENT).sum())
     pending = int((g.gstate == _PENDING).sum())
     meta, fmeta = g.meta, g.fmeta
@@ -539,7 +540,8 @@ def g3_counters(g):
         return {"cancelled_jobs": 0, "completed_bytes": int(meta[nbytes]), "completed_jobs": int(meta[done]),
                 "submitted_jobs": int(meta[sub]), "transfer_ms": float(fmeta[ms])}
 
-    return {
+    out = {"bypassed_restores": bypassed} if bypassed else {}
+    return out | {
         "cross_worker_read_blocks": 0,
         "evictions": int(meta[EVICTIONS]),
         "lookup_hits": int(meta[HITS]),

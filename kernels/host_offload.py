@@ -60,9 +60,10 @@ from fastsim.kernels.rank_state import BUDGET, NLOG, PREEMPTED_ANY, PROGRESS
 NO_LOAD, LOADING, ACTIVATED = 0, 1, 2
 # ``TierRun.flag`` slots: why the run stopped (0: it did not), and the rank
 STOP, STOP_RANK = 0, 1
-# ``flag[STOP]``: a request staged blocks from G3 this many times (no progress: decision 0355)
-G3_STUCK = 9
-G3_MAX_STAGES = 64
+# a request that submitted this many reads from G3 since it last queued a host load (or was
+# admitted) restores nothing more from G3 until it is admitted: Dynamo 1.6.1's "G3 restore made no
+# progress in 1024 rounds; continuing without further G3 restores" (decision 0420)
+G3_MAX_ROUNDS = 1024
 
 
 class TierRun(NamedTuple):
@@ -114,7 +115,9 @@ class TierRun(NamedTuple):
     g3stores: np.ndarray  # int64[transfers in flight of a rank]
     g3skeys: np.ndarray  # uint64[blocks of a transfer]
     g3shash: np.ndarray  # uint64[blocks of a transfer]
-    g3n: np.ndarray  # int64[n]: reads from G3 a request's lookups submitted
+    g3n: np.ndarray  # int64[n]: reads from G3 its lookups submitted since it last queued a host load
+    g3skip: np.ndarray  # int8[n]: it restores nothing more from G3 until admitted (G3_MAX_ROUNDS)
+    g3bypass: np.ndarray  # int64[1]: times a request gave up restoring (Dynamo's ``bypassed_restores``)
 
 
 def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None):
@@ -142,7 +145,8 @@ def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None):
         g3stores=np.zeros(ht.xkind.shape[0] // ht.meta.shape[0], dtype=np.int64),
         g3skeys=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
         g3shash=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
-        g3n=np.zeros(n_rows, dtype=np.int64),
+        g3n=np.zeros(n_rows, dtype=np.int64), g3skip=np.zeros(n_rows, dtype=np.int8),
+        g3bypass=np.zeros(1, dtype=np.int64),
     )
 
 
@@ -216,8 +220,16 @@ def ready_waiters_nb(tr, k):
 @inner
 def _next_candidate(tr, rk, k):
     """vLLM's next waiting request: the first ready one of the connector queue, else the head of
-    the ordinary waiting queue."""
+    the ordinary waiting queue. With a G3 tier, Dynamo first takes the first ready one that holds
+    GPU blocks for a host load (queued or landed), so that a request staging blocks from G3 ahead
+    of it in the queue cannot keep it waiting (decision 0420)."""
     if tr.n_cq[k] > tr.n_asleep[k]:
+        if tr.g3.cap > 0:
+            r = tr.cq_head[k]
+            while r >= 0:
+                if not tr.asleep[r] and tr.lstate[r] != NO_LOAD:
+                    return r
+                r = tr.cq_next[r]
         r = tr.cq_head[k]
         while r >= 0:
             if not tr.asleep[r]:
@@ -267,9 +279,17 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
     """Dynamo's G3 staging before a host lookup: the prompt's blocks past the GPU prefix that the
     host tier misses and G3 holds, in order up to the first that neither holds (or that the host
     tier has no room for), get a reserved host entry each and one read from G3. True when the
-    lookup must wait: a read was submitted, or a block is still on its way to either tier."""
+    lookup must wait: a read was submitted, or a block is still on its way to either tier. A
+    request that submitted ``G3_MAX_ROUNDS`` reads without queuing a host load stages nothing more,
+    probes included, until it is admitted (Dynamo's bypass)."""
     ht = tr.ht
     g = tr.g3
+    if tr.g3skip[r]:
+        return False
+    if tr.g3n[r] >= G3_MAX_ROUNDS:
+        tr.g3skip[r] = 1
+        tr.g3bypass[0] += 1
+        return False
     kbase = key_span(rq, r)[0]
     deferred = False
     n = 0
@@ -294,9 +314,6 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
     if n == 0:
         return deferred
     tr.g3n[r] += 1
-    if tr.g3n[r] > G3_MAX_STAGES and tr.flag[STOP] == 0:  # Dynamo gives up restoring then (not modelled)
-        tr.flag[STOP] = G3_STUCK
-        tr.flag[STOP_RANK] = k
     if not submit_read_nb(g, k, tr.g3keys, n, now) and tr.flag[STOP] == 0:
         tr.flag[STOP] = LOG_FULL
         tr.flag[STOP_RANK] = k
@@ -353,6 +370,7 @@ def _start_load(tr, p, pool, rq, k, r, base, nh, length, now, hslot):
         tr.flag[STOP_RANK] = k
     tr.lstate[r] = LOADING
     tr.ltid[r] = tid
+    tr.g3n[r] = 0  # a host load is progress: its restore rounds count from 0 again
     tr.lpb[r] = n
     tr.lg1[r] = min(base * p.block_size, length)
     tr.lg1b[r] = base
@@ -465,6 +483,8 @@ def _admitted(tr, p, rq, u, cached, now):
         host = cached - g1
         tr.cursor[u] = cached // p.block_size
     tr.lstate[u] = NO_LOAD
+    tr.g3n[u] = 0
+    tr.g3skip[u] = 0
     if np.isnan(rq.first_admit[u]):
         rq.first_admit[u] = now
         if cached > 0:

@@ -198,19 +198,14 @@ def test_recorded_161_cases_are_complete():
 REFUSED = {
     "g2_shared": "scope 'cluster_shared'", "disagg_prefill_g2": "disaggregated",
 }
-# g3_worker_local runs since decision 0355; three of its requests are admitted later than in Dynamo
-DIFFERS = {"g3_worker_local"}
-
-
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_recorded_161_case_is_refused_by_name(name, capsys):
     recorded.assert_refused_by_name(DATA, CASES[name]["args"], REFUSED[name], capsys)
 
 
-# conv_kv4's three kv_router runs gave one report (to the last bits of four means): compared as one
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="known difference from Dynamo, see docs/decisions/0355")) if n in DIFFERS else n
-    for n in CASES if n not in REFUSED])
+# conv_kv4's three kv_router runs gave one report (to the last bits of four means): compared as one;
+# g3_worker_local (a G3 tier, decisions 0355 and 0420) too
+@pytest.mark.parametrize("name", [n for n in CASES if n not in REFUSED])
 def test_recorded_161_case_matches_dynamo(name, tmp_path, capsys):
     got, mine = recorded.cli_replay(CASES[name]["args"], DATA, tmp_path, capsys)
     misses = _misses(got, json.loads((DATA / f"{name}.json").read_text()))
