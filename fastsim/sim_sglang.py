@@ -280,7 +280,7 @@ def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_
     """What the SGLang engine's kv_router does not run yet, refused by name."""
     from fastsim.router_config import RouterConfig
 
-    cfg = RouterConfig.coerce(router_config)
+    RouterConfig.coerce(router_config)  # (a bad config is an error before anything runs)
     if reference:
         raise NotSupportedError("kv_router on the plain-Python SGLang reference engine is not supported yet")
 
