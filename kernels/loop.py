@@ -613,35 +613,31 @@ def _end_request(p, rq, ss, cl, gaps, rt, pa, g, r, t):
 @inner
 def _complete_group_queued(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t):
     """``_complete_group``'s releases with a router queue: Dynamo's router moves its queue after
-    every single release, a first token's prefill load or a request's end. Dynamo 1.6.1 releases
-    the pass's first tokens (in the order they were made) before its ended requests, 1.4.2 the
-    ended requests first (docs/decisions/0430)."""
-    first_tokens_first = p.timing_rules == TIMING_161
-    if first_tokens_first:
-        _release_first_tokens_queued(p, pool, rq, rk, cl, rt, fl, pa, g, t)
-    r = cl.pend_head[g]
+    every single release, a request's end or a first token's prefill load. On vLLM workers both
+    releases (1.6.1 and 1.4.2) take, rank by rank, the pass's ended requests first, then its first
+    tokens in the order they were made (docs/decisions/0430; the SGLang loop's 1.6.1 order is
+    first tokens first)."""
+    ended = cl.pend_head[g]
     cl.pend_head[g] = -1
     cl.pend_tail[g] = -1
-    while r >= 0:
-        nxt = rq.tnext[r]
-        _end_request(p, rq, ss, cl, gaps, rt, pa, g, r, t)
-        _move_router_queue(p, pool, rq, rk, cl, rt, fl, pa, t)
-        r = nxt
-    if not first_tokens_first:
-        _release_first_tokens_queued(p, pool, rq, rk, cl, rt, fl, pa, g, t)
-
-
-@inner
-def _release_first_tokens_queued(p, pool, rq, rk, cl, rt, fl, pa, g, t):
-    """The prefill loads of the first tokens of group ``g``'s pass leave the router one at a time,
-    the router queue moving after each."""
-    while rt.fhead[g] >= 0:
-        r = rt.fhead[g]
-        rt.fhead[g] = rt.fnext[r]
-        if rt.fhead[g] < 0:
-            rt.ftail[g] = -1
-        release_prefill_nb(rt, r, rq.rank[r])
-        _move_router_queue(p, pool, rq, rk, cl, rt, fl, pa, t)
+    firsts = rt.fhead[g]
+    rt.fhead[g] = -1
+    rt.ftail[g] = -1
+    for k in range(g * cl.dp, (g + 1) * cl.dp):
+        r = ended
+        while r >= 0:
+            nxt = rq.tnext[r]
+            if rq.rank[r] == k:
+                _end_request(p, rq, ss, cl, gaps, rt, pa, g, r, t)
+                _move_router_queue(p, pool, rq, rk, cl, rt, fl, pa, t)
+            r = nxt
+        r = firsts
+        while r >= 0:
+            nxt = rt.fnext[r]
+            if rq.rank[r] == k:
+                release_prefill_nb(rt, r, k)
+                _move_router_queue(p, pool, rq, rk, cl, rt, fl, pa, t)
+            r = nxt
 
 
 @inner
