@@ -571,12 +571,13 @@ def _complete_group(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t, tier):
     """Apply the visible effects of group ``g``'s pass ending at ``t``: the host tier's pass
     boundary (transfers, ``kernels/host_offload.py``), router load releases, terminals (session
     follow-ups, closed-loop backfill; a completed request's gaps folded into the running
-    statistics, in this order), then router-queue releases. With a router queue, the queue moves
-    after each single release (``_complete_group_queued``)."""
+    statistics, in this order). While the router queue holds requests, it moves after each single
+    release (``_complete_group_queued``); an empty queue stays empty through a pass end (arrivals
+    are routed later), and releases in any order leave the same loads."""
     if tier is not None:
         for k in range(g * cl.dp, (g + 1) * cl.dp):
             pass_boundary_nb(tier, pool, rq, k, t)
-    if rt.mode == KV_ROUTER and rt.queue_thr >= 0.0:
+    if rt.mode == KV_ROUTER and rt.state[NQUEUE] > 0:
         _complete_group_queued(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t)
         return
     if rt.mode == KV_ROUTER:
