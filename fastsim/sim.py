@@ -280,7 +280,8 @@ def simulate(
     table = initial_table_size(st.requests, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
         rt = router_state(router_mode, router_config, st.params, st.n_requests, g_cap * dp, g_cap, table, seed,
-                          record=history, kv_event_lag_ms=lag, index_keys=int(st.requests.key_ptr[-1]) + 1)
+                          record=history, kv_event_lag_ms=lag, index_keys=int(st.requests.key_ptr[-1]) + 1,
+                          queue_overlaps=tier is None)
         if tier is not None and router_mode == "kv_router":  # its overlaps count the host tiers' blocks
             rt = rt._replace(host=host_view(tier.ht, rt.host.weight, g_cap * dp, rt.best.shape[0]))
         out = np.zeros(4)

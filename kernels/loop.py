@@ -68,8 +68,6 @@ from fastsim.kernels.host_offload import STOP, idle_advance_nb, idle_deadline_nb
 from fastsim.kernels.indirect import Indirect, deref, link, pin
 from fastsim.kernels.jit import inline, inner, loop_kernel
 from fastsim.kernels.router import (
-    FCFS,
-    LCFS,
     NQUEUE,
     OVERFLOW,
     all_busy_nb,
@@ -81,6 +79,9 @@ from fastsim.kernels.router import (
     queue_push_nb,
     release_blocks_nb,
     release_prefill_nb,
+    WSPT,
+    queue_key_nb,
+    score_queued_nb,
     score_targets_nb,
     sync_index_nb,
 )
@@ -596,11 +597,15 @@ def _complete_group(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t, tier):
     """Apply the visible effects of group ``g``'s pass ending at ``t``: the host tier's pass
     boundary (transfers, ``kernels/host_offload.py``), router load releases, terminals (session
     follow-ups, closed-loop backfill; a completed request's gaps folded into the running
-    statistics, in this order), then router-queue releases."""
+    statistics, in this order). While the router queue holds requests, it moves after each single
+    release (``_complete_group_queued``); an empty queue stays empty through a pass end (arrivals
+    are routed later), and releases in any order leave the same loads."""
     if tier is not None:
         for k in range(g * cl.dp, (g + 1) * cl.dp):
             pass_boundary_nb(tier, pool, rq, k, t)
-    keep = keeping(gaps.tl)
+    if rt.mode == KV_ROUTER and rt.state[NQUEUE] > 0:
+        _complete_group_queued(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t)
+        return
     if rt.mode == KV_ROUTER:
         r = rt.fhead[g]
         while r >= 0:
@@ -611,21 +616,63 @@ def _complete_group(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t, tier):
     r = cl.pend_head[g]
     while r >= 0:
         nxt = rq.tnext[r]
-        rq.status[r] = COMPLETED if rq.term_kind[r] == TERM_COMPLETED else REJECTED
-        rq.terminal[r] = t
-        cl.state[NDONE] += 1
-        if keep:
-            fold_request(gaps.tl, r, rq.term_kind[r] == TERM_COMPLETED, t, g)
-        if rt.mode == KV_ROUTER:
-            _release_kv(p, rq, rt, pa, r)
-        on_terminal(ss, cl, r, t, rq.term_kind[r] != TERM_COMPLETED)
+        _end_request(p, rq, ss, cl, gaps, rt, pa, g, r, t)
         r = nxt
     cl.pend_head[g] = -1
     cl.pend_tail[g] = -1
+
+
+@inline
+def _end_request(p, rq, ss, cl, gaps, rt, pa, g, r, t):
+    """Request ``r`` ended in group ``g``'s pass ending at ``t``: its terminal, its gaps folded
+    into the running statistics, its router loads released, then its session follow-up or
+    closed-loop backfill."""
+    rq.status[r] = COMPLETED if rq.term_kind[r] == TERM_COMPLETED else REJECTED
+    rq.terminal[r] = t
+    cl.state[NDONE] += 1
+    if keeping(gaps.tl):
+        fold_request(gaps.tl, r, rq.term_kind[r] == TERM_COMPLETED, t, g)
     if rt.mode == KV_ROUTER:
-        n_targets = rk.n_run.shape[0]
-        while rt.state[NQUEUE] > 0 and not all_busy_nb(rt, n_targets):
-            _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), t)
+        _release_kv(p, rq, rt, pa, r)
+    on_terminal(ss, cl, r, t, rq.term_kind[r] != TERM_COMPLETED)
+
+
+@inner
+def _complete_group_queued(p, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, t):
+    """``_complete_group``'s releases with a router queue: Dynamo's router moves its queue after
+    every single release, a request's end or a first token's prefill load. On vLLM workers both
+    releases (1.6.1 and 1.4.2) take, rank by rank, the pass's ended requests first, then its first
+    tokens in the order they were made (docs/decisions/0430; the SGLang loop's 1.6.1 order is
+    first tokens first)."""
+    ended = cl.pend_head[g]
+    cl.pend_head[g] = -1
+    cl.pend_tail[g] = -1
+    firsts = rt.fhead[g]
+    rt.fhead[g] = -1
+    rt.ftail[g] = -1
+    for k in range(g * cl.dp, (g + 1) * cl.dp):
+        r = ended
+        while r >= 0:
+            nxt = rq.tnext[r]
+            if rq.rank[r] == k:
+                _end_request(p, rq, ss, cl, gaps, rt, pa, g, r, t)
+                _move_router_queue(p, pool, rq, rk, cl, rt, fl, pa, t)
+            r = nxt
+        r = firsts
+        while r >= 0:
+            nxt = rt.fnext[r]
+            if rq.rank[r] == k:
+                release_prefill_nb(rt, r, k)
+                _move_router_queue(p, pool, rq, rk, cl, rt, fl, pa, t)
+            r = nxt
+
+
+@inner
+def _move_router_queue(p, pool, rq, rk, cl, rt, fl, pa, now):
+    """Release queued requests while some target is not busy, each routed as it leaves."""
+    n_targets = rk.n_run.shape[0]
+    while rt.state[NQUEUE] > 0 and not all_busy_nb(rt, n_targets):
+        _dispatch_queued_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now)
 
 
 @inner
@@ -656,6 +703,28 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     nshare = _shareable(rq, r, nfull)
     sync_index_nb(rt, pool, now)
     score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
+    k = choose_target_nb(rt, n_targets)
+    commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
+    note_route_nb(rt, r, n_targets, now)
+    enqueue_waiting_nb(rq, rk, k, r)
+    cl.stalled[k // cl.dp] = False
+    _mark(cl, k // cl.dp)
+
+
+@inner
+def _dispatch_queued_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
+    """Route request ``r``, released by the router queue, at ``now``: with the loads of now and,
+    when its queue entry's overlaps are kept (``rt.qov``), those overlaps (Dynamo 1.6.1's pending
+    request keeps its arrival's overlap scores, docs/decisions/0430); else as an arrival."""
+    if rt.qov.shape[0] == 0:
+        _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now)
+        return
+    bs = p.block_size
+    n_targets = rk.n_run.shape[0]
+    nfull = fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
+    nshare = _shareable(rq, r, nfull)
+    sync_index_nb(rt, pool, now)
+    score_queued_nb(rt, r, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
     note_route_nb(rt, r, n_targets, now)
@@ -759,23 +828,15 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
     stays out of the inlined loop)."""
     n_targets = rk.n_run.shape[0]
     if rt.state[NQUEUE] > 0 or all_busy_nb(rt, n_targets):
-        if rt.policy == FCFS:
-            key = now
-        elif rt.policy == LCFS:
-            key = -now
-        else:  # wspt: smallest uncached prompt first
-            bs = p.block_size
+        bs = p.block_size
+        if rt.policy == WSPT or rt.qov.shape[0] > 0:
+            # its overlaps now: wspt's order, and its scores at release if kept (queue_push_nb)
             nfull = fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
             nshare = _shareable(rq, r, nfull)
             sync_index_nb(rt, pool, now)
             score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
                              fl.gstate, cl.dp)
-            best = 0
-            for k in range(n_targets):
-                if rt.overlap[k] > best:
-                    best = rt.overlap[k]
-            key = float(max(rq.isl[r] - best * bs, 1))
-        queue_push_nb(rt, r, key)
+        queue_push_nb(rt, r, queue_key_nb(rt, now, rq.isl[r], bs, n_targets))
         note_queued_nb(rt, r)
         return
     _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now)
@@ -826,7 +887,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, tier):
             if rt.mode == KV_ROUTER:
                 n_targets = rk.n_run.shape[0]
                 while rt.state[NQUEUE] > 0 and not all_busy_nb(rt, n_targets):
-                    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now)
+                    _dispatch_queued_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now)
         # 3. arrivals
         _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now)
         # 4. ready groups, lowest id first (only groups marked since the last drive can be)

@@ -30,9 +30,9 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
   (docs/decisions/0353);
 * with ``router_queue_threshold`` set, a target is busy iff ``PF > thr * max_num_batched_tokens``
   and a request waits in the router queue while every target is busy (released at first-token and
-  completion events, in fcfs, lcfs or wspt order). The SGLang loop moves the queue after each
-  single release and scores a released request with the overlaps of its queue entry
-  (``score_queued_nb``, docs/decisions/0410).
+  completion events, in fcfs, lcfs or wspt order). The vLLM and SGLang loops move the queue
+  after each single release and score a released request with the overlaps of its queue entry
+  (``score_queued_nb``, docs/decisions/0410 and 0430).
 
 The union of active prompt blocks is a refcounted open-addressing table keyed by (rank, block).
 """
