@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim.kernels.heap import heap_push_nb
-from fastsim.kernels.jit import inner
+from fastsim.kernels.jit import inline, inner
 
 _DISPATCH = 1
 # a node's fate
@@ -120,14 +120,18 @@ def _cancel_play(gr, p):
 
 
 @inner
-def graph_ended_nb(ss, count, slot, r, t, rejected):
-    """Row ``r`` ended at ``t`` (``rejected``: without completing): its completion dependents, or
-    their cancellation, and its play's settlement."""
+def graph_rejected_nb(ss, r):
+    """Row ``r`` is rejected: its play fails (called before ``graph_ended_nb``, whose completion
+    dependents are then all cancelled)."""
+    _cancel_play(ss.graph, ss.graph.play[r])
+
+
+@inner
+def graph_ended_nb(ss, count, slot, r, t):
+    """Row ``r`` ended at ``t``: its completion dependents (but cancelled ones), and its play's
+    settlement."""
     gr = ss.graph
-    if rejected:
-        _cancel_play(gr, gr.play[r])
-    else:
-        _fire(ss, count, slot, r, t, 0)
+    _fire(ss, count, slot, r, t, 0)
     p = gr.play[r]
     gr.left[p] -= 1
     if gr.left[p] == 0:
@@ -137,14 +141,14 @@ def graph_ended_nb(ss, count, slot, r, t, rejected):
             gr.next_play[0] += 1
 
 
-@inner
+@inline
 def graph_cancelled_nb(ss):
     """Nodes cancelled so far (0 without a graph)."""
     gr = ss.graph
     return gr.fate[gr.fate.shape[0] - 1]
 
 
-@inner
+@inline
 def graph_cancelled_row_nb(ss, r):
     """True if row ``r`` is a cancelled node of an agentic graph."""
     return ss.graph.play.shape[0] > 0 and ss.graph.fate[r] == CANCELLED
