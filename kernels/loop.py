@@ -683,7 +683,7 @@ def _move_router_queue(p, pool, rq, rk, cl, rt, fl, pa, now):
     """Release queued requests while some target is not busy, each routed as it leaves."""
     n_targets = rk.n_run.shape[0]
     while rt.state[NQUEUE] > 0 and not all_busy_nb(rt, n_targets):
-        _dispatch_queued_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now)
+        _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now, True)
 
 
 @inner
@@ -706,36 +706,20 @@ def _release_kv(p, rq, rt, pa, r):
 
 
 @inner
-def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
-    """Route request ``r`` to the cheapest target at ``now`` and submit it there."""
+def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now, queued):
+    """Route request ``r`` to the cheapest target at ``now`` and submit it there. ``queued``: it
+    leaves the router queue, and is scored with the loads of now and, when its queue entry's
+    overlaps are kept (``rt.qov``), those overlaps (Dynamo 1.6.1's pending request keeps its
+    arrival's overlap scores, docs/decisions/0430)."""
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
     nfull = fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
     nshare = _shareable(rq, r, nfull)
     sync_index_nb(rt, pool, now)
-    score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
-    k = choose_target_nb(rt, n_targets)
-    commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
-    note_route_nb(rt, r, n_targets, now)
-    enqueue_waiting_nb(rq, rk, k, r)
-    cl.stalled[k // cl.dp] = False
-    _mark(cl, k // cl.dp)
-
-
-@inner
-def _dispatch_queued_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
-    """Route request ``r``, released by the router queue, at ``now``: with the loads of now and,
-    when its queue entry's overlaps are kept (``rt.qov``), those overlaps (Dynamo 1.6.1's pending
-    request keeps its arrival's overlap scores, docs/decisions/0430); else as an arrival."""
-    if rt.qov.shape[0] == 0:
-        _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now)
-        return
-    bs = p.block_size
-    n_targets = rk.n_run.shape[0]
-    nfull = fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
-    nshare = _shareable(rq, r, nfull)
-    sync_index_nb(rt, pool, now)
-    score_queued_nb(rt, r, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
+    if queued and rt.qov.shape[0] > 0:
+        score_queued_nb(rt, r, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
+    else:
+        score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
     k = choose_target_nb(rt, n_targets)
     commit_route_nb(rt, pa.kbuf, nfull, nshare, rq.isl[r], bs, r, k)
     note_route_nb(rt, r, n_targets, now)
@@ -850,7 +834,7 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
         queue_push_nb(rt, r, queue_key_nb(rt, now, rq.isl[r], bs, n_targets))
         note_queued_nb(rt, r)
         return
-    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now)
+    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now, False)
 
 
 @inline
@@ -898,7 +882,7 @@ def _drain(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, now, tier):
             if rt.mode == KV_ROUTER:
                 n_targets = rk.n_run.shape[0]
                 while rt.state[NQUEUE] > 0 and not all_busy_nb(rt, n_targets):
-                    _dispatch_queued_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now)
+                    _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, queue_pop_nb(rt), now, True)
         # 3. arrivals
         _route_arrivals(p, pool, rq, rk, ss, cl, rt, fl, pa, now)
         # 4. ready groups, lowest id first (only groups marked since the last drive can be)
