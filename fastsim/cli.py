@@ -880,12 +880,15 @@ def _skip_numba_blas_probe():
     """Numba probes optional packages that fastsim's kernels never use: importing numba imports
     ``scipy`` to check its version (about 15 ms), its array kernels import all of
     ``scipy.linalg`` to look for a BLAS (about 0.2 s of a 0.8 s replay), and its first load of a
-    kernel imports ``cffi`` and ``pycparser`` to type cffi functions (about 15 ms). The command
-    line lets these probes fail fast (numba then offers no linear algebra and no cffi calls,
-    which no kernel makes); ``scipy`` and ``cffi`` stay importable afterwards."""
+    kernel imports ``cffi`` and ``pycparser`` to type cffi functions (about 15 ms), and its
+    configuration imports ``yaml`` (about 15 ms) to read a ``.numba_config.yaml`` (kept when the
+    working folder has one). The command line lets these probes fail fast (numba then offers no
+    linear algebra and no cffi calls, which no kernel makes); the packages stay importable
+    afterwards."""
     if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
         return
-    hook = _Without("scipy", "cffi")
+    skipped = ("scipy", "cffi") if os.path.exists(".numba_config.yaml") else ("scipy", "cffi", "yaml")
+    hook = _Without(*skipped)
     sys.meta_path.insert(0, hook)
     try:
         import numba.np.arraymath  # noqa: F401
