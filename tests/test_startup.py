@@ -65,3 +65,26 @@ def test_replay_process_keeps_status_and_output(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "fastsim", "replay", str(tmp_path / "missing.jsonl")],
                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert bad.returncode == 2 and "missing.jsonl" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_numba_yaml_probe_skipped_unless_its_config_file_is_there(tmp_path):
+    """numba's import reads ``.numba_config.yaml`` only if ``yaml`` imports: the command line lets
+    that import fail, unless the working folder has the file, which numba then still reads."""
+    code = """
+        import sys
+        from fastsim import cli
+        cli._skip_numba_blas_probe()
+        import numba.core.config as config
+        print(config._HAVE_YAML, 'yaml' in sys.modules)
+    """
+    plain = _python(code, cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.split() == ["False", "False"]
+    try:
+        import yaml  # noqa: F401
+    except ImportError:
+        return
+    (tmp_path / ".numba_config.yaml").write_text("DISABLE_JIT: 0\n")
+    configured = _python(code, cwd=tmp_path)
+    assert configured.returncode == 0, configured.stderr
+    assert configured.stdout.split() == ["True", "True"]
