@@ -43,11 +43,11 @@ _SYNTHETIC_KEYWORDS = _COMMON_KEYWORDS + (
 
 
 def _lag_not_yet(kv_event_lag_ms, what) -> None:
-    """A positive KV event lag is modelled for aggregated replay (single-turn and multi-turn
-    traces, agentic traces, synthetic workloads); elsewhere it is refused rather than ignored."""
+    """A positive KV event lag is modelled for every replay but mooncake-delta session streams
+    (there it is refused rather than ignored)."""
     if kv_event_lag_ms is not None and kv_event_lag_ms > 0 and what:
         raise NotSupportedError(f"kv_event_lag_ms is not supported yet by fastsim with {what} "
-                                "(only aggregated replay of traces other than mooncake-delta streams, and synthetic workloads)")
+                                "(it is modelled for every other trace format and for synthetic workloads)")
 
 
 def _reject_unknown(func: str, unsupported: dict, valid) -> None:
@@ -179,7 +179,7 @@ def _no_disagg_telemetry(telemetry_interval_ms):
 
 
 def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, dynamo_version=None,
-                gap_statistics="exact"):
+                gap_statistics="exact", kv_event_lag_ms=None):
     from fastsim.sim_disagg import simulate_disagg  # lazy: numba loads only when a simulation runs
 
     d = opts["disagg"]
@@ -189,6 +189,7 @@ def _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule=None, 
         router_config=opts["router_config"], replay_concurrency=opts["replay_concurrency"],
         max_sim_time_ms=opts["max_sim_time_ms"], sla=opts["sla"], seed=seed,
         scaling_schedule=scaling_schedule, dynamo_version=dynamo_version, gap_statistics=gap_statistics,
+        kv_event_lag_ms=kv_event_lag_ms,
     )
     report.lost = lost.account(report, workload, [(" (prefill pool)", d["prefill"]),
                                                   (" (decode pool)", d["decode"])],
@@ -373,7 +374,7 @@ def run_trace_replay(
     )
     agentic = workload.graph is not None or trace_format in agentic_run.GRAPH_FORMATS
     _lag_not_yet(kv_event_lag_ms, "mooncake-delta streams" if workload.stream_row is not None and not agentic
-                 else "disaggregated replay" if opts["disagg"] is not None else None)
+                 else None)
     if agentic:
         return agentic_run.run(workload, opts, trace_format, agentic_lanes, execution_model, report_jsonl_path,
                                seed=seed, debug=debug, dynamo_version=dynamo_version, kv_event_lag_ms=kv_event_lag_ms,
@@ -387,7 +388,7 @@ def run_trace_replay(
     if opts["disagg"] is not None:
         _no_disagg_telemetry(telemetry_interval_ms)
         return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version,
-                           gap_statistics)
+                           gap_statistics, kv_event_lag_ms)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],
@@ -478,11 +479,10 @@ def run_synthetic_trace_replay(
         shared_prefix_ratio=shared_prefix_ratio, num_prefix_groups=num_prefix_groups,
         block_size=opts["engine"].block_size,
     )
-    _lag_not_yet(kv_event_lag_ms, "disaggregated replay" if opts["disagg"] is not None else None)
     if opts["disagg"] is not None:
         _no_disagg_telemetry(telemetry_interval_ms)
         return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version,
-                           gap_statistics)
+                           gap_statistics, kv_event_lag_ms)
     return simulate_workload(
         workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
         replay_concurrency=opts["replay_concurrency"], max_sim_time_ms=opts["max_sim_time_ms"],

@@ -11,7 +11,7 @@ from fastsim.errors import InputError, NotSupportedError
 from fastsim.pages import with_small_pages
 from fastsim.workload import session_labels
 from fastsim.results import fleet_frame, gap_columns, in_flight_with_gaps, readmission_columns
-from fastsim.run_config import (check_gap_statistics, check_schedule, history_kept,
+from fastsim.run_config import (check_gap_statistics, check_kv_event_lag, check_schedule, history_kept,
                                 readmission_log_size, worker_rows)
 from fastsim.sim import load_kernels, check_memory
 from fastsim.state import (block_keys, engine_params, max_tokens, mtp_ranks, request_table, request_timelines,
@@ -70,9 +70,11 @@ def simulate_disagg(
     dynamo_version: str | None = None,
     gap_skip=None,
     gap_statistics: str = "exact",
+    kv_event_lag_ms: float | None = None,
     _readmission_log: int | None = None,
     _gap_ring: int = 0,
     _gap_records: int = 0,
+    _kv_events: int = 1 << 13,
 ):
     """Simulate ``workload`` on separate prefill and decode pools (see ``kernels/disagg.py``).
 
@@ -81,15 +83,23 @@ def simulate_disagg(
     ``steady_decode`` and ``light_ticks`` as in :func:`fastsim.sim.simulate` (False: the same results,
     more slowly; light ticks apply to decode workers). A run cut short by ``max_sim_time_ms`` is
     made again with the gaps of the requests it left in flight left out (``gap_skip``), as there.
-    ``dynamo_version`` and ``gap_statistics`` as in :func:`fastsim.sim.simulate`.
+    ``dynamo_version``, ``gap_statistics`` and ``kv_event_lag_ms`` as in :func:`fastsim.sim.simulate`
+    (the lag applies to the prefill router, the one that credits cached blocks).
     """
     args = dict(locals())
     from fastsim.dynamo_version import check_version, timing_rules
 
+    lag = check_kv_event_lag(kv_event_lag_ms, router_mode, check_version(dynamo_version))
     if "sglang" in (prefill_engine.engine_type, decode_engine.engine_type):  # decision 0370
+        if lag:
+            raise NotSupportedError("kv_event_lag_ms in disaggregated serving on the SGLang engine is not "
+                                    "supported yet by fastsim")
+        args.pop("kv_event_lag_ms")
+        args.pop("_kv_events")
         return _sglang_disagg(args)
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
-    from fastsim.kernels.kvpool import make_pool
+    from fastsim.kernels.kvpool import EV_OVERFLOWED, make_pool
+    from fastsim.kernels.router import OVERFLOW
     from fastsim.kernels.codes import (COMPLETED, DEAD_END, DECODE, FAILED, INTERRUPTED, NOT_ARRIVED, OUTCOME_FAILED,
                                        OUTCOME_IN_FLIGHT, PREFILL, REJECTED, SIM_CAP, outcome_of)
     from fastsim.kernels.fleet import make_fleet
@@ -119,6 +129,12 @@ def simulate_disagg(
     bw = prefill_engine.kv_transfer_bandwidth
     if bw is not None and not bw > 0:
         raise InputError(f"prefill_engine_args: kv_transfer_bandwidth is {bw!r}; it must be > 0 (GB/s)")
+    # Dynamo 1.6.1's prefill router reads its overlaps from the KV events of the prefill workers'
+    # passes, published when each pass ends, lag or not; 1.4.2's reads the pools at once
+    # (not yet for mooncake-delta streams, whose blocks reach the pool by other paths, as in fastsim/sim.py)
+    if router_mode != "kv_router" or check_version(dynamo_version) != "1.6.1" or (
+            lag == 0 and workload.stream_row is not None):
+        lag = None
 
     from fastsim.history import identity_columns
 
@@ -175,7 +191,8 @@ def simulate_disagg(
             "router_queue_threshold in disaggregated replay is not supported yet by fastsim for Dynamo "
             "1.6.1 (its prefill router releases a queued request with the cache overlaps it saw at the "
             "arrival, docs/decisions/0262); it is for --dynamo-version 1.4.2")
-    rt_p = router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history, queue_overlaps=True)
+    rt_p = router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history, queue_overlaps=True,
+                        kv_event_lag_ms=lag, index_keys=int(rq_p.key_ptr[-1]) + 1)
     rt_d = router_state(router_mode, cfg_d, pd, n, D, G, 1024, seed + 1)
     rt_none = router_state("round_robin", None, pd, 0, 1, G, 1, 0)
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)
@@ -215,14 +232,20 @@ def simulate_disagg(
     rk_p, rk_d = ranks(P, pp.cap, pp.budget, prefill_engine), ranks(D, pd.cap, pd.budget, decode_engine, 0)
     # (read by a watcher thread while the loop runs, fastsim/progress.py)
     progress.track(n, lambda: (int(cl.state[NDONE]), float(np.fmax.reduce(cl.last_stamp, initial=np.nan))))
+    pool_p = make_pool(P, pp.cap, _kv_events if lag is not None else 0)
     with interrupt.on_ctrl_c(interrupt.flag((cl.state, CTRL_C))):
         status = run_disagg_nb(pp, pd, engine_perf_model(prefill_engine),
                                engine_perf_model(decode_engine),
-                               make_pool(P, pp.cap), make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,
+                               pool_p, make_pool(D, pd.cap), rq_p, rq_d, rk_p, rk_d,
                                ss, cl, gaps, rt_p, rt_d, rt_none, fl_p, fl_d, dg, pa, out)
     progress.untrack()
     if status == INTERRUPTED:
         raise KeyboardInterrupt  # (if Python has not raised the pending one already)
+    if pool_p.ev_meta[:, EV_OVERFLOWED].any():
+        # a lag window held more KV events than a prefill worker's feed: run again with a larger one
+        return simulate_disagg(**dict(args, _kv_events=4 * _kv_events))
+    if rt_p.index.state[OVERFLOW]:  # (its size bounds every block it can hold: a broken invariant)
+        raise RuntimeError("the prefill router's KV-event index overflowed")
     if history and int(pa.alog_n[READMISSIONS]) > _readmission_log:
         # more readmissions than the log holds: run again with room for every one of them
         return simulate_disagg(**dict(args, _readmission_log=int(pa.alog_n[READMISSIONS])))

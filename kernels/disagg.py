@@ -50,7 +50,7 @@ from fastsim.kernels.fleet import (
 from fastsim.kernels.agentic import graph_cancelled_nb
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, tourney_set_nb
 from fastsim.kernels.jit import inline, inner, loop_kernel
-from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb
+from fastsim.kernels.kvpool import NACTIVE, alloc_nb, match_slots_nb, register_nb, seal_feed_nb
 from fastsim.kernels.trtllm import completion_blocks_nb
 from fastsim.kernels.codes import (
     COMPLETED,
@@ -94,6 +94,7 @@ from fastsim.kernels.router import (
     release_blocks_nb,
     release_prefill_nb,
     score_targets_nb,
+    sync_index_nb,
 )
 from fastsim.kernels.admission import free_blocks_nb
 from fastsim.kernels.queues import arrive_nb, enqueue_waiting_nb
@@ -185,6 +186,7 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now):
     if rt_p.mode == KV_ROUTER:
         bs = pp.block_size
         nfull = fill_prompt_keys(rq_p, np.int64(r), bs, pa.kbuf)
+        sync_index_nb(rt_p, pool_p, now)  # (Dynamo 1.6.1: the KV events of the passes ended by now)
         score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
                          rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
         k = choose_target_nb(rt_p, dg.n_pre)
@@ -209,6 +211,7 @@ def _admit_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now):
     if rt_p.mode == KV_ROUTER and (rt_p.state[NQUEUE] > 0 or all_busy_nb(rt_p, dg.n_pre)):
         bs = pp.block_size
         nfull = fill_prompt_keys(rq_p, np.int64(r), bs, pa.kbuf)
+        sync_index_nb(rt_p, pool_p, now)  # (Dynamo 1.6.1: the KV events of the passes ended by now)
         score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
                          rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
         queue_push_nb(rt_p, r, queue_key_nb(rt_p, now, rq_p.isl[r], bs, dg.n_pre))
@@ -508,6 +511,7 @@ def _drive(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
         end = rank_pass_nb(pp, perf_p, pool_p, rq_p, rk_p, k, now, pa, cl.pend_head,
                            cl.pend_tail, g, prev_end, rk_p.speculation, None)
         cl.pass_commit[g] = rk_p.counters[COMMITTED_TOKENS] - committed
+        seal_feed_nb(pool_p, k, max(end, now))  # (the pass's KV events reach the kv_router's index at its end)
     else:
         committed = rk_d.counters[COMMITTED_TOKENS]
         end = rank_pass_nb(pd, perf_d, pool_d, rq_d, rk_d, k, now, pa, cl.pend_head,

@@ -20,7 +20,7 @@ _INT_FLAGS = ("num_workers", "input_tokens", "output_tokens", "request_count", "
               "turns_per_session", "num_prefix_groups", "arrival_seed", "num_prefill_workers",
               "num_decode_workers", "replay_concurrency")
 _FLOAT_FLAGS = ("arrival_interval_ms", "inter_turn_delay_ms", "shared_prefix_ratio", "request_rate",
-                "kv_event_lag_ms", "telemetry_interval_ms")
+                "kv_event_lag_ms", "telemetry_interval_ms", "arrival_speedup_ratio")
 # a random case (kv_router ties): fastsim within the range of Dynamo's runs, widened by these
 BAND = {"completed_requests": ("exact", 0), "total_output_tokens": ("exact", 0),
         "duration_ms": ("rel", 0.02), "mean_ttft_ms": ("rel", 0.02), "p99_ttft_ms": ("rel", 0.05),

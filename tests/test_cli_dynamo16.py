@@ -57,9 +57,6 @@ def test_every_runner_flag_exists():
 @pytest.mark.parametrize(
     "argv, words",
     [
-        ([TRACE, "--kv-event-lag-ms", "500", "--router-mode", "kv_router", "--num-workers", "2",
-          "--prefill-engine-args", "{}", "--decode-engine-args", "{}"],
-         "kv_event_lag_ms is not supported yet by fastsim with disaggregated replay"),
         ([TRACE, "--telemetry-jsonl", "t.jsonl"], "--telemetry-jsonl is not supported yet"),
         ([TRACE, "--ais-perf-config", "{}"], "--ais-perf-config is not supported yet"),
     ],

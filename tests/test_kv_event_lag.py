@@ -115,8 +115,6 @@ def test_lag_zero_is_no_lag():
         ({"router_mode": "round_robin"}, "kv_event_lag_ms only supports router_mode='kv_router'"),
         ({"dynamo_version": "1.4.2"}, "Dynamo 1.4.2 has no KV event lag"),
         ({"kv_event_lag_ms": float("nan")}, "kv_event_lag_ms must be finite and non-negative"),
-        ({"prefill_engine_args": {"block_size": 64}, "decode_engine_args": {"block_size": 64}},
-         "not supported yet by fastsim with disaggregated replay"),
     ],
 )
 def test_refusals(extra, words):

@@ -101,7 +101,7 @@ def run(workload, opts, trace_format, agentic_lanes, execution_model, report_jso
 
         _no_disagg_telemetry(cluster_kw["telemetry_interval_ms"])
         report = _run_disagg(workload, opts, None, seed, cluster_kw["scaling_schedule"], dynamo_version,
-                             cluster_kw["gap_statistics"])
+                             cluster_kw["gap_statistics"], kv_event_lag_ms)
     else:
         report = simulate_workload(
             workload, opts["engine"], num_workers=opts["num_workers"], router_mode=opts["router_mode"],
