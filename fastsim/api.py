@@ -380,10 +380,9 @@ def run_trace_replay(
                                cluster_kw=_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
                                                       telemetry_interval_ms, threads, gap_statistics))
     if workload.stream_row is not None:
-        from fastsim.traces.mooncake_delta import check_stream_options
+        from fastsim.traces.mooncake_delta import prepare_streams
 
-        check_stream_options(trace_format, disagg=opts["disagg"] is not None, router_mode=opts["router_mode"],
-                             engine=opts["engine"])
+        workload = prepare_streams(workload, opts, check_version(dynamo_version))
     if opts["disagg"] is not None:
         _no_disagg_telemetry(telemetry_interval_ms)
         return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version,
