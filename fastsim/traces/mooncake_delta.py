@@ -89,11 +89,12 @@ def stream_deltas(workload: Workload) -> np.ndarray:
 
 
 def _rejects(engine, isl):
-    """Whether Dynamo's vLLM engine rejects a fresh prompt of ``isl`` tokens on arrival: at or over
-    ``max_model_len``, or needing more KV blocks than the pool holds (kernels/scheduler.py)."""
+    """Whether Dynamo's vLLM engine rejects a fresh prompt of ``isl`` tokens (a number or an
+    array) on arrival: at or over ``max_model_len``, or needing more KV blocks than the pool holds
+    (kernels/scheduler.py)."""
     mml = int(engine.max_model_len or 0)
-    bs = int(engine.block_size)
-    return (mml > 0 and isl >= mml) or -(-isl // bs) > int(engine.num_gpu_blocks)
+    too_long = isl >= mml if mml > 0 else False
+    return too_long | (-(-isl // int(engine.block_size)) > int(engine.num_gpu_blocks))
 
 
 def _may_change(workload, admit_engines, limit):
@@ -160,10 +161,12 @@ def prepare_streams(workload: Workload, opts: dict, dynamo_version: str) -> Work
             raise InputError("mooncake-delta trace format is not supported for disaggregated replay "
                              "(Dynamo 1.4.2 refuses it; 1.6.1 runs it)")
         prefill, decode = disagg["prefill"], disagg["decode"]
-        admit, output = [prefill, decode], decode
+        admit, output = [prefill], decode
     else:
         admit, output = [opts["engine"]], opts["engine"]
     settled = settle_stream_lengths(workload, admit, output)
+    if disagg is not None:
+        _refuse_decode_failures(settled, prefill, decode)
     others = sorted({e.engine_type for e in admit} - {"vllm"})
     if others and (settled is not workload or any(e.max_model_len is not None for e in admit)):
         raise NotSupportedError(
@@ -171,3 +174,19 @@ def prepare_streams(workload: Workload, opts: dict, dynamo_version: str) -> Work
             "KV capacity rejects or cuts (the next turn's prompt then depends on them) is not supported yet "
             "by fastsim (only engine_type=vllm)")
     return settled
+
+
+def _refuse_decode_failures(workload, prefill, decode):
+    """Dynamo 1.6.1 fails a turn whose prompt the decode pool refuses (at or over its
+    ``max_model_len``, or more blocks than it holds) after the prefill pool took it, and plays
+    none of its session's later turns; fastsim rejects such a turn and goes on, so it refuses
+    them here (docs/decisions/0460)."""
+    from fastsim.errors import NotSupportedError
+
+    failed = np.flatnonzero(_rejects(decode, workload.isl) & ~_rejects(prefill, workload.isl))
+    if failed.size:
+        r = int(failed[0])
+        raise NotSupportedError(
+            f"{workload.source}:{int(workload.line[r])}: a turn of {int(workload.isl[r])} prompt tokens that the "
+            "prefill pool takes but the decode pool refuses (its max_model_len or num_gpu_blocks) is not supported "
+            "yet by fastsim with trace_format 'mooncake-delta' (Dynamo 1.6.1 fails it and ends its session)")
