@@ -154,6 +154,7 @@ def prepare_streams(workload: Workload, opts: dict, dynamo_version: str) -> Work
     prompt and the decode pool generating its output (docs/decisions/0460). Rejections and cut
     outputs are modelled for the vLLM engine; on the others fastsim refuses them as not yet."""
     from fastsim.errors import NotSupportedError
+    from fastsim.trtllm_config import output_limit
 
     disagg = opts["disagg"]
     if disagg is not None:
@@ -164,15 +165,15 @@ def prepare_streams(workload: Workload, opts: dict, dynamo_version: str) -> Work
         admit, output = [prefill], decode
     else:
         admit, output = [opts["engine"]], opts["engine"]
-    settled = settle_stream_lengths(workload, admit, output)
-    if disagg is not None:
-        _refuse_decode_failures(settled, prefill, decode)
-    others = sorted({e.engine_type for e in admit} - {"vllm"})
-    if others and (settled is not workload or any(e.max_model_len is not None for e in admit)):
+    others = sorted({e.engine_type for e in admit + [output]} - {"vllm"})
+    if others and _may_change(workload, admit, output_limit(output)):
         raise NotSupportedError(
             f"trace_format 'mooncake-delta' with engine_type={others[0]} and turns that max_model_len or the "
             "KV capacity rejects or cuts (the next turn's prompt then depends on them) is not supported yet "
             "by fastsim (only engine_type=vllm)")
+    settled = settle_stream_lengths(workload, admit, output)
+    if disagg is not None:
+        _refuse_decode_failures(settled, prefill, decode)
     return settled
 
 
