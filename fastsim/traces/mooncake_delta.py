@@ -119,30 +119,20 @@ def settle_stream_lengths(workload: Workload, admit_engines, output_engine) -> W
     limit = int(output_engine.max_model_len or 0)
     if not _may_change(workload, admit_engines, limit):
         return workload
-    delta = None
-    isl = workload.isl
+    delta = stream_deltas(workload)
+    isl = np.empty_like(workload.isl)
     ptr, rows = workload.session_ptr, workload.session_rows
     for s in range(workload.n_sessions):
-        turns = rows[ptr[s]:ptr[s + 1]]
-        history = 0
-        for k, r in enumerate(turns):
-            r = int(r)
-            if delta is None:  # (no turn changed yet: the loaded lengths hold)
-                length = int(workload.isl[r])
-            else:
-                length = history + int(delta[r])
-                isl[r] = length
+        history = 0  # the tokens of the session's context so far
+        for r in rows[ptr[s]:ptr[s + 1]]:
+            isl[r] = history + int(delta[r])
             out = int(workload.osl[r])
-            if any(_rejects(e, length) for e in admit_engines):
+            if any(_rejects(e, isl[r]) for e in admit_engines):
                 out = 0
             elif limit > 0:
-                out = min(out, limit - length)
-            if out != int(workload.osl[r]) and k + 1 < turns.shape[0] and delta is None:
-                # the first change: from here on the lengths are computed anew, from the deltas
-                delta = stream_deltas(workload)
-                isl = workload.isl.copy()
-            history = length + out
-    if delta is None:
+                out = min(out, limit - int(isl[r]))
+            history = int(isl[r]) + out
+    if np.array_equal(isl, workload.isl):
         return workload
     return dataclasses.replace(workload, isl=isl)
 
