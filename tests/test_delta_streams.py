@@ -77,3 +77,19 @@ def test_cut_turns_on_other_engines_are_not_supported_yet():
     with pytest.raises(NotSupportedError, match="engine_type=sglang"):
         run_trace_replay(str(SMALL), trace_format="mooncake-delta",
                          extra_engine_args={"engine_type": "sglang", "block_size": 64, "max_model_len": 2000})
+
+
+def test_seeded_kv_router_case_matches_dynamo_142():
+    import recorded
+
+    folder = DATA / "delta_mml_161"
+    for name, case in json.loads((folder / "seeded.json").read_text()).items():
+        args = case["args"]
+        got = run_trace_replay(
+            str(folder / args[0]), trace_format="mooncake-delta", num_workers=int(args[args.index("--num-workers") + 1]),
+            router_mode="kv_router", extra_engine_args=json.loads(args[args.index("--extra-engine-args") + 1]),
+            dynamo_version=case["dynamo_version"], seed=case["seed"]).summary
+        want = json.loads((folder / f"{name}.json").read_text())
+        misses = [k for k, v in want.items() if k not in recorded.WALL_FIELDS and isinstance(v, (int, float))
+                  and not isinstance(v, bool) and abs(got[k] - v) > 1e-9 * max(abs(v), 1e-12)]
+        assert not misses, (name, misses)
