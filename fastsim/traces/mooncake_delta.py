@@ -12,6 +12,11 @@ per request, so it can only ever match a later turn of the same session. The wor
 keeps, per row, the first turn's hash ids with ``key_isl`` (the tokens they cover) and the row of
 the session's first turn as ``stream_row``: the simulator gives the blocks past the first prompt
 a key of that stream and block index, which every turn of the session shares.
+
+A turn's context holds what the earlier turns really generated: none for a turn rejected on
+arrival (``max_model_len``, or a prompt larger than the KV pool), ``max_model_len - isl`` tokens
+for a cut one. :func:`prepare_streams` settles those lengths from the trace before the run
+(docs/decisions/0460) and checks the options a delta replay runs with.
 """
 
 from __future__ import annotations
