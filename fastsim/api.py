@@ -43,11 +43,11 @@ _SYNTHETIC_KEYWORDS = _COMMON_KEYWORDS + (
 
 
 def _lag_not_yet(kv_event_lag_ms, what) -> None:
-    """A positive KV event lag is modelled for every replay but mooncake-delta session streams
-    (there it is refused rather than ignored)."""
+    """A positive KV event lag is modelled for every replay but mooncake-delta streams on prefill
+    and decode pools (there it is refused rather than ignored)."""
     if kv_event_lag_ms is not None and kv_event_lag_ms > 0 and what:
         raise NotSupportedError(f"kv_event_lag_ms is not supported yet by fastsim with {what} "
-                                "(it is modelled for every other trace format and for synthetic workloads)")
+                                "(it is modelled for every other replay)")
 
 
 def _reject_unknown(func: str, unsupported: dict, valid) -> None:
@@ -373,18 +373,17 @@ def run_trace_replay(
         num_prefix_groups=trace_num_prefix_groups,
     )
     agentic = workload.graph is not None or trace_format in agentic_run.GRAPH_FORMATS
-    _lag_not_yet(kv_event_lag_ms, "mooncake-delta streams" if workload.stream_row is not None and not agentic
-                 else None)
+    _lag_not_yet(kv_event_lag_ms, "mooncake-delta streams on prefill and decode pools"
+                 if workload.stream_row is not None and not agentic and opts["disagg"] is not None else None)
     if agentic:
         return agentic_run.run(workload, opts, trace_format, agentic_lanes, execution_model, report_jsonl_path,
                                seed=seed, debug=debug, dynamo_version=dynamo_version, kv_event_lag_ms=kv_event_lag_ms,
                                cluster_kw=_cluster_kw(scaling_schedule, planner, planner_interval_ms, max_workers,
                                                       telemetry_interval_ms, threads, gap_statistics))
     if workload.stream_row is not None:
-        from fastsim.traces.mooncake_delta import check_stream_options
+        from fastsim.traces.mooncake_delta import prepare_streams
 
-        check_stream_options(trace_format, disagg=opts["disagg"] is not None, router_mode=opts["router_mode"],
-                             engine=opts["engine"])
+        workload = prepare_streams(workload, opts, check_version(dynamo_version))
     if opts["disagg"] is not None:
         _no_disagg_telemetry(telemetry_interval_ms)
         return _run_disagg(workload, opts, report_jsonl_path, seed, scaling_schedule, dynamo_version,

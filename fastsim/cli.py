@@ -245,7 +245,7 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     d16.add_argument("--quiet", action="store_true", help="print nothing on stdout (the summary and the saved-file lines)")
     d16.add_argument("--kv-event-lag-ms", type=float,
                      help="delay of the KV events the kv_router's indexer sees (ms; kv_router only, aggregated "
-                          "replay; not yet with mooncake-delta streams)")
+                          "replay)")
     d16.add_argument("--agentic-lanes", type=int,
                      help="agentic traces: run this many plays at a time, each on the cluster's own timing "
                           "(default: every play at its recorded time)")

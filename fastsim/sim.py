@@ -206,9 +206,9 @@ def simulate(
         raise InputError(f"telemetry_interval_ms is {telemetry_interval_ms!r}; it must be > 0")
     lag = check_kv_event_lag(kv_event_lag_ms, router_mode, version)
     # Dynamo 1.6.1's kv_router learns a pass's stored and removed blocks from the KV events
-    # published when the pass ends, even without a lag (1.4.2's sees the pool at once). Not yet
-    # for mooncake-delta streams (their blocks reach the pool by other paths: see 0230)
-    if router_mode != "kv_router" or version != "1.6.1" or (lag == 0 and workload.stream_row is not None):
+    # published when the pass ends, even without a lag (1.4.2's sees the pool at once), the
+    # blocks of mooncake-delta streams included (decisions 0230, 0460)
+    if router_mode != "kv_router" or version != "1.6.1":
         lag = None
 
     check_workload(workload)

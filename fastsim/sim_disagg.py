@@ -131,7 +131,8 @@ def simulate_disagg(
         raise InputError(f"prefill_engine_args: kv_transfer_bandwidth is {bw!r}; it must be > 0 (GB/s)")
     # Dynamo 1.6.1's prefill router reads its overlaps from the KV events of the prefill workers'
     # passes, published when each pass ends, lag or not; 1.4.2's reads the pools at once
-    # (not yet for mooncake-delta streams, whose blocks reach the pool by other paths, as in fastsim/sim.py)
+    # (not yet for mooncake-delta streams on these pools: their prefill pools would have to feed
+    # the streams' private blocks too, as the aggregated pools do, decision 0460)
     if router_mode != "kv_router" or check_version(dynamo_version) != "1.6.1" or (
             lag == 0 and workload.stream_row is not None):
         lag = None

@@ -449,7 +449,7 @@ def build_state(workload, engine, run: RunConfig) -> SimState:
     per_rank = min(params.max_seqs, max(n, 1)) + 1
     perf = engine_perf_model(engine)
     requests = request_table(workload, key_ptr, keys, bs, huge_pages=run.huge_pages)
-    pool = make_pool(rows * dp, params.cap, run.kv_events)
+    pool = make_pool(rows * dp, params.cap, run.kv_events, feed_streams=workload.stream_row is not None)
     ranks = make_ranks(rows * dp, bs, params.cap, params.budget, **mtp_ranks(engine, rows * dp, dp))
     sessions = session_table(workload, concurrency)
     cluster = make_cluster(rows, dp, concurrency, run.single_path, run.max_sim_time_ms, run.tick_log)

@@ -70,6 +70,7 @@ from fastsim.kernels.loop import (
     CTRL_C,
     NDONE,
     fill_prompt_keys,
+    shareable_blocks,
     next_arrival,
     turns_follow,
     pop_arrival_nb,
@@ -186,12 +187,11 @@ def _route_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now):
     if rt_p.mode == KV_ROUTER:
         bs = pp.block_size
         nfull = fill_prompt_keys(rq_p, np.int64(r), bs, pa.kbuf)
+        nshare = shareable_blocks(rq_p, r, nfull)
         sync_index_nb(rt_p, pool_p, now)  # (Dynamo 1.6.1: the KV events of the passes ended by now)
-        score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
-                         rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
+        score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, nshare, rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
         k = choose_target_nb(rt_p, dg.n_pre)
-        commit_route_nb(rt_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
-                        rq_p.isl[r], bs, r, k)
+        commit_route_nb(rt_p, pa.kbuf, nfull, nshare, rq_p.isl[r], bs, r, k)
         dg.route_overlap[r] = rt_p.overlap[k] * bs
         note_route_nb(rt_p, r, dg.n_pre, now)
     else:  # round robin over the active prefill workers, in arrival order
@@ -212,8 +212,8 @@ def _admit_prefill(pp, pool_p, rq_p, rk_p, cl, rt_p, fl_p, dg, pa, r, now):
         bs = pp.block_size
         nfull = fill_prompt_keys(rq_p, np.int64(r), bs, pa.kbuf)
         sync_index_nb(rt_p, pool_p, now)  # (Dynamo 1.6.1: the KV events of the passes ended by now)
-        score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, min(nfull, rq_p.key_ptr[r + 1] - rq_p.key_ptr[r]),
-                         rq_p.isl[r], bs, dg.n_pre, fl_p.gstate, 1)
+        score_targets_nb(rt_p, pool_p, pa.kbuf, nfull, shareable_blocks(rq_p, r, nfull), rq_p.isl[r], bs,
+                         dg.n_pre, fl_p.gstate, 1)
         queue_push_nb(rt_p, r, queue_key_nb(rt_p, now, rq_p.isl[r], bs, dg.n_pre))
         note_queued_nb(rt_p, r)
         return False

@@ -78,7 +78,9 @@ class KvPool(NamedTuple):
 
 
 NFREE, NACTIVE, NINACTIVE, HEAD, TAIL, NEVICT, NSTACK, NEXTNEW = 0, 1, 2, 3, 4, 5, 6, 7
-EV_FIRST, EV_COUNT, EV_OVERFLOWED = range(3)  # ``KVPool.ev_meta`` slots
+# ``KVPool.ev_meta`` slots; EV_STREAMS: 1 if the feed also carries private keys (the blocks of
+# growing session streams, which their later turns look up: decision 0460)
+EV_FIRST, EV_COUNT, EV_OVERFLOWED, EV_STREAMS = range(4)
 
 
 def _lazy_zeros(n, dtype):
@@ -91,14 +93,15 @@ def _lazy_zeros(n, dtype):
     return np.frombuffer(mmap.mmap(-1, n * dtype.itemsize), dtype=dtype)
 
 
-def make_pool(n_ranks, cap, n_events=0):
+def make_pool(n_ranks, cap, n_events=0, feed_streams=False):
     """Allocate empty pools for ``n_ranks`` ranks of ``cap`` blocks each.
 
     Every big array starts as zeros (slots, the table and the LRU links store index + 1, 0 meaning
     none) in fresh memory, so the operating system maps their pages only when a rank first touches
     them: a large cluster whose workers use little of their KV costs little memory and set-up time
     (64 ranks of 16,384 blocks: 67 MB of tables, set up in 0.1 ms instead of 4 ms of clearing).
-    ``n_events``: room in each rank's KV event feed (0: no feed).
+    ``n_events``: room in each rank's KV event feed (0: no feed); ``feed_streams``: the feed
+    carries private keys too (a workload of growing session streams, mooncake-delta).
     """
     tsize = 1
     while tsize < 4 * cap:  # load <= 1/4: short probe sequences (about half the time of 1/2)
@@ -107,6 +110,8 @@ def make_pool(n_ranks, cap, n_events=0):
     meta[:, NFREE] = cap
     meta[:, HEAD] = -1
     meta[:, TAIL] = -1
+    ev_meta = np.zeros((n_ranks, 4), dtype=np.int64)
+    ev_meta[:, EV_STREAMS] = 1 if feed_streams else 0
     return KvPool(
         cap=cap,
         tmask=tsize - 1,
@@ -123,7 +128,7 @@ def make_pool(n_ranks, cap, n_events=0):
         ev_key=np.zeros(n_ranks * n_events, dtype=np.uint64),
         ev_code=np.zeros(n_ranks * n_events, dtype=np.int32),
         ev_time=np.zeros(n_ranks * n_events),
-        ev_meta=np.zeros((n_ranks, 3), dtype=np.int64),
+        ev_meta=ev_meta,
     )
 
 
@@ -427,8 +432,9 @@ def _unregister(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
 @inner
 def _feed(pool, rank, key, stored):
     """Put a stored/removed event of ``key`` on rank ``rank`` on the KV event feed, if there is
-    one (private keys, top bit set, are left out: no other request can match them)."""
-    if pool.ev_key.shape[0] == 0 or (key >> np.uint64(63)) != 0:
+    one (private keys, top bit set, are left out: no other request can match them, unless they
+    are a session stream's, whose later turns do)."""
+    if pool.ev_key.shape[0] == 0 or ((key >> np.uint64(63)) != 0 and pool.ev_meta[rank, EV_STREAMS] == 0):
         return
     m = pool.ev_key.shape[0] // pool.ev_meta.shape[0]
     em = pool.ev_meta
@@ -592,7 +598,8 @@ def free_slots_nb(pool, rank, slots, off, nb, n_full, keep, row, n_held, n_store
             s = _take_slot(free_stack, meta, rank, sbase)
             slot_key[sbase + s] = unique_key_nb(row, j)
             slot_ref[sbase + s] = 0
-            _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s)
+            if _register(table, slot_key, cnext, intab, tbase, sbase, tmask, s):
+                _feed(pool, rank, slot_key[sbase + s], True)  # (a stream's: its next turn looks for it)
             _lru_push_tail(lru_prev, lru_next, meta, rank, sbase, s)
             meta[rank, NINACTIVE] += 1
         j -= 1

@@ -687,7 +687,7 @@ def _move_router_queue(p, pool, rq, rk, cl, rt, fl, pa, now):
 
 
 @inner
-def _shareable(rq, r, nfull):
+def shareable_blocks(rq, r, nfull):
     """How many of ``r``'s ``nfull`` full prompt blocks another request can hold: its content-keyed
     ones (the rest are unique to it), or all of them in a growing session stream (mooncake-delta:
     a turn's later blocks are its session's earlier turns', kept under the stream's keys)."""
@@ -702,7 +702,7 @@ def _release_kv(p, rq, rt, pa, r):
     k = rq.rank[r]
     release_prefill_nb(rt, r, k)
     nfull = fill_prompt_keys(rq, np.int64(r), p.block_size, pa.kbuf)
-    release_blocks_nb(rt, pa.kbuf, nfull, _shareable(rq, r, nfull), k)
+    release_blocks_nb(rt, pa.kbuf, nfull, shareable_blocks(rq, r, nfull), k)
 
 
 @inner
@@ -714,7 +714,7 @@ def _dispatch_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now, queued):
     bs = p.block_size
     n_targets = rk.n_run.shape[0]
     nfull = fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
-    nshare = _shareable(rq, r, nfull)
+    nshare = shareable_blocks(rq, r, nfull)
     sync_index_nb(rt, pool, now)
     if queued and rt.qov.shape[0] > 0:
         score_queued_nb(rt, r, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets, fl.gstate, cl.dp)
@@ -827,7 +827,7 @@ def _route_kv(p, pool, rq, rk, cl, rt, fl, pa, r, now):
         if rt.policy == WSPT or rt.qov.shape[0] > 0:
             # its overlaps now: wspt's order, and its scores at release if kept (queue_push_nb)
             nfull = fill_prompt_keys(rq, np.int64(r), bs, pa.kbuf)
-            nshare = _shareable(rq, r, nfull)
+            nshare = shareable_blocks(rq, r, nfull)
             sync_index_nb(rt, pool, now)
             score_targets_nb(rt, pool, pa.kbuf, nfull, nshare, rq.isl[r], bs, n_targets,
                              fl.gstate, cl.dp)

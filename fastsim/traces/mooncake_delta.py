@@ -12,9 +12,16 @@ per request, so it can only ever match a later turn of the same session. The wor
 keeps, per row, the first turn's hash ids with ``key_isl`` (the tokens they cover) and the row of
 the session's first turn as ``stream_row``: the simulator gives the blocks past the first prompt
 a key of that stream and block index, which every turn of the session shares.
+
+A turn's context holds what the earlier turns really generated: none for a turn rejected on
+arrival (``max_model_len``, or a prompt larger than the KV pool), ``max_model_len - isl`` tokens
+for a cut one. :func:`prepare_streams` settles those lengths from the trace before the run
+(docs/decisions/0460) and checks the options a delta replay runs with.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -74,17 +81,108 @@ def accumulate_deltas(base: Workload) -> Workload:
     )
 
 
-def check_stream_options(trace_format, disagg, router_mode, engine):
-    """Refuse (NotSupportedError, naming the option) what fastsim does not model for growing
-    session streams yet: a disaggregated copy would have to carry their generated blocks, and a
-    model-length cap makes a turn's output, hence the next turn's prompt, depend on the run
-    (docs/decisions/0301). Closed loops run in both releases (docs/decisions/0240)."""
+def stream_deltas(workload: Workload) -> np.ndarray:
+    """Each row's own input delta (the trace's ``input_length``), read back from the cumulative
+    prompt lengths :func:`accumulate_deltas` wrote, which assume every output is generated whole."""
+    delta = workload.isl.copy()
+    ptr, rows = workload.session_ptr, workload.session_rows
+    for s in range(workload.n_sessions):
+        turns = rows[ptr[s]:ptr[s + 1]]
+        if turns.shape[0] > 1:
+            delta[turns[1:]] = workload.isl[turns[1:]] - workload.isl[turns[:-1]] - workload.osl[turns[:-1]]
+    return delta
+
+
+def _rejects(engine, isl):
+    """Whether Dynamo's vLLM engine rejects a fresh prompt of ``isl`` tokens (a number or an
+    array) on arrival: at or over ``max_model_len``, or needing more KV blocks than the pool holds
+    (kernels/scheduler.py)."""
+    mml = int(engine.max_model_len or 0)
+    too_long = isl >= mml if mml > 0 else False
+    return too_long | (-(-isl // int(engine.block_size)) > int(engine.num_gpu_blocks))
+
+
+def _may_change(workload, admit_engines, limit):
+    """Whether some turn could be rejected or cut (a quick test on the lengths before any is
+    changed: a change only ever makes later prompts shorter, never longer)."""
+    if workload.n_requests == 0:
+        return False
+    longest = int(workload.isl.max())
+    if limit > 0 and int((workload.isl + workload.osl).max()) > limit:
+        return True
+    return any(_rejects(e, longest) for e in admit_engines)
+
+
+def settle_stream_lengths(workload: Workload, admit_engines, output_engine) -> Workload:
+    """The prompt lengths Dynamo plays once a turn's output may be cut or refused (docs/decisions/0460).
+
+    A session's context holds what its turns really generated: a turn rejected on arrival
+    (``admit_engines``: each pool that may reject it, in order) adds its prompt but no output, and a
+    turn that reaches ``max_model_len`` of ``output_engine`` (the engine that generates) adds the
+    ``max_model_len - isl`` tokens it generated. Both depend on the prompt alone, so the lengths
+    follow from the trace before the run. Returns ``workload`` itself when nothing changes."""
+    limit = int(output_engine.max_model_len or 0)
+    if not _may_change(workload, admit_engines, limit):
+        return workload
+    delta = stream_deltas(workload)
+    isl = np.empty_like(workload.isl)
+    ptr, rows = workload.session_ptr, workload.session_rows
+    for s in range(workload.n_sessions):
+        history = 0  # the tokens of the session's context so far
+        for r in rows[ptr[s]:ptr[s + 1]]:
+            isl[r] = history + int(delta[r])
+            out = int(workload.osl[r])
+            if any(_rejects(e, isl[r]) for e in admit_engines):
+                out = 0
+            elif limit > 0:
+                out = min(out, limit - int(isl[r]))
+            history = int(isl[r]) + out
+    if np.array_equal(isl, workload.isl):
+        return workload
+    return dataclasses.replace(workload, isl=isl)
+
+
+def prepare_streams(workload: Workload, opts: dict, dynamo_version: str) -> Workload:
+    """Check the options a ``mooncake-delta`` replay runs with and return its workload with the
+    prompt lengths Dynamo plays (:func:`settle_stream_lengths`). Dynamo 1.4.2 refuses disaggregated
+    replay of these traces (its words below); 1.6.1 runs it, the prefill pool caching each turn's
+    prompt and the decode pool generating its output (docs/decisions/0460). Rejections and cut
+    outputs are modelled for the vLLM engine; on the others fastsim refuses them as not yet."""
+    from fastsim.errors import NotSupportedError
+    from fastsim.trtllm_config import output_limit
+
+    disagg = opts["disagg"]
+    if disagg is not None:
+        if dynamo_version == "1.4.2":
+            raise InputError("mooncake-delta trace format is not supported for disaggregated replay "
+                             "(Dynamo 1.4.2 refuses it; 1.6.1 runs it)")
+        prefill, decode = disagg["prefill"], disagg["decode"]
+        admit, output = [prefill], decode
+    else:
+        admit, output = [opts["engine"]], opts["engine"]
+    others = sorted({e.engine_type for e in admit + [output]} - {"vllm"})
+    if others and _may_change(workload, admit, output_limit(output)):
+        raise NotSupportedError(
+            f"trace_format 'mooncake-delta' with engine_type={others[0]} and turns that max_model_len or the "
+            "KV capacity rejects or cuts (the next turn's prompt then depends on them) is not supported yet "
+            "by fastsim (only engine_type=vllm)")
+    settled = settle_stream_lengths(workload, admit, output)
+    if disagg is not None:
+        _refuse_decode_failures(settled, prefill, decode)
+    return settled
+
+
+def _refuse_decode_failures(workload, prefill, decode):
+    """Dynamo 1.6.1 fails a turn whose prompt the decode pool refuses (at or over its
+    ``max_model_len``, or more blocks than it holds) after the prefill pool took it, and plays
+    none of its session's later turns; fastsim rejects such a turn and goes on, so it refuses
+    them here (docs/decisions/0460)."""
     from fastsim.errors import NotSupportedError
 
-    what = None
-    if disagg:
-        what = "disaggregated replay"
-    elif getattr(engine, "max_model_len", None) is not None:
-        what = "max_model_len (a cut output would shorten the next turn's prompt)"
-    if what is not None:
-        raise NotSupportedError(f"trace_format '{trace_format}' with {what} is not supported yet by fastsim")
+    failed = np.flatnonzero(_rejects(decode, workload.isl) & ~_rejects(prefill, workload.isl))
+    if failed.size:
+        r = int(failed[0])
+        raise NotSupportedError(
+            f"{workload.source}:{int(workload.line[r])}: a turn of {int(workload.isl[r])} prompt tokens that the "
+            "prefill pool takes but the decode pool refuses (its max_model_len or num_gpu_blocks) is not supported "
+            "yet by fastsim with trace_format 'mooncake-delta' (Dynamo 1.6.1 fails it and ends its session)")
