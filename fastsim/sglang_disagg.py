@@ -36,10 +36,11 @@ _WHAT = "disaggregated serving on the SGLang engine"
 
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(f"{what} in {_WHAT} is not supported yet by fastsim (it runs Dynamo 1.6.1's "
-                             "round-robin replays, decision 0370)")
+                             "round-robin and kv_router replays, decisions 0370 and 0440)")
 
 
-def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, scaling_schedule):
+def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, scaling_schedule,
+                        router_config=None):
     """Refuse by name what the SGLang disaggregated engine does not run yet."""
     if version != "1.6.1":
         raise NotSupportedError(
@@ -55,8 +56,14 @@ def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, 
             raise _not_yet(f"max_model_len on the {pool} pool")
         if (eng.sglang or {}).get("prefill_decode_interval"):
             raise _not_yet(f"prefill_decode_interval on the {pool} pool")
-    if router_mode != "round_robin":
+    if router_mode not in ("round_robin", "kv_router"):
         raise _not_yet(f"router_mode {router_mode!r}")
+    if router_mode == "kv_router":
+        from fastsim.router_config import RouterConfig
+
+        cfg = RouterConfig.coerce(router_config)  # (a bad config is an error before anything runs)
+        if cfg.router_queue_threshold is not None:
+            raise _not_yet("the kv_router's router_queue_threshold")
     if scaling_schedule:
         raise _not_yet("a scaling schedule")
 
@@ -126,11 +133,13 @@ class _Worker:
 
 
 def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
-                           sla, version="1.6.1", concurrency=0, cap_ms=None, reference=False):
+                           sla, version="1.6.1", concurrency=0, cap_ms=None, reference=False,
+                           router_mode="round_robin", router_config=None, seed=0):
     """The :class:`fastsim.report.Report` of ``workload`` on SGLang prefill and decode pools
     (``concurrency``: a closed loop's; ``cap_ms``: the time cap, Dynamo stopping at the last event at
     or before it; ``reference``: the plain-Python ranks below even where the compiled loop,
-    ``fastsim/sglang_disagg_compiled.py``, runs them)."""
+    ``fastsim/sglang_disagg_compiled.py``, runs them; ``router_mode`` "kv_router": each pool's
+    kv_router, ``router_config`` and ``seed`` its settings and tie-breaking seed, decision 0440)."""
     from fastsim import sglang_disagg_compiled
 
     run = simulate_reference
@@ -138,13 +147,39 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         run = sglang_disagg_compiled.simulate
     return run(workload, prefill_engine, decode_engine, num_prefill_workers=num_prefill_workers,
                num_decode_workers=num_decode_workers, sla=sla, version=version, concurrency=concurrency,
-               cap_ms=cap_ms)
+               cap_ms=cap_ms, router_mode=router_mode, router_config=router_config, seed=seed)
+
+
+def pool_routers(router_config, workload, cfg_p, cfg_d, prefill_engine, decode_engine, P, D, dp_p, dp_d, seed):
+    """The kv_router state of each pool (``kernels/router.py``), with Dynamo's derived configs
+    (``fastsim/sim_disagg.py``'s ``stage_router_configs``): the prefill router's index fed by the
+    prefill ranks' KV events as the aggregated engine's is (decision 0295), the decode router
+    without overlaps. Each rank is a target; the decode router's ties are drawn from ``seed + 1``."""
+    from types import SimpleNamespace
+
+    from fastsim.router_config import RouterConfig
+    from fastsim.sim_disagg import stage_router_configs
+    from fastsim.state import router_state
+
+    rc_p, rc_d = stage_router_configs(RouterConfig.coerce(router_config))
+    n = workload.n_requests
+    def params(engine, cfg):  # (the budget is read by the router queue alone, which is refused here)
+        budget = engine.max_num_batched_tokens
+        return SimpleNamespace(budget=int(budget) if budget is not None else 8192, cap=cfg.total_pages)
+
+    rt_p = router_state("kv_router", rc_p, params(prefill_engine, cfg_p), n, P * dp_p, P, 1024, seed, record=True,
+                        kv_event_lag_ms=0.0, index_keys=cfg_p.total_pages)
+    rt_d = router_state("kv_router", rc_d, params(decode_engine, cfg_d), n, D * dp_d, D, 1024, seed + 1)
+    return rt_p, rt_d
 
 
 def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
-                       sla, version="1.6.1", concurrency=0, cap_ms=None):
+                       sla, version="1.6.1", concurrency=0, cap_ms=None, router_mode="round_robin", router_config=None,
+                       seed=0):
     """:func:`simulate_sglang_disagg` on the plain-Python SGLang ranks (slow; the tests compare the
     compiled loop with it)."""
+    if router_mode != "round_robin":
+        raise _not_yet("kv_router on the plain-Python reference ranks")
     from fastsim.sglang_pages import page_keys_of
 
     t0 = time.perf_counter()
@@ -439,11 +474,14 @@ def gap_stats(pool):
     return out
 
 
-def _report(workload, c, readmits, gaps, committed, cap_event, t0, *, P, D, dp_p, dp_d, concurrency, sla, version):
+def _report(workload, c, readmits, gaps, committed, cap_event, t0, *, P, D, dp_p, dp_d, concurrency, sla, version,
+            routes=None):
     """The report of a run (``c``: the per-request arrays; ``readmits``: (row, time, reused tokens)
     of each readmission on a decode rank; ``gaps``: the pooled gaps of the completed requests,
     :func:`gap_stats`; ``cap_event``: the last event of a run the time cap stopped, else None;
-    ``t0``: the clock at its start)."""
+    ``t0``: the clock at its start; ``routes``: kv_router's routing columns, overlaps of the prefill
+    router: ``prefill_route_overlap_tokens``, ``route_selected_blocks``, ``route_best_blocks``,
+    ``route_released_ms``; None: round robin)."""
     from fastsim.history import identity_columns
     from fastsim.report import build_report
 
@@ -466,6 +504,8 @@ def _report(workload, c, readmits, gaps, committed, cap_event, t0, *, P, D, dp_p
                  "readmit_stage": np.full(rrow.shape[0], DECODE, np.int64),
                  "readmit_ms": np.asarray(readmits[1], np.float64),
                  "preemptions": np.bincount(rrow, minlength=n).astype(np.int64)})
+    if routes is not None:
+        cols.update(routes)
     cols.update(identity_columns(workload, bool(concurrency)))
     # the SGLang engine routes a request to its decode worker first; each pool's DP ranks name the
     # worker and the rank in the routing history
