@@ -32,7 +32,7 @@ from fastsim.kernels.sglang import (CNT_COMMITTED, CNT_EMIT, CNT_FIN, CNT_HEAP, 
                                     P_DP, P_HASHED, P_MAXRUN, P_PAGES, P_PS, P_WORKERS, _alloc_new_nb,
                                     _cache_prefix_nb, _chained_keys_nb, _finish_nb, _pool_gap_nb, _r_push_back,
                                     _w_push_back, rank_pass_nb)
-from fastsim.kernels.sglang_disagg_route import (decode_done_nb, prefill_done_nb, route_decode_nb,
+from fastsim.kernels.sglang_disagg_route import (decode_done_nb, prefill_done_nb, publish_hold_nb, route_decode_nb,
                                                  route_prefill_nb, source_released_nb)
 
 # ``Handoff.cnt`` slots: the two pools' round-robin counters, requests done, a Ctrl-C to stop at
@@ -217,10 +217,11 @@ def _activate_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, x, now):
         # the source is released by a command its prefill worker applies between passes (its KV
         # is freed before that worker schedules again either way)
         _finish_nb(qp, prp, sp, tp, y, row)
-        if rt_p is not None:
-            source_released_nb(rt_p, y)
         wp = y // prp[P_DP]
         h.released[row] = now if sp.busy[wp] == np.inf else sp.busy[wp]
+        if rt_p is not None:
+            source_released_nb(rt_p, y)
+            publish_hold_nb(qp, prp, sp, tp, y, row, False, h.released[row])
         isl = qd.isl[row]
         qd.mat[row] = isl
         qd.alloc[row] = -(-isl // ps) * ps
@@ -407,6 +408,7 @@ def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd
                     h.held[row] = now
                     if rt_p is not None:
                         prefill_done_nb(rt_p, row, h.pre_idx[row])
+                        publish_hold_nb(qp, prp, sp, tp, h.pre_idx[row], row, True, now)
                     _transfer_nb(h, row, h.dec_idx[row], now + h.xfer[row])
                     row = qp.done_next[row]
                 sp.done_head[w] = -1

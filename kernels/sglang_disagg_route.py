@@ -10,10 +10,17 @@ of the vLLM path (``fastsim/sim_disagg.py``'s ``stage_router_configs``):
 * the prefill router is the aggregated SGLang engine's (``kernels/sglang_route.py``) without the
   active-block term: overlaps from the prefill ranks' radix caches (their KV events, published
   when a pass ends), the prefill load ``isl - overlap`` leaving when the pass that prefilled the
-  copy ends, the request itself when its source is released.
+  copy ends, the request itself when its source is released;
+* a held copy's complete prompt pages are published when its prefill pass ends, though its rank
+  caches them only at the release (Dynamo's SGLang engine publishes a page at its allocation,
+  counting its references): a stored event each, and a removed one at the release, after the
+  events of the pages the release caches.
 """
 
 from fastsim.kernels.jit import inner
+from fastsim.kernels.kvpool import seal_feed_nb
+from fastsim.kernels.radix import _feed_nb
+from fastsim.kernels.sglang import P_HASHED, P_PS, _chained_keys_nb
 from fastsim.kernels.router import (choose_target_nb, commit_route_nb, free_request_nb, note_route_nb,
                                     release_blocks_nb, release_prefill_nb, score_targets_nb, sync_index_nb)
 
@@ -65,3 +72,17 @@ def prefill_done_nb(rt, row, k):
 def source_released_nb(rt, k):
     """A request's source on prefill rank ``k`` was released: it leaves the rank's requests."""
     free_request_nb(rt, k)
+
+
+@inner
+def publish_hold_nb(qp, prp, sp, tp, y, row, stored, stamp):
+    """The events of request ``row``'s held copy on prefill rank ``y``: one per complete prompt
+    page (``stored``: its prefill pass ended; else its source was released), published at
+    ``stamp`` with the rank's other events not published yet."""
+    if tp.ev_key.shape[0] == 0 or not prp[P_HASHED]:  # (prompts unique to their request: no events kept)
+        return
+    nfull = qp.isl[row] // prp[P_PS]
+    _chained_keys_nb(qp, prp, sp, row, nfull)
+    for p in range(nfull):
+        _feed_nb(tp, y, sp.keys[p], stored)
+    seal_feed_nb(tp, y, stamp)
