@@ -178,8 +178,6 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
                        seed=0):
     """:func:`simulate_sglang_disagg` on the plain-Python SGLang ranks (slow; the tests compare the
     compiled loop with it)."""
-    if router_mode != "round_robin":
-        raise _not_yet("kv_router on the plain-Python reference ranks")
     from fastsim.sglang_pages import page_keys_of
 
     t0 = time.perf_counter()
@@ -224,6 +222,21 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
     dec_rank = {}  # row -> its decode rank
 
     hp, hid = workload.hash_ptr, workload.hash_ids
+    rt_p = rt_d = None
+    if router_mode == "kv_router":  # each pool's router (decision 0440)
+        from fastsim import sglang_disagg_router as sdr
+        from fastsim.router_config import RouterConfig
+        from fastsim.sim_disagg import stage_router_configs
+
+        rc_p, rc_d = stage_router_configs(RouterConfig.coerce(router_config))
+        rt_p, rt_d = sdr.PrefillRouter(rc_p, P * dp_p, seed), sdr.DecodeRouter(rc_d, D * dp_d, seed + 1)
+        pre_trees = [y.rk.tree for w in pre for y in w.ranks]
+        route_ov = np.full(n, -1, np.int64)
+        route_best = np.full(n, -1, np.int64)
+
+    def prompt_pages(row, ps):
+        """The keys of a prompt's complete pages another request can hold (none: unique prompts)."""
+        return keys_of(row, ps)[:int(isl[row]) // ps] if hp is not None else []
 
     def keys_of(row, ps):
         h = None if hp is None else hid[hp[row]:hp[row + 1]]
@@ -262,8 +275,12 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
             x.pend.popleft()
             targets[row] = r
             reserved[row] = now
-            i = rr["p"] % (P * dp_p)  # (round robin over the pool's ranks, a worker's DP ranks in a row)
-            rr["p"] += 1
+            if rt_p is None:
+                i = rr["p"] % (P * dp_p)  # (round robin over the pool's ranks, a worker's DP ranks in a row)
+                rr["p"] += 1
+            else:
+                i, route_ov[row], route_best[row] = rt_p.route(pre_trees, prompt_pages(row, cfg_p.ps), int(isl[row]),
+                                                               cfg_p.ps, row, now)
             w, y = pre[i // dp_p], pre[i // dp_p].ranks[i % dp_p]
             pre_idx[row] = y.index
             c = sglang_ref.Req(row, int(isl[row]), 1, keys_of(row, cfg_p.ps))
@@ -285,6 +302,8 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
             # KV is freed before that worker schedules again either way)
             y.rk.release(c)
             released[row] = now if w.busy_until is None else w.busy_until
+            if rt_p is not None:
+                rt_p.released(y.index, prompt_pages(row, cfg_p.ps), released[row])
             r = targets.pop(row)
             r.mat = r.isl
             r.alloc = -(-r.isl // cfg_d.ps) * cfg_d.ps
@@ -322,6 +341,8 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
             ran = True
             hold = False
             n_wait = len(x.rk.waiting)
+            if rt_p is not None and not decode_side:  # (what the pass changes is published at its end)
+                rt_p.pass_starts(x.index, x.rk.tree)
             if decode_side:
                 while x.prebuilt and len(x.rk.running) < x.rk.c.max_running:  # taken requests join
                     r = x.prebuilt.popleft()
@@ -347,7 +368,11 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
                 last_tok[row] = end
         w.finished = [r.row for r in completed]
         # (a decode rank's prefill chunk takes no time: a pass all the same, the next one follows it)
-        if ran and (end > now or emitted or completed or admitted):
+        started = ran and (end > now or emitted or completed or admitted)
+        if rt_p is not None and not decode_side:
+            for x in w.ranks:
+                rt_p.pass_ends(x.index, end if started else now)
+        if started:
             w.busy_until = end
             w.started = now
             return True
@@ -358,14 +383,19 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
         in a row (``dp2_both_2p2d``: ranks 0, 1, 2, 3 of two workers of two)."""
         arrival[row] = now
         status[row] = OUTCOME_IN_FLIGHT
-        i = rr["d"] % (D * dp_d)
-        rr["d"] += 1
+        if rt_d is None:
+            i = rr["d"] % (D * dp_d)
+            rr["d"] += 1
+        else:  # the decode router's choice
+            i = rt_d.route(int(isl[row]) // cfg_d.ps)
         w, x = dec[i // dp_d], dec[i // dp_d].ranks[i % dp_d]
         dec_idx[row] = x.index
         if -(-int(isl[row]) // cfg_d.ps) > cfg_d.total_pages:
             # a prompt larger than the decode rank's KV fails at once (Dynamo refuses its reservation)
             status[row] = OUTCOME_FAILED
             terminal[row] = now
+            if rt_d is not None:
+                rt_d.done(i, int(isl[row]) // cfg_d.ps)
             return 1
         dec_rank[row] = x
         x.pend.append(row)
@@ -407,12 +437,16 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
                 w.busy_until = None
                 for row in w.finished:
                     held[row] = now
+                    if rt_p is not None:
+                        rt_p.held(int(pre_idx[row]), row, prompt_pages(row, cfg_p.ps))
                     dec_rank[row].ready.append((now + transfer_ms(row), row))
                 w.finished = []
         for w in dec:  # decode passes ending
             if w.busy_until is not None and w.busy_until <= now:
                 w.busy_until = None
                 for row in w.finished:
+                    if rt_d is not None:
+                        rt_d.done(int(dec_idx[row]), int(isl[row]) // cfg_d.ps)
                     dec_rank[row].gen += 1
                     terminal[row] = now
                     status[row] = OUTCOME_COMPLETED
@@ -456,7 +490,11 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
         "destination_reserved_ms": reserved, "destination_activated_ms": activated, "decode_admit_ms": dadmit,
         "source_released_ms": released}, readmits, gap_stats(pool), committed[0],
         last_event if cap_ms is not None and done < n else None, t0,
-        P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency, sla=sla, version=version)
+        P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency, sla=sla, version=version,
+        routes=None if rt_p is None else {
+            "prefill_route_overlap_tokens": np.where(route_ov >= 0, route_ov * cfg_p.ps, -1).astype(np.int64),
+            "route_selected_blocks": route_ov, "route_best_blocks": route_best,
+            "route_released_ms": np.full(n, np.nan)})
 
 
 def gap_stats(pool):
