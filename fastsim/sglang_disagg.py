@@ -150,6 +150,24 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
                cap_ms=cap_ms, router_mode=router_mode, router_config=router_config, seed=seed)
 
 
+def stage_configs(router_config):
+    """Each pool's router config: Dynamo's derived ones (``fastsim/sim_disagg.py``'s
+    ``stage_router_configs``); without ``router_track_prefill_tokens`` the prefill router's cost
+    has no prefill term at all, overlap credit included, so that its ranks tie but for
+    ``decode_active_request_weight`` (``kv_notrack_p3d2``: Dynamo chose a rank with no overlap
+    over one of 64 pages for the 4th request, and reused 0.59-0.60 of the prompts against the
+    0.68-0.69 of a router still crediting overlaps)."""
+    from dataclasses import replace
+
+    from fastsim.router_config import RouterConfig
+    from fastsim.sim_disagg import stage_router_configs
+
+    rc_p, rc_d = stage_router_configs(RouterConfig.coerce(router_config))
+    if not rc_p.router_track_prefill_tokens:
+        rc_p = replace(rc_p, overlap_score_weight=0.0)
+    return rc_p, rc_d
+
+
 def pool_routers(router_config, workload, cfg_p, cfg_d, prefill_engine, decode_engine, P, D, dp_p, dp_d, seed):
     """The kv_router state of each pool (``kernels/router.py``), with Dynamo's derived configs
     (``fastsim/sim_disagg.py``'s ``stage_router_configs``): the prefill router's index fed by the
@@ -157,11 +175,9 @@ def pool_routers(router_config, workload, cfg_p, cfg_d, prefill_engine, decode_e
     without overlaps. Each rank is a target; the decode router's ties are drawn from ``seed + 1``."""
     from types import SimpleNamespace
 
-    from fastsim.router_config import RouterConfig
-    from fastsim.sim_disagg import stage_router_configs
     from fastsim.state import router_state
 
-    rc_p, rc_d = stage_router_configs(RouterConfig.coerce(router_config))
+    rc_p, rc_d = stage_configs(router_config)
     n = workload.n_requests
     def params(engine, cfg):  # (the budget is read by the router queue alone, which is refused here)
         budget = engine.max_num_batched_tokens
@@ -225,10 +241,8 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
     rt_p = rt_d = None
     if router_mode == "kv_router":  # each pool's router (decision 0440)
         from fastsim import sglang_disagg_router as sdr
-        from fastsim.router_config import RouterConfig
-        from fastsim.sim_disagg import stage_router_configs
 
-        rc_p, rc_d = stage_router_configs(RouterConfig.coerce(router_config))
+        rc_p, rc_d = stage_configs(router_config)
         rt_p, rt_d = sdr.PrefillRouter(rc_p, P * dp_p, seed), sdr.DecodeRouter(rc_d, D * dp_d, seed + 1)
         pre_trees = [y.rk.tree for w in pre for y in w.ranks]
         route_ov = np.full(n, -1, np.int64)
