@@ -139,6 +139,8 @@ def test_kv_router_trace_replays_agree(seed, monkeypatch, tmp_path):
               seed=int(rng.integers(0, 5)))
     if seed % 3 == 1:
         kw["router_config"] = {"overlap_score_credit_decay": 1.0, "decode_active_request_weight": 0.5}
+    elif seed % 6 == 2:
+        kw["router_config"] = {"router_track_prefill_tokens": False}
     if seed % 4 == 1:
         kw["max_sim_time_ms"] = float(rng.integers(500, 2500))
     if seed % 4 == 2:
