@@ -249,8 +249,9 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
         route_best = np.full(n, -1, np.int64)
 
     def prompt_pages(row, ps):
-        """The keys of a prompt's complete pages another request can hold (none: unique prompts)."""
-        return keys_of(row, ps)[:int(isl[row]) // ps] if hp is not None else []
+        """The keys of a prompt's complete pages another request can hold (none: unique prompts, or
+        no prefix caching on the prefill ranks, which then publish nothing: kv_nocache_trace)."""
+        return keys_of(row, ps)[:int(isl[row]) // ps] if hp is not None and cfg_p.caching else []
 
     def keys_of(row, ps):
         h = None if hp is None else hid[hp[row]:hp[row + 1]]

@@ -20,7 +20,7 @@ of the vLLM path (``fastsim/sim_disagg.py``'s ``stage_router_configs``):
 from fastsim.kernels.jit import inner
 from fastsim.kernels.kvpool import seal_feed_nb
 from fastsim.kernels.radix import _feed_nb
-from fastsim.kernels.sglang import P_HASHED, P_PS, _chained_keys_nb
+from fastsim.kernels.sglang import P_HASHED, P_NOCACHE, P_PS, _chained_keys_nb
 from fastsim.kernels.router import (choose_target_nb, commit_route_nb, free_request_nb, note_route_nb,
                                     release_blocks_nb, release_prefill_nb, score_targets_nb, sync_index_nb)
 
@@ -79,7 +79,9 @@ def publish_hold_nb(qp, prp, sp, tp, y, row, stored, stamp):
     """The events of request ``row``'s held copy on prefill rank ``y``: one per complete prompt
     page (``stored``: its prefill pass ended; else its source was released), published at
     ``stamp`` with the rank's other events not published yet."""
-    if tp.ev_key.shape[0] == 0 or not prp[P_HASHED]:  # (prompts unique to their request: no events kept)
+    # (prompts unique to their request keep no events; without prefix caching a rank publishes
+    # nothing: kv_nocache_trace's overlaps are all 0 in Dynamo's records)
+    if tp.ev_key.shape[0] == 0 or not prp[P_HASHED] or prp[P_NOCACHE]:
         return
     nfull = qp.isl[row] // prp[P_PS]
     _chained_keys_nb(qp, prp, sp, row, nfull)
