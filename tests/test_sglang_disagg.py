@@ -90,6 +90,13 @@ def test_kv_router_overlaps_count_held_copies():
         assert int(req["prefill_route_overlap_tokens"].iloc[10]) == 608
 
 
+def test_kv_router_sees_nothing_without_prefix_caching():
+    """Prefill ranks without prefix caching publish no pages, held copies' included (Dynamo's
+    records of ``kv_nocache_trace`` give every request 0 overlap tokens)."""
+    req = replay_capped(dict(cases(FOLDER))["kv_nocache_trace"], FOLDER).requests
+    assert (req["prefill_route_overlap_tokens"] == 0).all()
+
+
 @pytest.mark.parametrize("name,words", [
     ("trace_kv_router", "router_queue_threshold"),
 ])
