@@ -80,6 +80,16 @@ def test_kv_router_within_dynamo_band(name):
     assert not misses, misses
 
 
+def test_kv_router_decode_ties_as_dynamo():
+    """One prefill worker and two decode workers (``kv_trace_p1d2``): the decode router's ties are
+    the only draws, and with seed 1 fastsim's report equals three of Dynamo's five runs (runs 2, 3
+    and 4: every field within 1e-9)."""
+    args = dict(cases(FOLDER))["kv_trace_p1d2"]
+    summary = replay_capped(args, FOLDER, seed=1).summary
+    for run in (2, 3, 4):
+        assert_summary_matches(summary, json.loads((FOLDER / f"kv_trace_p1d2.run{run}.json").read_text()))
+
+
 def test_kv_router_overlaps_count_held_copies():
     """The prefill router sees a held copy's prompt pages from the end of its prefill pass
     (``groups_kv_router``: row 10, reserved at 52.30 ms, sees the 608 tokens of its group on the
