@@ -6,11 +6,13 @@ ranks keep a finished copy's KV: ``POOL_PREFILL``), the decode pool's the reques
 loop (``run_sglang_disagg_nb``) follows the plain-Python reference ``fastsim/sglang_disagg.py``
 step by step (the tests compare the two):
 
-* an arrival is routed round robin to a decode rank, whose queue of requests waiting for their
+* an arrival is routed round robin to a decode rank (or by the decode pool's kv_router,
+  ``kernels/sglang_disagg_route.py``, decision 0440), whose queue of requests waiting for their
   reservation it joins; an idle worker attempts one reservation at once;
 * a reservation (head of the queue, one an attempt: cached prefix matched and locked, fresh pages
-  for the rest) sends the copy to the next prefill rank in turn; a head that did not fit waits for
-  the rank's KV to change (a completion, a retraction, a taken prompt's pages freed);
+  for the rest) sends the copy to the next prefill rank in turn (or the prefill pool's kv_router's
+  choice); a head that did not fit waits for the rank's KV to change (a completion, a retraction,
+  a taken prompt's pages freed);
 * a prefill pass that finishes a copy holds its KV; after the transfer the request is taken by its
   decode rank at the worker's next pass boundary (prompt materialized and cached, the source
   released), and joins the running batch at the next pass as room allows;
