@@ -36,10 +36,11 @@ _WHAT = "disaggregated serving on the SGLang engine"
 
 def _not_yet(what: str) -> NotSupportedError:
     return NotSupportedError(f"{what} in {_WHAT} is not supported yet by fastsim (it runs Dynamo 1.6.1's "
-                             "round-robin replays, decision 0370)")
+                             "round-robin and kv_router replays, decisions 0370 and 0440)")
 
 
-def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, scaling_schedule):
+def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, scaling_schedule,
+                        router_config=None):
     """Refuse by name what the SGLang disaggregated engine does not run yet."""
     if version != "1.6.1":
         raise NotSupportedError(
@@ -55,8 +56,14 @@ def check_sglang_disagg(prefill_engine, decode_engine, *, router_mode, version, 
             raise _not_yet(f"max_model_len on the {pool} pool")
         if (eng.sglang or {}).get("prefill_decode_interval"):
             raise _not_yet(f"prefill_decode_interval on the {pool} pool")
-    if router_mode != "round_robin":
+    if router_mode not in ("round_robin", "kv_router"):
         raise _not_yet(f"router_mode {router_mode!r}")
+    if router_mode == "kv_router":
+        from fastsim.router_config import RouterConfig
+
+        cfg = RouterConfig.coerce(router_config)  # (a bad config is an error before anything runs)
+        if cfg.router_queue_threshold is not None:
+            raise _not_yet("the kv_router's router_queue_threshold")
     if scaling_schedule:
         raise _not_yet("a scaling schedule")
 
@@ -126,11 +133,13 @@ class _Worker:
 
 
 def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
-                           sla, version="1.6.1", concurrency=0, cap_ms=None, reference=False):
+                           sla, version="1.6.1", concurrency=0, cap_ms=None, reference=False,
+                           router_mode="round_robin", router_config=None, seed=0):
     """The :class:`fastsim.report.Report` of ``workload`` on SGLang prefill and decode pools
     (``concurrency``: a closed loop's; ``cap_ms``: the time cap, Dynamo stopping at the last event at
     or before it; ``reference``: the plain-Python ranks below even where the compiled loop,
-    ``fastsim/sglang_disagg_compiled.py``, runs them)."""
+    ``fastsim/sglang_disagg_compiled.py``, runs them; ``router_mode`` "kv_router": each pool's
+    kv_router, ``router_config`` and ``seed`` its settings and tie-breaking seed, decision 0440)."""
     from fastsim import sglang_disagg_compiled
 
     run = simulate_reference
@@ -138,11 +147,51 @@ def simulate_sglang_disagg(workload, prefill_engine, decode_engine, *, num_prefi
         run = sglang_disagg_compiled.simulate
     return run(workload, prefill_engine, decode_engine, num_prefill_workers=num_prefill_workers,
                num_decode_workers=num_decode_workers, sla=sla, version=version, concurrency=concurrency,
-               cap_ms=cap_ms)
+               cap_ms=cap_ms, router_mode=router_mode, router_config=router_config, seed=seed)
+
+
+def stage_configs(router_config):
+    """Each pool's router config: Dynamo's derived ones (``fastsim/sim_disagg.py``'s
+    ``stage_router_configs``); without ``router_track_prefill_tokens`` the prefill router's cost
+    has no prefill term at all, overlap credit included, so that its ranks tie but for
+    ``decode_active_request_weight`` (``kv_notrack_p3d2``: Dynamo chose a rank with no overlap
+    over one of 64 pages for the 4th request, and reused 0.59-0.60 of the prompts against the
+    0.68-0.69 of a router still crediting overlaps)."""
+    from dataclasses import replace
+
+    from fastsim.router_config import RouterConfig
+    from fastsim.sim_disagg import stage_router_configs
+
+    rc_p, rc_d = stage_router_configs(RouterConfig.coerce(router_config))
+    if not rc_p.router_track_prefill_tokens:
+        rc_p = replace(rc_p, overlap_score_weight=0.0)
+    return rc_p, rc_d
+
+
+def pool_routers(router_config, workload, cfg_p, cfg_d, prefill_engine, decode_engine, P, D, dp_p, dp_d, seed):
+    """The kv_router state of each pool (``kernels/router.py``), with Dynamo's derived configs
+    (``fastsim/sim_disagg.py``'s ``stage_router_configs``): the prefill router's index fed by the
+    prefill ranks' KV events as the aggregated engine's is (decision 0295), the decode router
+    without overlaps. Each rank is a target; the decode router's ties are drawn from ``seed + 1``."""
+    from types import SimpleNamespace
+
+    from fastsim.state import router_state
+
+    rc_p, rc_d = stage_configs(router_config)
+    n = workload.n_requests
+    def params(engine, cfg):  # (the budget is read by the router queue alone, which is refused here)
+        budget = engine.max_num_batched_tokens
+        return SimpleNamespace(budget=int(budget) if budget is not None else 8192, cap=cfg.total_pages)
+
+    rt_p = router_state("kv_router", rc_p, params(prefill_engine, cfg_p), n, P * dp_p, P, 1024, seed, record=True,
+                        kv_event_lag_ms=0.0, index_keys=cfg_p.total_pages)
+    rt_d = router_state("kv_router", rc_d, params(decode_engine, cfg_d), n, D * dp_d, D, 1024, seed + 1)
+    return rt_p, rt_d
 
 
 def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers,
-                       sla, version="1.6.1", concurrency=0, cap_ms=None):
+                       sla, version="1.6.1", concurrency=0, cap_ms=None, router_mode="round_robin", router_config=None,
+                       seed=0):
     """:func:`simulate_sglang_disagg` on the plain-Python SGLang ranks (slow; the tests compare the
     compiled loop with it)."""
     from fastsim.sglang_pages import page_keys_of
@@ -189,6 +238,20 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
     dec_rank = {}  # row -> its decode rank
 
     hp, hid = workload.hash_ptr, workload.hash_ids
+    rt_p = rt_d = None
+    if router_mode == "kv_router":  # each pool's router (decision 0440)
+        from fastsim import sglang_disagg_router as sdr
+
+        rc_p, rc_d = stage_configs(router_config)
+        rt_p, rt_d = sdr.PrefillRouter(rc_p, P * dp_p, seed), sdr.DecodeRouter(rc_d, D * dp_d, seed + 1)
+        pre_trees = [y.rk.tree for w in pre for y in w.ranks]
+        route_ov = np.full(n, -1, np.int64)
+        route_best = np.full(n, -1, np.int64)
+
+    def prompt_pages(row, ps):
+        """The keys of a prompt's complete pages another request can hold (none: unique prompts, or
+        no prefix caching on the prefill ranks, which then publish nothing: kv_nocache_trace)."""
+        return keys_of(row, ps)[:int(isl[row]) // ps] if hp is not None and cfg_p.caching else []
 
     def keys_of(row, ps):
         h = None if hp is None else hid[hp[row]:hp[row + 1]]
@@ -227,8 +290,12 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
             x.pend.popleft()
             targets[row] = r
             reserved[row] = now
-            i = rr["p"] % (P * dp_p)  # (round robin over the pool's ranks, a worker's DP ranks in a row)
-            rr["p"] += 1
+            if rt_p is None:
+                i = rr["p"] % (P * dp_p)  # (round robin over the pool's ranks, a worker's DP ranks in a row)
+                rr["p"] += 1
+            else:
+                i, route_ov[row], route_best[row] = rt_p.route(pre_trees, prompt_pages(row, cfg_p.ps), int(isl[row]),
+                                                               cfg_p.ps, row, now)
             w, y = pre[i // dp_p], pre[i // dp_p].ranks[i % dp_p]
             pre_idx[row] = y.index
             c = sglang_ref.Req(row, int(isl[row]), 1, keys_of(row, cfg_p.ps))
@@ -250,6 +317,8 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
             # KV is freed before that worker schedules again either way)
             y.rk.release(c)
             released[row] = now if w.busy_until is None else w.busy_until
+            if rt_p is not None:
+                rt_p.released(y.index, prompt_pages(row, cfg_p.ps), released[row])
             r = targets.pop(row)
             r.mat = r.isl
             r.alloc = -(-r.isl // cfg_d.ps) * cfg_d.ps
@@ -287,6 +356,8 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
             ran = True
             hold = False
             n_wait = len(x.rk.waiting)
+            if rt_p is not None and not decode_side:  # (what the pass changes is published at its end)
+                rt_p.pass_starts(x.index, x.rk.tree)
             if decode_side:
                 while x.prebuilt and len(x.rk.running) < x.rk.c.max_running:  # taken requests join
                     r = x.prebuilt.popleft()
@@ -312,7 +383,11 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
                 last_tok[row] = end
         w.finished = [r.row for r in completed]
         # (a decode rank's prefill chunk takes no time: a pass all the same, the next one follows it)
-        if ran and (end > now or emitted or completed or admitted):
+        started = ran and (end > now or emitted or completed or admitted)
+        if rt_p is not None and not decode_side:
+            for x in w.ranks:
+                rt_p.pass_ends(x.index, end if started else now)
+        if started:
             w.busy_until = end
             w.started = now
             return True
@@ -323,14 +398,19 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
         in a row (``dp2_both_2p2d``: ranks 0, 1, 2, 3 of two workers of two)."""
         arrival[row] = now
         status[row] = OUTCOME_IN_FLIGHT
-        i = rr["d"] % (D * dp_d)
-        rr["d"] += 1
+        if rt_d is None:
+            i = rr["d"] % (D * dp_d)
+            rr["d"] += 1
+        else:  # the decode router's choice
+            i = rt_d.route(int(isl[row]) // cfg_d.ps)
         w, x = dec[i // dp_d], dec[i // dp_d].ranks[i % dp_d]
         dec_idx[row] = x.index
         if -(-int(isl[row]) // cfg_d.ps) > cfg_d.total_pages:
             # a prompt larger than the decode rank's KV fails at once (Dynamo refuses its reservation)
             status[row] = OUTCOME_FAILED
             terminal[row] = now
+            if rt_d is not None:
+                rt_d.done(i, int(isl[row]) // cfg_d.ps)
             return 1
         dec_rank[row] = x
         x.pend.append(row)
@@ -372,12 +452,16 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
                 w.busy_until = None
                 for row in w.finished:
                     held[row] = now
+                    if rt_p is not None:
+                        rt_p.held(int(pre_idx[row]), row, prompt_pages(row, cfg_p.ps))
                     dec_rank[row].ready.append((now + transfer_ms(row), row))
                 w.finished = []
         for w in dec:  # decode passes ending
             if w.busy_until is not None and w.busy_until <= now:
                 w.busy_until = None
                 for row in w.finished:
+                    if rt_d is not None:
+                        rt_d.done(int(dec_idx[row]), int(isl[row]) // cfg_d.ps)
                     dec_rank[row].gen += 1
                     terminal[row] = now
                     status[row] = OUTCOME_COMPLETED
@@ -421,7 +505,11 @@ def simulate_reference(workload, prefill_engine, decode_engine, *, num_prefill_w
         "destination_reserved_ms": reserved, "destination_activated_ms": activated, "decode_admit_ms": dadmit,
         "source_released_ms": released}, readmits, gap_stats(pool), committed[0],
         last_event if cap_ms is not None and done < n else None, t0,
-        P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency, sla=sla, version=version)
+        P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency, sla=sla, version=version,
+        routes=None if rt_p is None else {
+            "prefill_route_overlap_tokens": np.where(route_ov >= 0, route_ov * cfg_p.ps, -1).astype(np.int64),
+            "route_selected_blocks": route_ov, "route_best_blocks": route_best,
+            "route_released_ms": np.full(n, np.nan)})
 
 
 def gap_stats(pool):
@@ -439,11 +527,14 @@ def gap_stats(pool):
     return out
 
 
-def _report(workload, c, readmits, gaps, committed, cap_event, t0, *, P, D, dp_p, dp_d, concurrency, sla, version):
+def _report(workload, c, readmits, gaps, committed, cap_event, t0, *, P, D, dp_p, dp_d, concurrency, sla, version,
+            routes=None):
     """The report of a run (``c``: the per-request arrays; ``readmits``: (row, time, reused tokens)
     of each readmission on a decode rank; ``gaps``: the pooled gaps of the completed requests,
     :func:`gap_stats`; ``cap_event``: the last event of a run the time cap stopped, else None;
-    ``t0``: the clock at its start)."""
+    ``t0``: the clock at its start; ``routes``: kv_router's routing columns, overlaps of the prefill
+    router: ``prefill_route_overlap_tokens``, ``route_selected_blocks``, ``route_best_blocks``,
+    ``route_released_ms``; None: round robin)."""
     from fastsim.history import identity_columns
     from fastsim.report import build_report
 
@@ -466,6 +557,8 @@ def _report(workload, c, readmits, gaps, committed, cap_event, t0, *, P, D, dp_p
                  "readmit_stage": np.full(rrow.shape[0], DECODE, np.int64),
                  "readmit_ms": np.asarray(readmits[1], np.float64),
                  "preemptions": np.bincount(rrow, minlength=n).astype(np.int64)})
+    if routes is not None:
+        cols.update(routes)
     cols.update(identity_columns(workload, bool(concurrency)))
     # the SGLang engine routes a request to its decode worker first; each pool's DP ranks name the
     # worker and the rank in the routing history

@@ -19,14 +19,16 @@ def not_covered(prefill_engine, decode_engine):
 
 
 def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, num_decode_workers, sla, version,
-             concurrency=0, cap_ms=None):
+             concurrency=0, cap_ms=None, router_mode="round_robin", router_config=None, seed=0):
     """The :class:`fastsim.report.Report` of ``workload`` on SGLang prefill and decode pools, as
-    :func:`fastsim.sglang_disagg.simulate_sglang_disagg` gives it."""
+    :func:`fastsim.sglang_disagg.simulate_sglang_disagg` gives it (``router_mode`` "kv_router": each
+    pool's router, ``router_config`` and ``seed`` as the aggregated engine's, decision 0440)."""
     from numba import typeof
 
     from fastsim import sglang_state
     from fastsim.kernels.sglang import CNT_COMMITTED, CNT_READMISSIONS, F_NOW, P_POOL, POOL_DECODE, POOL_PREFILL
     from fastsim.kernels.sglang_disagg import G_CTRL_C, new_handoff, run_sglang_disagg_nb
+    from fastsim.sglang_disagg import pool_routers
     from fastsim.perf import engine_perf_model
     from fastsim.sglang_disagg import _cfg, _report, _stuck, gap_stats
     from fastsim.sim_sglang import _speculation
@@ -43,9 +45,14 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
     else:
         xfer = isl.astype(np.float64) * float(kvb) / (float(bw) * 1e9) * 1000.0
 
+    kv = router_mode == "kv_router"
+    # kv_router: the prefill ranks' radix caches publish their KV events to the prefill router
+    # (prompts without hash ids are unique to their request: no overlap to read, no events to keep)
+    n_events = 4 * cfg_p.total_pages + 1024 if kv and workload.hash_ptr is not None else 0
+
     def build(log_size=None, gap_skip=None):
         pre = sglang_state.build(workload, cfg_p, P, dp_p, float(prefill_engine.speedup_ratio),
-                                 float(prefill_engine.decode_speedup_ratio), steady=False)
+                                 float(prefill_engine.decode_speedup_ratio), n_events=n_events, steady=False)
         # the prefill pool prefills a copy of each request that generates one token, and holds its KV
         pre = (pre[0]._replace(osl=np.ones(n, np.int64)), *pre[1:])
         pre[1][P_POOL] = POOL_PREFILL
@@ -59,14 +66,17 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
         # speculative decoding: each decode rank's sampler seeded with aic_mtp_seed plus its number
         # in the pool (made again with the state: its generators from the start)
         spec = _speculation(decode_engine, D * dp_d, n)
-        return (qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, lp, perf_p, perf_d, h, spec)
+        rt_p, rt_d = pool_routers(router_config, workload, cfg_p, cfg_d, prefill_engine, decode_engine, P, D, dp_p,
+                                  dp_d, seed) if kv else (None, None)
+        return (qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, lp, perf_p, perf_d, h, spec,
+                rt_p, rt_d)
 
     args = build()
     # load (or compile) the loop before the clock starts, as the aggregated path does
     mtp = args[19] is not None
-    with warmup.variant("sglang-disagg-mtp" if mtp else "sglang-disagg",
-                        "the SGLang disaggregated kernels" + (" with speculative decoding" if mtp else ""),
-                        "a minute or two"):
+    with warmup.variant("sglang-disagg" + ("-mtp" if mtp else "") + ("-kv" if kv else ""),
+                        "the SGLang disaggregated kernels" + (" with speculative decoding" if mtp else "")
+                        + (" with kv_router" if kv else ""), "a minute or two"):
         run_sglang_disagg_nb.compile(tuple(typeof(a) for a in args))
     t0 = time.perf_counter()
     log_size, gap_skip = None, None
@@ -83,6 +93,8 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
             break
         if sd.cnt[CNT_READMISSIONS] > sd.rlog_row.shape[0]:  # more readmissions than the log held: again, with room
             log_size = int(sd.cnt[CNT_READMISSIONS])
+        elif kv and args[4].ev_meta[:, 2].any():  # a prefill rank's KV events outgrew their ring: a larger one
+            n_events *= 4
         elif status == SIM_CAP and gap_skip is None and ((qd.status == OUTCOME_IN_FLIGHT) & (qd.gen >= 2)).any():
             # the requests in flight at the cap add no gaps (Dynamo folds a request's gaps into its
             # statistics when it completes); they are known only now: the run is made again (it is
@@ -102,6 +114,12 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
         committed -= int(h.commit_p[(sp.busy < np.inf) & (sp.busy > cap_event)].sum()
                          + h.commit_d[(sd.busy < np.inf) & (sd.busy > cap_event)].sum())
     k = int(sd.cnt[CNT_READMISSIONS])
+    routes = None
+    if kv:  # the prefill router's overlaps: of the rank chosen and the best (pages)
+        rt_p = args[20]
+        routes = {"prefill_route_overlap_tokens": np.where(h.pov >= 0, h.pov * cfg_p.ps, -1).astype(np.int64),
+                  "route_selected_blocks": h.pov.copy(), "route_best_blocks": rt_p.best.astype(np.int64),
+                  "route_released_ms": rt_p.released.copy()}
     readmits = (sd.rlog_row[:k], sd.rlog_ms[:k], sd.rlog_reused[:k])
     return _report(workload, {
         "arrival_ms": qd.arrival, "first_admit_ms": qp.first_admit, "first_token_ms": qd.first_token,
@@ -110,7 +128,7 @@ def simulate(workload, prefill_engine, decode_engine, *, num_prefill_workers, nu
         "pre_idx": h.pre_idx, "source_held_ms": h.held, "destination_reserved_ms": h.reserved,
         "destination_activated_ms": h.activated, "decode_admit_ms": h.dadmit, "source_released_ms": h.released},
         readmits, gap_stats(sd), committed, cap_event, t0, P=P, D=D, dp_p=dp_p, dp_d=dp_d, concurrency=concurrency,
-        sla=sla, version=version)
+        sla=sla, version=version, routes=routes)
 
 
 def _progress_of(h, sp, sd):

@@ -353,10 +353,12 @@ def _sglang_disagg(args):
     _check_pool_type(de, "decode_engine_args", "decode")
     version = check_version(args["dynamo_version"])
     check_sglang_disagg(pe, de, router_mode=args["router_mode"], version=version,
-                        scaling_schedule=args["scaling_schedule"])
+                        scaling_schedule=args["scaling_schedule"], router_config=args["router_config"])
     return simulate_sglang_disagg(args["workload"], pe, de, num_prefill_workers=args["num_prefill_workers"],
                                   num_decode_workers=args["num_decode_workers"], sla=args["sla"], version=version,
-                                  concurrency=int(args["replay_concurrency"] or 0), cap_ms=args["max_sim_time_ms"])
+                                  concurrency=int(args["replay_concurrency"] or 0), cap_ms=args["max_sim_time_ms"],
+                                  router_mode=args["router_mode"], router_config=args["router_config"],
+                                  seed=int(args["seed"]))
 
 
 def _pool_schedules(schedule):

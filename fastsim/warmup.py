@@ -130,12 +130,12 @@ def _sglang_kv_router():
 
 
 def _sglang_disaggregated():
-    # SGLang prefill and decode pools: a loop of their own, and its variant with speculative
-    # decoding on the decode pool (decision 0400)
+    # SGLang prefill and decode pools: a loop of their own, its variant with speculative decoding
+    # on the decode pool (decision 0400) and its variant with the pools' kv_routers (decision 0440)
     from fastsim.api import run_synthetic_trace_replay
 
-    for extra in ({}, {"aic_nextn": 1}):
-        run_synthetic_trace_replay(40, 4, 2, arrival_interval_ms=1.0,
+    for extra, mode in (({}, "round_robin"), ({"aic_nextn": 1}, "round_robin"), ({}, "kv_router")):
+        run_synthetic_trace_replay(40, 4, 2, arrival_interval_ms=1.0, router_mode=mode,
                                    prefill_engine_args={"engine_type": "sglang", "worker_type": "prefill",
                                                         "block_size": 16},
                                    decode_engine_args={"engine_type": "sglang", "worker_type": "decode",
@@ -166,7 +166,7 @@ STEPS = (("aggregated loop (one worker, a split cluster)", _aggregated),
          ("SGLang engine with a time cap or a closed loop (both releases)", _sglang_closed),
          ("SGLang engine with speculative decoding", _sglang_speculative),
          ("SGLang engine with kv_router", _sglang_kv_router),
-         ("SGLang disaggregated loop (with and without speculative decoding)", _sglang_disaggregated),
+         ("SGLang disaggregated loop (round robin, speculative decoding, kv_router)", _sglang_disaggregated),
          ("TRT-LLM engine", _trtllm),
          (SPECULATIVE_STEP, _speculative))
 

@@ -6,11 +6,13 @@ ranks keep a finished copy's KV: ``POOL_PREFILL``), the decode pool's the reques
 loop (``run_sglang_disagg_nb``) follows the plain-Python reference ``fastsim/sglang_disagg.py``
 step by step (the tests compare the two):
 
-* an arrival is routed round robin to a decode rank, whose queue of requests waiting for their
+* an arrival is routed round robin to a decode rank (or by the decode pool's kv_router,
+  ``kernels/sglang_disagg_route.py``, decision 0440), whose queue of requests waiting for their
   reservation it joins; an idle worker attempts one reservation at once;
 * a reservation (head of the queue, one an attempt: cached prefix matched and locked, fresh pages
-  for the rest) sends the copy to the next prefill rank in turn; a head that did not fit waits for
-  the rank's KV to change (a completion, a retraction, a taken prompt's pages freed);
+  for the rest) sends the copy to the next prefill rank in turn (or the prefill pool's kv_router's
+  choice); a head that did not fit waits for the rank's KV to change (a completion, a retraction,
+  a taken prompt's pages freed);
 * a prefill pass that finishes a copy holds its KV; after the transfer the request is taken by its
   decode rank at the worker's next pass boundary (prompt materialized and cached, the source
   released), and joins the running batch at the next pass as room allows;
@@ -27,9 +29,13 @@ from fastsim.kernels.codes import DEAD_END, INTERRUPTED, OK, OUTCOME_COMPLETED, 
     OUTCOME_IN_FLIGHT, SIM_CAP
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import kernel_noalloc, llvm_inline, loop_kernel
+from fastsim.kernels.kvpool import seal_feed_nb
 from fastsim.kernels.sglang import (CNT_COMMITTED, CNT_EMIT, CNT_FIN, CNT_HEAP, CNT_NEXTSESS, F_CAP, F_NOW, P_CONC,
-                                    P_DP, P_MAXRUN, P_PAGES, P_PS, P_WORKERS, _alloc_new_nb, _cache_prefix_nb,
-                                    _finish_nb, _pool_gap_nb, _r_push_back, _w_push_back, rank_pass_nb)
+                                    P_DP, P_HASHED, P_MAXRUN, P_PAGES, P_PS, P_WORKERS, _alloc_new_nb,
+                                    _cache_prefix_nb, _chained_keys_nb, _finish_nb, _pool_gap_nb, _r_push_back,
+                                    _w_push_back, rank_pass_nb)
+from fastsim.kernels.sglang_disagg_route import (decode_done_nb, prefill_done_nb, publish_hold_nb, route_decode_nb,
+                                                 route_prefill_nb, source_released_nb)
 
 # ``Handoff.cnt`` slots: the two pools' round-robin counters, requests done, a Ctrl-C to stop at
 # (set from another thread: fastsim/interrupt.py), 1 if some rows' gaps are skipped, completions'
@@ -70,6 +76,7 @@ class Handoff(NamedTuple):
     gap_skip: np.ndarray   # bool[n]: the row's inter-token gaps stay out of the pooled statistics (a
                            # capped run's requests left in flight, known on a second run)
     born: np.ndarray       # int64[n]: the requests completions released in this step
+    pov: np.ndarray        # int64[n]: kv_router: the overlap (pages) of the prefill rank chosen (-1: none)
 
 
 def new_handoff(n, n_dec_ranks, n_pre_workers, n_dec_workers, xfer, gap_skip=None):
@@ -89,7 +96,7 @@ def new_handoff(n, n_dec_ranks, n_pre_workers, n_dec_workers, xfer, gap_skip=Non
                    nans(), nans(), nans(), nans(), nans(), np.zeros(n), ints(n), ints(R), ints(R), ints(R, 0),
                    ints(n), ints(n), ints(R), ints(R), ints(n), ints(R), ints(R), ints(R, 0), ints(R, 0), ints(R),
                    np.zeros(n_pre_workers), np.zeros(n_dec_workers), ints(n_pre_workers, 0),
-                   ints(n_dec_workers, 0), skip, ints(max(n, 1)))
+                   ints(n_dec_workers, 0), skip, ints(max(n, 1)), ints(n))
 
 
 class GapPool(NamedTuple):
@@ -113,9 +120,10 @@ def pool_gaps_nb(pool, values):
 
 # ---------------------------------------------------------------- the decode rank's queues
 @llvm_inline
-def _reserve_nb(qp, kp, prp, qd, prd, sd, td, h, x, now):
+def _reserve_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, x, now):
     """One attempt to reserve the KV of the prompt at the head of decode rank ``x``'s queue; the
-    request reserved goes to the next prefill rank in turn (a worker's DP ranks in a row)."""
+    request reserved goes to the next prefill rank in turn (a worker's DP ranks in a row), or to the
+    prefill router's choice (``rt_p``; None: round robin)."""
     if h.pn[x] == 0 or h.failgen[x] == h.kvgen[x]:  # (a head that did not fit waits for the KV to change)
         return
     row = h.ph[x]
@@ -127,25 +135,40 @@ def _reserve_nb(qp, kp, prp, qd, prd, sd, td, h, x, now):
         h.pt[x] = -1
     h.pn[x] -= 1
     h.reserved[row] = now
-    i = h.cnt[G_RRP] % (prp[P_WORKERS] * prp[P_DP])
-    h.cnt[G_RRP] += 1
+    if rt_p is None:
+        i = h.cnt[G_RRP] % (prp[P_WORKERS] * prp[P_DP])
+        h.cnt[G_RRP] += 1
+    else:
+        ps = prp[P_PS]
+        nfull = qp.isl[row] // ps
+        _chained_keys_nb(qp, prp, sp, row, nfull)
+        i = route_prefill_nb(rt_p, tp, sp.keys, nfull, nfull if prp[P_HASHED] else 0, qp.isl[row], ps, kp.gstate,
+                             row, now)
+        h.pov[row] = rt_p.overlap[i]
     h.pre_idx[row] = i
     qp.rank[row] = i
     _w_push_back(qp, kp, i, row)
 
 
 @llvm_inline
-def _arrive_nb(qp, kp, prp, qd, prd, sd, td, h, row, now):
-    """Request ``row`` is routed to the next decode rank in turn; returns 1 if it fails there (a
-    prompt larger than the rank's KV), else 0."""
+def _arrive_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, rt_d, row, now):
+    """Request ``row`` is routed to the next decode rank in turn, or to the decode router's choice
+    (``rt_d``; None: round robin); returns 1 if it fails there (a prompt larger than the rank's KV),
+    else 0."""
     qd.arrival[row] = now
     qd.status[row] = OUTCOME_IN_FLIGHT
-    x = h.cnt[G_RRD] % (prd[P_WORKERS] * prd[P_DP])
-    h.cnt[G_RRD] += 1
+    n_dec = prd[P_WORKERS] * prd[P_DP]
+    if rt_d is None:
+        x = h.cnt[G_RRD] % n_dec
+        h.cnt[G_RRD] += 1
+    else:
+        x = route_decode_nb(rt_d, qd.isl[row] // prd[P_PS], qd.isl[row], prd[P_PS], n_dec, row, now)
     h.dec_idx[row] = x
     if -(-qd.isl[row] // prd[P_PS]) > prd[P_PAGES]:
         qd.status[row] = OUTCOME_FAILED
         qd.terminal[row] = now
+        if rt_d is not None:
+            decode_done_nb(rt_d, qd.isl[row] // prd[P_PS], row, x)
         return 1
     h.pnext[row] = -1
     if h.pt[x] == -1:
@@ -155,7 +178,7 @@ def _arrive_nb(qp, kp, prp, qd, prd, sd, td, h, row, now):
     h.pt[x] = row
     h.pn[x] += 1
     if sd.busy[x // prd[P_DP]] == np.inf:  # an idle worker attempts one reservation (a busy one queues it)
-        _reserve_nb(qp, kp, prp, qd, prd, sd, td, h, x, now)
+        _reserve_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, x, now)
     return 0
 
 
@@ -180,7 +203,7 @@ def _transfer_nb(h, row, x, end):
 
 
 @llvm_inline
-def _activate_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, x, now):
+def _activate_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, x, now):
     """Decode rank ``x`` takes the requests whose transfer has ended (prompt materialized, its
     complete pages cached: a page the rank holds already is freed), each followed by one
     reservation attempt; their sources are released."""
@@ -198,6 +221,9 @@ def _activate_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, x, now):
         _finish_nb(qp, prp, sp, tp, y, row)
         wp = y // prp[P_DP]
         h.released[row] = now if sp.busy[wp] == np.inf else sp.busy[wp]
+        if rt_p is not None:
+            source_released_nb(rt_p, y)
+            publish_hold_nb(qp, prp, sp, tp, y, row, False, h.released[row])
         isl = qd.isl[row]
         qd.mat[row] = isl
         qd.alloc[row] = -(-isl // ps) * ps
@@ -213,12 +239,12 @@ def _activate_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, x, now):
             h.bnext[h.bt[x]] = row
         h.bt[x] = row
         h.bn[x] += 1
-        _reserve_nb(qp, kp, prp, qd, prd, sd, td, h, x, now)
+        _reserve_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, x, now)
 
 
 # ---------------------------------------------------------------- the workers' passes
 @llvm_inline
-def _prefill_pass_nb(qp, prp, fpp, sp, tp, kp, sdp, tl, perf, h, w, now):
+def _prefill_pass_nb(qp, prp, fpp, sp, tp, kp, sdp, tl, perf, h, rt_p, w, now):
     """One pass of prefill worker ``w``'s busy ranks together; True if it started one."""
     dp = prp[P_DP]
     sp.cnt[CNT_EMIT] = 0
@@ -235,6 +261,9 @@ def _prefill_pass_nb(qp, prp, fpp, sp, tp, kp, sdp, tl, perf, h, w, now):
         end = max(end, e)
         if kp.prefilled[r]:
             admitted = True
+    if rt_p is not None:  # the ranks' KV events are published when the worker's pass ends
+        for r in range(w * dp, (w + 1) * dp):
+            seal_feed_nb(tp, r, end)
     h.commit_p[w] = sp.cnt[CNT_COMMITTED] - c0
     for i in range(sp.cnt[CNT_FIN]):  # the copies it finishes (their order does not matter)
         row = sp.fin[i]
@@ -320,7 +349,8 @@ def _log_gap_nb(h, sd, row, gap):
 
 
 @llvm_inline
-def _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, spec, now):
+def _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, spec, rt_p,
+             now):
     """The idle workers' handoff commands and passes at ``now``, until none can start."""
     P, D, dpd = prp[P_WORKERS], prd[P_WORKERS], prd[P_DP]
     progress = True
@@ -329,10 +359,10 @@ def _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, p
         for w in range(D):
             if sd.busy[w] == np.inf:
                 for x in range(w * dpd, (w + 1) * dpd):
-                    _activate_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, x, now)
+                    _activate_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, x, now)
         for w in range(P):
             if sp.busy[w] == np.inf:
-                if _prefill_pass_nb(qp, prp, fpp, sp, tp, kp, sdp, tl, perf_p, h, w, now):
+                if _prefill_pass_nb(qp, prp, fpp, sp, tp, kp, sdp, tl, perf_p, h, rt_p, w, now):
                     progress = True
         for w in range(D):
             if sd.busy[w] == np.inf:
@@ -342,11 +372,13 @@ def _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, p
 
 # ---------------------------------------------------------------- the event loop
 @loop_kernel
-def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, lp, perf_p, perf_d, h, spec):
+def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, lp, perf_p, perf_d, h, spec,
+                         rt_p, rt_d):
     """Run the simulation (prefill pool: ``qp .. sdp``, decode pool: ``qd .. sdd``, each as
     ``kernels.sglang.run_sglang_nb`` takes them; ``lp``: the decode pool's ``SgLoop``, for a closed
     loop's sessions; ``h``: the ``Handoff``; ``spec``: the decode pool's ``SgSpec`` with speculative
-    decoding, else None: its loop is compiled without it). Returns OK, DEAD_END (nothing can move any more),
+    decoding, else None: its loop is compiled without it; ``rt_p``, ``rt_d``: the prefill and decode
+    pools' kv_routers, ``kernels/sglang_disagg_route.py``, or None for round robin). Returns OK, DEAD_END (nothing can move any more),
     SIM_CAP (the time cap ``fpd[F_CAP]`` stopped it; ``fpd[F_NOW]``: the last event processed) or
     INTERRUPTED (``h.cnt[G_CTRL_C]`` was set)."""
     n = qd.isl.shape[0]
@@ -376,6 +408,9 @@ def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd
                 row = sp.done_head[w]
                 while row != -1:
                     h.held[row] = now
+                    if rt_p is not None:
+                        prefill_done_nb(rt_p, row, h.pre_idx[row])
+                        publish_hold_nb(qp, prp, sp, tp, h.pre_idx[row], row, True, now)
                     _transfer_nb(h, row, h.dec_idx[row], now + h.xfer[row])
                     row = qp.done_next[row]
                 sp.done_head[w] = -1
@@ -393,6 +428,8 @@ def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd
                 row = first
                 while row != -1:
                     h.kvgen[h.dec_idx[row]] += 1
+                    if rt_d is not None:
+                        decode_done_nb(rt_d, qd.isl[row] // prd[P_PS], row, h.dec_idx[row])
                     qd.terminal[row] = now
                     qd.status[row] = OUTCOME_COMPLETED
                     h.cnt[G_DONE] += 1
@@ -410,11 +447,11 @@ def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd
                     row = qd.done_next[row]
                 if h.started_d[w] < now:  # a pass end attempts one reservation on each rank (not the
                     for x in range(w * dpd, (w + 1) * dpd):  # end of a pass that took no time)
-                        _reserve_nb(qp, kp, prp, qd, prd, sd, td, h, x, now)
+                        _reserve_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, x, now)
         while sd.cnt[CNT_HEAP] > 0 and qd.ready[sd.heap[0]] <= now:
             row = heap_pop_nb(sd.heap, sd.cnt, CNT_HEAP, qd.ready, qd.tie)
-            h.cnt[G_DONE] += _arrive_nb(qp, kp, prp, qd, prd, sd, td, h, row, now)
-        _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, spec, now)
+            h.cnt[G_DONE] += _arrive_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, rt_d, row, now)
+        _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, spec, rt_p, now)
         # requests a completion releases at once arrive after the workers started their next
         # passes, in (time, session, turn) order
         m = h.cnt[G_BORN]
@@ -433,6 +470,6 @@ def run_sglang_disagg_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd
                 if qd.ready[row] > now:
                     heap_push_nb(sd.heap, sd.cnt, CNT_HEAP, qd.ready, qd.tie, row)
                 else:
-                    h.cnt[G_DONE] += _arrive_nb(qp, kp, prp, qd, prd, sd, td, h, row, now)
-            _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, spec, now)
+                    h.cnt[G_DONE] += _arrive_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, rt_d, row, now)
+            _work_nb(qp, prp, fpp, sp, tp, kp, sdp, qd, prd, fpd, sd, td, kd, sdd, tl, perf_p, perf_d, h, spec, rt_p, now)
     return OK

@@ -126,6 +126,47 @@ def test_trace_replays_agree(seed, monkeypatch, tmp_path):
     _assert_identical(fast, slow)
 
 
+@pytest.mark.parametrize("seed", range(16))
+def test_kv_router_trace_replays_agree(seed, monkeypatch, tmp_path):
+    """kv_router (decision 0440): random traces and pools as above, each pool's router, its seed
+    and weights; the prefill router's overlaps (held copies included) and ties as in the loop."""
+    rng = np.random.default_rng(500 + seed)
+    pe, de = _engines(rng)
+    path = tmp_path / "trace.jsonl"
+    _trace(path, rng, int(rng.integers(20, 120)))
+    kw = dict(prefill_engine_args=pe, decode_engine_args=de, num_prefill_workers=int(rng.integers(1, 4)),
+              num_decode_workers=int(rng.integers(1, 4)), trace_block_size=64, router_mode="kv_router",
+              seed=int(rng.integers(0, 5)))
+    if seed % 3 == 1:
+        kw["router_config"] = {"overlap_score_credit_decay": 1.0, "decode_active_request_weight": 0.5}
+    elif seed % 6 == 2:
+        kw["router_config"] = {"router_track_prefill_tokens": False}
+    if seed % 4 == 1:
+        kw["max_sim_time_ms"] = float(rng.integers(500, 2500))
+    if seed % 4 == 2:
+        kw["replay_concurrency"] = int(rng.integers(2, 12))
+    fast, slow = _both(monkeypatch, lambda: run_trace_replay([str(path)], **kw))
+    _assert_identical(fast, slow)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kv_router_synthetic_sessions_agree(seed, monkeypatch):
+    """kv_router with multi-turn sessions sharing prefixes (open and closed loops)."""
+    rng = np.random.default_rng(700 + seed)
+    pe, de = _engines(rng)
+    kw = dict(prefill_engine_args=pe, decode_engine_args=de, num_prefill_workers=int(rng.integers(1, 4)),
+              num_decode_workers=int(rng.integers(1, 3)), turns_per_session=int(rng.integers(1, 4)),
+              shared_prefix_ratio=0.5, num_prefix_groups=3, inter_turn_delay_ms=float(rng.choice([0.0, 20.0])),
+              router_mode="kv_router", seed=seed)
+    if seed % 2:
+        kw["replay_concurrency"] = int(rng.integers(2, 8))
+    else:
+        kw["request_rate"] = float(rng.choice([20.0, 100.0]))
+    lengths = int(rng.integers(50, 700)), int(rng.integers(2, 40)), int(rng.integers(10, 60))
+    fast, slow = _both(monkeypatch, lambda: run_synthetic_trace_replay(*lengths, **kw))
+    _assert_identical(fast, slow)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_synthetic_sessions_agree(seed, monkeypatch):
     """Multi-turn sessions (open and closed loops) with shared prefixes."""
