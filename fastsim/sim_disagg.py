@@ -94,8 +94,6 @@ def simulate_disagg(
         if lag:
             raise NotSupportedError("kv_event_lag_ms in disaggregated serving on the SGLang engine is not "
                                     "supported yet by fastsim")
-        args.pop("kv_event_lag_ms")
-        args.pop("_kv_events")
         return _sglang_disagg(args)
     from fastsim.kernels.disagg import Disagg, run_disagg_nb
     from fastsim.kernels.kvpool import EV_OVERFLOWED, make_pool
