@@ -444,6 +444,20 @@ def _room(g, n):
 
 
 @inner
+def _hold_own(g, k, keys, n, step):
+    """Pin (``step`` 1) or unpin (-1) the resident blocks among ``keys[:n]`` of worker ``k``: a
+    write holds the blocks of its store that G3 has while it picks its victims."""
+    for i in range(n):
+        p = _pos(g, k, keys[i])
+        if g.gstate[p] == _RESIDENT:
+            if step > 0 and g.gpins[p] == 0:
+                g.evictable[k] -= 1
+            g.gpins[p] += step
+            if step < 0 and g.gpins[p] == 0:
+                g.evictable[k] += 1
+
+
+@inner
 def submit_write_nb(g, k, keys, hashes, n, now):
     """Write the blocks ``keys[:n]`` of a completed host store of worker ``k``: the number of
     blocks written (whose keys are now at the key ring's tail, in ``keys`` order), 0 when none
@@ -461,18 +475,22 @@ def submit_write_nb(g, k, keys, hashes, n, now):
         return 0
     needed = g.gcount[k] + m - g.cap
     if needed > 0:
+        # the blocks of this store that G3 holds are not its victims (decision 0450)
+        _hold_own(g, k, keys, n, 1)
         if g.evictable[k] < needed:  # too few victims: the blocks that fit are written, the first ones
             m -= needed - g.evictable[k]
             needed = g.evictable[k]
-            if m <= 0:
-                return 0
-        # the least recently used resident unpinned blocks, by (recency, sequence hash): the ring's order
-        _lru_victims(g, k, needed)
-        for v in range(needed):
-            _delete(g, k, _pos(g, k, g.ckey[v]))
-            g.gcount[k] -= 1
-            g.evictable[k] -= 1
-            g.meta[EVICTIONS] += 1
+        if m > 0:
+            # the least recently used resident unpinned blocks, by (recency, sequence hash): the ring's order
+            _lru_victims(g, k, needed)
+            for v in range(needed):
+                _delete(g, k, _pos(g, k, g.ckey[v]))
+                g.gcount[k] -= 1
+                g.evictable[k] -= 1
+                g.meta[EVICTIONS] += 1
+        _hold_own(g, k, keys, n, -1)
+        if m <= 0:
+            return 0
     if not _room(g, m):
         return 0
     for i in range(m):
