@@ -447,7 +447,10 @@ def _host_tier(st, engine, rings, workload):
 
         g3 = make_g3_tier(n_ranks, host.g3.num_g3_blocks, st.params.block_size * host.kv_cache_bytes_per_token,
                           host.g3.latency_to_first_byte_ms, host.g3.read_bandwidth_gbps,
-                          host.g3.write_bandwidth_gbps, n_jobs=4 * rings[0], n_keys=4 * rings[1])
+                          host.g3.write_bandwidth_gbps, n_jobs=4 * rings[0], n_keys=4 * rings[1],
+                          shared=host.g3.scope == "cluster_shared",
+                          shared_read_gbps=host.g3.shared_read_bandwidth_gbps,
+                          shared_write_gbps=host.g3.shared_write_bandwidth_gbps)
     return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0], dhash, g3)
 
 

@@ -23,7 +23,7 @@ from fastsim.errors import InputError, NotSupportedError
 DATA = Path(__file__).parent / "data" / "g3_161"
 CASES = recorded.cases(DATA)
 # refused, with words of the refusal
-REFUSED = {"synth_rr2_shared_g5000": "scope 'cluster_shared'", "moon_kv3_h400_lag50": "KV event lag"}
+REFUSED = {"moon_kv3_h400_lag50": "KV event lag"}
 # recorded cases fastsim does not reproduce yet (decision 0450, "Left")
 DIFFERS = {"synth_h300_g3000_slowhost", "moon_kv4_h300_g3000"}
 TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens")
