@@ -243,16 +243,9 @@ def check_flat_tiers(engine, version: str, source: str):
 
 
 def refuse_tiers(host: Optional[HostOffload], g3: Optional[G3Offload], source: str) -> Optional[HostOffload]:
-    """The host tier with its G3 tier attached; a G3 tier fastsim does not simulate yet is refused:
-    reads that take no time at all (the first-byte latency and the read bandwidth 0, and in a
-    cluster_shared pool its shared read bandwidth 0 too)."""
+    """The host tier with its G3 tier attached."""
     if g3 is None:
         return host
-    uncapped = g3.scope != "cluster_shared" or g3.shared_read_bandwidth_gbps == 0
-    if g3.latency_to_first_byte_ms == 0 and g3.read_bandwidth_gbps == 0 and uncapped:
-        raise NotSupportedError(
-            f"{source}: engine.g3_offload with instantaneous reads (latency_to_first_byte_ms 0 and "
-            "read_bandwidth_gbps 0) is not supported yet by fastsim; give either a positive value")
     import dataclasses
 
     return dataclasses.replace(host, g3=g3)

@@ -451,7 +451,9 @@ def _host_tier(st, engine, rings, workload):
                           shared=host.g3.scope == "cluster_shared",
                           shared_read_gbps=host.g3.shared_read_bandwidth_gbps,
                           shared_write_gbps=host.g3.shared_write_bandwidth_gbps)
-    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0], dhash, g3)
+    instant = g3 is not None and host.g3.latency_to_first_byte_ms == 0 and host.g3.read_bandwidth_gbps == 0
+    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0], dhash, g3,
+                         n_att=rings[1] if instant else 1)
 
 
 def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=False, num_workers=1,

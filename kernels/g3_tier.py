@@ -202,6 +202,18 @@ def probe_nb(g, k, key):
     return 2
 
 
+@inner
+def contains_nb(g, k, key):
+    """Worker ``k``'s pool holds ``key`` (resident or pending); no probe is counted."""
+    return g.gstate[_pos(g, _pool(g, k), key)] != _EMPTY
+
+
+@inner
+def instant_reads_nb(g):
+    """Reads take no time: no first-byte latency and no bandwidth limit, the pool's included."""
+    return g.latency_ms == 0.0 and g.bw[READ] == 0.0 and not (g.shared and g.sbw[READ] != 0.0)
+
+
 # ----------------------------------------------------------------------------- the clock
 @inner
 def _rate(g, k, d):

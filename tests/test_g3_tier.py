@@ -1,12 +1,14 @@
-"""The G3 KV tier behind the host tier (docs/decisions/0355): Dynamo 1.6.1's ``g3_offload`` of
-scope worker_local, simulated by ``kernels/g3_tier.py`` and the host tier's connector.
+"""The G3 KV tier behind the host tier (docs/decisions/0355, 0420, 0450-0452): Dynamo 1.6.1's
+``g3_offload`` of scope worker_local and cluster_shared, simulated by ``kernels/g3_tier.py`` and the
+host tier's connector.
 
 Cases recorded on Dynamo 1.6.1 (``tests/data/g3_161``): the host-eviction probes with a G3 tier
 (a G3 tier smaller than one store, a G3 hit staged back past the GPU prefix, slow G3 lanes, a
 prompt larger than the host tier restored until Dynamo gives up after 1024 rounds), and
 runs with small and large G3 tiers, host tiers smaller than the working set, G3 bandwidths and
 latencies, KV pressure with preemptions, chunked prefills, round robin and kv_router clusters,
-the bundled trace, the conversation trace and synthetic prompts. Every report field (the
+the bundled trace, the conversation trace and synthetic prompts; one pool shared by the workers
+(its bandwidth caps binding or not); reads that take no time. Every report field (the
 ``g3_offload`` counters too) within 1e-9 and every request's timeline, but for the cases named in
 ``DIFFERS``; the rest of Dynamo's G3 configurations are refused by name.
 """
@@ -74,10 +76,3 @@ def test_a_g3_tier_is_refused_under_dynamo_142():
     with pytest.raises(NotSupportedError, match="engine.g3_offload is a Dynamo 1.6.1 setting"):
         recorded.replay("../host_evict_161/inputs/ev_b5.jsonl --trace-block-size 64", DATA,
                         extra_engine_args={"engine": ENGINE}, dynamo_version="1.4.2")
-
-
-def test_instantaneous_g3_reads_are_refused_by_name():
-    engine = dict(ENGINE, g3_offload=dict(ENGINE["g3_offload"], latency_to_first_byte_ms=0, read_bandwidth_gbps=0))
-    with pytest.raises(NotSupportedError, match="instantaneous reads .*not supported yet"):
-        recorded.replay("../host_evict_161/inputs/ev_b5.jsonl --trace-block-size 64", DATA,
-                        extra_engine_args={"engine": engine})
