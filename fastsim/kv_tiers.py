@@ -4,8 +4,9 @@ fastsim reads and checks these settings with Dynamo 1.6.1's rules. The host tier
 (``kernels/host_offload.py``, decisions 0350-0353) on aggregated vLLM workers (attention DP too)
 with round robin or kv_router routing, host eviction included (Dynamo's LRU order within one
 transfer follows its block hash values, which fastsim computes: decision 0354), and the G3 tier
-of scope worker_local behind it (``kernels/g3_tier.py``, decision 0355);
-:func:`check_host_tier_run` refuses the rest by name (a cluster_shared G3 tier among them). Dynamo 1.4.2 reads its flat offload names but its offline replay runs
+behind it (``kernels/g3_tier.py``: scope worker_local, decision 0355; cluster_shared, decision
+0451); :func:`check_host_tier_run` refuses the rest by name (a cluster_shared G3 tier under
+kv_router among them). Dynamo 1.4.2 reads its flat offload names but its offline replay runs
 without any tier, so in 1.4.2 mode those names change nothing, as there.
 
 Nested form (Dynamo 1.6.1), under ``engine``::
@@ -242,20 +243,9 @@ def check_flat_tiers(engine, version: str, source: str):
 
 
 def refuse_tiers(host: Optional[HostOffload], g3: Optional[G3Offload], source: str) -> Optional[HostOffload]:
-    """The host tier with its G3 tier attached; a G3 tier fastsim does not simulate yet is refused:
-    scope cluster_shared (one pool shared by the workers, with fair-share transfers), and reads
-    that take no time at all (both the first-byte latency and the read bandwidth 0)."""
+    """The host tier with its G3 tier attached."""
     if g3 is None:
         return host
-    if g3.scope != "worker_local":
-        raise NotSupportedError(
-            f"{source}: engine.g3_offload.scope 'cluster_shared' (one G3 pool shared by every worker) is not "
-            "supported yet by fastsim; Dynamo 1.6.1 runs it offline. Use scope 'worker_local', or remove the "
-            "G3 tier to simulate the GPU pool and the host tier alone (other numbers than Dynamo's)")
-    if g3.latency_to_first_byte_ms == 0 and g3.read_bandwidth_gbps == 0:
-        raise NotSupportedError(
-            f"{source}: engine.g3_offload with instantaneous reads (latency_to_first_byte_ms 0 and "
-            "read_bandwidth_gbps 0) is not supported yet by fastsim; give either a positive value")
     import dataclasses
 
     return dataclasses.replace(host, g3=g3)
@@ -284,6 +274,9 @@ def check_host_tier_run(engine, *, router_mode: str, disaggregated: bool = False
         raise _not_yet("a scaling schedule or a planner")
     if engine.aic_nextn:
         raise _not_yet("speculative decoding (aic_nextn)")
+    if host.g3 is not None and host.g3.scope == "cluster_shared" and router_mode == "kv_router":
+        raise _not_yet("a cluster_shared G3 tier (engine.g3_offload) under router_mode 'kv_router' (the "
+                       "router's view of the shared pool is not simulated; round_robin runs it)")
     if host.g3 is not None and max(int(engine.dp_size or 1), 1) > 1:
         # Dynamo 1.6.1: "invalid replay spec: g3_offload supports only dp_size=1"
         raise InputError(f"engine.g3_offload supports only dp_size=1 (as in Dynamo 1.6.1), got dp_size "

@@ -433,22 +433,26 @@ def _host_tier(st, engine, rings, workload):
 
     dhash = sequence_hashes(workload, st.params.block_size, st.requests.key_ptr)
     g3 = None
-    if host.g3 is not None:  # one rank a worker (dp_size 1): rank k's G3 pool is its worker's
+    if host.g3 is not None:  # one rank a worker (dp_size 1): rank k's G3 pool is its worker's, or the cluster's
         import warnings
 
         from fastsim.errors import FastsimWarning
         from fastsim.kernels.g3_tier import make_g3_tier
 
-        warnings.warn("the G3 tier (engine.g3_offload) matches Dynamo 1.6.1 on 23 of the 32 configurations "
-                      "recorded; when requests restore blocks from G3 again and again (a host tier small for "
-                      "the prompts) or its writes overlap (a slow host tier), the G3 counters, and in the "
-                      "first case the requests' times, may differ from Dynamo's "
-                      "(docs/decisions/0420-g3-load-holders-first.md)", FastsimWarning, stacklevel=2)
+        warnings.warn("the G3 tier (engine.g3_offload) matches Dynamo 1.6.1 on 39 of the 41 configurations "
+                      "recorded; with a slow host tier whose stores complete close together, its write "
+                      "counters, and with kv_router on 4 workers the requests' times, may differ from "
+                      "Dynamo's (docs/decisions/0450-g3-write-holds-its-store.md)", FastsimWarning, stacklevel=2)
 
         g3 = make_g3_tier(n_ranks, host.g3.num_g3_blocks, st.params.block_size * host.kv_cache_bytes_per_token,
                           host.g3.latency_to_first_byte_ms, host.g3.read_bandwidth_gbps,
-                          host.g3.write_bandwidth_gbps, n_jobs=4 * rings[0], n_keys=4 * rings[1])
-    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0], dhash, g3)
+                          host.g3.write_bandwidth_gbps, n_jobs=4 * rings[0], n_keys=4 * rings[1],
+                          shared=host.g3.scope == "cluster_shared",
+                          shared_read_gbps=host.g3.shared_read_bandwidth_gbps,
+                          shared_write_gbps=host.g3.shared_write_bandwidth_gbps)
+    instant = g3 is not None and host.g3.latency_to_first_byte_ms == 0 and host.g3.read_bandwidth_gbps == 0
+    return make_tier_run(ht, st.n_requests, n_ranks, st.params.cap, st.scratch.kbuf.shape[0], dhash, g3,
+                         n_att=rings[1] if instant else 1)
 
 
 def check_memory(workload, engine, worker_rows, *, telemetry=False, kv_router=False, num_workers=1,

@@ -1,25 +1,28 @@
-"""The G3 KV tier behind each worker's host tier (Dynamo 1.6.1's ``g3_offload``, scope worker_local).
+"""The G3 KV tier behind each worker's host tier (Dynamo 1.6.1's ``g3_offload``).
 
 Dynamo 1.6.1's secondary storage (docs/decisions/0355 holds the rules and the experiments behind
 them), as state the host tier's connector drives (``kernels/host_offload.py``):
 
-* **Entries.** Each worker has its own pool of ``num_g3_blocks`` entries: a block is absent,
-  *pending* (a write of it is in flight) or resident, and *pinned* while a read copies it.
+* **Entries.** Each worker has its own pool of ``num_g3_blocks`` entries (scope worker_local), or
+  every worker shares one (cluster_shared, decision 0451): a block is absent, *pending* (a write
+  of it is in flight) or resident, and *pinned* while a read copies it.
 * **Writes.** A host store that completes is written to G3, for its blocks G3 does not hold
   yet; when they do not fit, the least recently used resident unpinned blocks are evicted,
-  ordered by (recency ordinal, Dynamo's sequence hash); if there are too few, all of them are
-  evicted and only the first blocks that then fit are written.
+  ordered by (recency ordinal, Dynamo's sequence hash), the store's own blocks excepted
+  (decision 0450); if there are too few, all of them are evicted and only the first blocks that
+  then fit are written.
 * **Recency** is one ordinal counter for the whole tier: every probe moves it (a resident block
   probed takes it), a submitted job moves it, and a completed job gives all its blocks one value.
 * **Transfers** are jobs served in parallel: a job waits for the first-byte latency, then moves
   its bytes at the worker's bandwidth of its direction shared equally among the worker's jobs of
-  that direction that are moving bytes (reads and writes have separate budgets). The tier's clock
+  that direction that are moving bytes (reads and writes have separate budgets); in a shared pool
+  no faster than the pool's bandwidth shared equally among every worker's moving jobs. The tier's clock
   advances from event to event, and every call that advances it to a time is a rounding point of
   the jobs' remaining bytes, as in Dynamo; callers advance it exactly where Dynamo does.
 * **Completions** are kept per worker until that worker takes them.
 
 The state is one tier for the whole run (jobs of every worker advance together, as Dynamo's one
-registry does); worker ``k`` owns entry table ``[k * tsize, (k+1) * tsize)`` (linear probing).
+registry does); pool ``q`` owns entry table ``[q * tsize, (q+1) * tsize)`` (linear probing).
 """
 
 from typing import NamedTuple
@@ -34,7 +37,7 @@ READ, WRITE = 0, 1
 _EMPTY, _PENDING, _RESIDENT = 0, 1, 2
 # integer meta slots
 (ORDINAL, EPOCH, NJOBS, NDONE, KTAIL, PROBES, HITS, PENDING_PROBES, EVICTIONS,
- R_SUB, R_DONE, R_BYTES, W_SUB, W_DONE, W_BYTES, FULL) = range(16)
+ R_SUB, R_DONE, R_BYTES, W_SUB, W_DONE, W_BYTES, FULL, CROSS) = range(17)
 # float meta slots
 NOW, R_MS, W_MS = 0, 1, 2
 
@@ -42,18 +45,21 @@ NOW, R_MS, W_MS = 0, 1, 2
 class G3Tier(NamedTuple):
     """Flat state of the run's G3 tier (see the module docstring)."""
 
-    cap: int  # G3 blocks per worker
+    cap: int  # G3 blocks per pool
     tmask: int  # entry table size - 1 (a power of two >= 2 * cap)
     block_bytes: float
     latency_ms: float
     bw: np.ndarray  # float64[2]: decimal GB/s of a worker's reads and writes (0: instantaneous)
-    # entries per worker
-    gkey: np.ndarray  # uint64[R * tsize]: fastsim's block key
-    ghash: np.ndarray  # uint64[R * tsize]: Dynamo's sequence hash (the LRU tie-break)
-    gstate: np.ndarray  # int8[R * tsize]
-    gpins: np.ndarray  # int64[R * tsize]: reads copying it
-    gtouch: np.ndarray  # int64[R * tsize]: recency ordinal
-    gcount: np.ndarray  # int64[R]: entries (pending ones too)
+    shared: int  # 1: scope cluster_shared (one pool, P = 1); 0: worker_local (a pool a worker, P = R)
+    sbw: np.ndarray  # float64[2]: decimal GB/s of the shared pool's reads and writes (0: no cap)
+    # entries per pool
+    gkey: np.ndarray  # uint64[P * tsize]: fastsim's block key
+    ghash: np.ndarray  # uint64[P * tsize]: Dynamo's sequence hash (the LRU tie-break)
+    gstate: np.ndarray  # int8[P * tsize]
+    gpins: np.ndarray  # int64[P * tsize]: reads copying it
+    gtouch: np.ndarray  # int64[P * tsize]: recency ordinal
+    gwriter: np.ndarray  # int64[P * tsize]: the worker that wrote it
+    gcount: np.ndarray  # int64[P]: entries (pending ones too)
     # jobs in flight, in submission order (``meta[NJOBS]`` of them)
     jid: np.ndarray  # int64[J]
     jrank: np.ndarray  # int64[J]
@@ -74,35 +80,43 @@ class G3Tier(NamedTuple):
     kkey: np.ndarray  # uint64[K]
     khash: np.ndarray  # uint64[K]
     seen: np.ndarray  # int64[R]: the completion epoch each worker saw last
-    counts: np.ndarray  # int64[R * 2]: scratch: ready jobs per worker and direction
+    counts: np.ndarray  # int64[R * 2 + 2]: scratch: ready jobs per worker and direction, then per direction
     meta: np.ndarray  # int64[16]
     fmeta: np.ndarray  # float64[3]
-    # the LRU ring of each worker: (key, hash, recency) items in (recency, hash) order, ``n_lru``
-    # a worker; an item is live while its entry has that recency (a later one, or an eviction,
+    # the LRU ring of each pool: (key, hash, recency) items in (recency, hash) order, ``n_lru``
+    # a pool; an item is live while its entry has that recency (a later one, or an eviction,
     # leaves it dead in place, skipped and dropped when the ring compacts)
-    lkey: np.ndarray  # uint64[R * n_lru]
-    lhash: np.ndarray  # uint64[R * n_lru]
-    ltouch: np.ndarray  # int64[R * n_lru]
-    lhead: np.ndarray  # int64[R]
-    ltail: np.ndarray  # int64[R]
-    evictable: np.ndarray  # int64[R]: resident unpinned entries
+    lkey: np.ndarray  # uint64[P * n_lru]
+    lhash: np.ndarray  # uint64[P * n_lru]
+    ltouch: np.ndarray  # int64[P * n_lru]
+    lhead: np.ndarray  # int64[P]
+    ltail: np.ndarray  # int64[P]
+    evictable: np.ndarray  # int64[P]: resident unpinned entries
     ckey: np.ndarray  # uint64[cap]: scratch: the victims of one write
 
 
-def make_g3_tier(n_ranks, cap, block_bytes, latency_ms, read_gbps, write_gbps, n_jobs=4096, n_keys=1 << 18):
-    """An empty G3 tier of ``cap`` blocks per worker (one rank a worker)."""
+def make_g3_tier(n_ranks, cap, block_bytes, latency_ms, read_gbps, write_gbps, n_jobs=4096, n_keys=1 << 18,
+                 shared=False, shared_read_gbps=0.0, shared_write_gbps=0.0):
+    """An empty G3 tier of ``cap`` blocks per worker (one rank a worker), or, ``shared``, one pool
+    of ``cap`` blocks for every worker (scope cluster_shared) with its own bandwidth caps."""
     tsize = 1
     while tsize < 2 * cap:
         tsize *= 2
     bw = np.zeros(2)
     bw[READ] = read_gbps
     bw[WRITE] = write_gbps
+    sbw = np.zeros(2)
+    sbw[READ] = shared_read_gbps
+    sbw[WRITE] = shared_write_gbps
     n_lru = 4 * cap + 64
+    n_pools = 1 if shared else n_ranks
     return G3Tier(
         cap=int(cap), tmask=tsize - 1, block_bytes=float(block_bytes), latency_ms=float(latency_ms), bw=bw,
-        gkey=np.zeros(n_ranks * tsize, dtype=np.uint64), ghash=np.zeros(n_ranks * tsize, dtype=np.uint64),
-        gstate=np.zeros(n_ranks * tsize, dtype=np.int8), gpins=np.zeros(n_ranks * tsize, dtype=np.int64),
-        gtouch=np.zeros(n_ranks * tsize, dtype=np.int64), gcount=np.zeros(n_ranks, dtype=np.int64),
+        shared=int(bool(shared)), sbw=sbw,
+        gkey=np.zeros(n_pools * tsize, dtype=np.uint64), ghash=np.zeros(n_pools * tsize, dtype=np.uint64),
+        gstate=np.zeros(n_pools * tsize, dtype=np.int8), gpins=np.zeros(n_pools * tsize, dtype=np.int64),
+        gtouch=np.zeros(n_pools * tsize, dtype=np.int64), gwriter=np.zeros(n_pools * tsize, dtype=np.int64),
+        gcount=np.zeros(n_pools, dtype=np.int64),
         jid=np.zeros(n_jobs, dtype=np.int64), jrank=np.zeros(n_jobs, dtype=np.int64),
         jdir=np.zeros(n_jobs, dtype=np.int64), jfirst=np.zeros(n_jobs, dtype=np.int64),
         jn=np.zeros(n_jobs, dtype=np.int64), jsub=np.zeros(n_jobs), jready=np.zeros(n_jobs), jrem=np.zeros(n_jobs),
@@ -110,18 +124,24 @@ def make_g3_tier(n_ranks, cap, block_bytes, latency_ms, read_gbps, write_gbps, n
         ddir=np.zeros(n_jobs, dtype=np.int64), dfirst=np.zeros(n_jobs, dtype=np.int64),
         dn=np.zeros(n_jobs, dtype=np.int64), dat=np.zeros(n_jobs),
         kkey=np.zeros(n_keys, dtype=np.uint64), khash=np.zeros(n_keys, dtype=np.uint64),
-        seen=np.zeros(n_ranks, dtype=np.int64), counts=np.zeros(2 * n_ranks, dtype=np.int64),
-        meta=np.zeros(16, dtype=np.int64), fmeta=np.zeros(3),
-        lkey=np.zeros(n_ranks * n_lru, dtype=np.uint64), lhash=np.zeros(n_ranks * n_lru, dtype=np.uint64),
-        ltouch=np.zeros(n_ranks * n_lru, dtype=np.int64), lhead=np.zeros(n_ranks, dtype=np.int64),
-        ltail=np.zeros(n_ranks, dtype=np.int64), evictable=np.zeros(n_ranks, dtype=np.int64),
+        seen=np.zeros(n_ranks, dtype=np.int64), counts=np.zeros(2 * n_ranks + 2, dtype=np.int64),
+        meta=np.zeros(17, dtype=np.int64), fmeta=np.zeros(3),
+        lkey=np.zeros(n_pools * n_lru, dtype=np.uint64), lhash=np.zeros(n_pools * n_lru, dtype=np.uint64),
+        ltouch=np.zeros(n_pools * n_lru, dtype=np.int64), lhead=np.zeros(n_pools, dtype=np.int64),
+        ltail=np.zeros(n_pools, dtype=np.int64), evictable=np.zeros(n_pools, dtype=np.int64),
         ckey=np.zeros(max(cap, 1), dtype=np.uint64),
     )
 
 
 @inner
+def _pool(g, k):
+    """The pool of worker ``k``: its own (worker_local), or the cluster's one (cluster_shared)."""
+    return 0 if g.shared else k
+
+
+@inner
 def _pos(g, k, key):
-    """Table position of ``key`` in worker ``k``'s pool, or of the empty entry where it would go."""
+    """Table position of ``key`` in pool ``k``, or of the empty entry where it would go."""
     base = k * (g.tmask + 1)
     i = _home_of(g.tmask, key)
     while True:
@@ -150,6 +170,7 @@ def _delete(g, k, p):
         g.gstate[a] = g.gstate[b]
         g.gpins[a] = g.gpins[b]
         g.gtouch[a] = g.gtouch[b]
+        g.gwriter[a] = g.gwriter[b]
         i = j
     a = base + i
     g.gkey[a] = 0
@@ -157,12 +178,14 @@ def _delete(g, k, p):
     g.gstate[a] = _EMPTY
     g.gpins[a] = 0
     g.gtouch[a] = 0
+    g.gwriter[a] = 0
 
 
 # ----------------------------------------------------------------------------- probes
 @inner
 def probe_nb(g, k, key):
-    """Dynamo's ``probe``: 0 miss, 1 pending, 2 resident (which takes a new recency)."""
+    """Dynamo's ``probe`` by worker ``k``: 0 miss, 1 pending, 2 resident (which takes a new recency)."""
+    k = _pool(g, k)
     g.meta[PROBES] += 1
     g.meta[ORDINAL] += 1
     p = _pos(g, k, key)
@@ -179,23 +202,41 @@ def probe_nb(g, k, key):
     return 2
 
 
+@inner
+def contains_nb(g, k, key):
+    """Worker ``k``'s pool holds ``key`` (resident or pending); no probe is counted."""
+    return g.gstate[_pos(g, _pool(g, k), key)] != _EMPTY
+
+
+@inner
+def instant_reads_nb(g):
+    """Reads take no time: no first-byte latency and no bandwidth limit, the pool's included."""
+    return g.latency_ms == 0.0 and g.bw[READ] == 0.0 and not (g.shared and g.sbw[READ] != 0.0)
+
+
 # ----------------------------------------------------------------------------- the clock
 @inner
 def _rate(g, k, d):
-    """Bytes per ms of a ready job of worker ``k`` in direction ``d`` (inf: instantaneous)."""
+    """Bytes per ms of a ready job of worker ``k`` in direction ``d`` (inf: instantaneous): the
+    worker's bandwidth shared equally among its ready jobs, capped, in a shared pool, by the
+    pool's bandwidth shared equally among every worker's ready jobs."""
     bw = g.bw[d]
-    if bw == 0.0:
-        return np.inf
-    n = g.counts[2 * k + d]
-    return bw * 1e6 / max(n, 1)
+    rate = np.inf
+    if bw != 0.0:
+        rate = bw * 1e6 / max(g.counts[2 * k + d], 1)
+    if g.shared and g.sbw[d] != 0.0:
+        rate = min(rate, g.sbw[d] * 1e6 / max(g.counts[g.counts.shape[0] - 2 + d], 1))
+    return rate
 
 
 @inner
 def _count_ready(g, now):
     g.counts[:] = 0
+    total = g.counts.shape[0] - 2
     for j in range(g.meta[NJOBS]):
         if g.jready[j] <= now:
             g.counts[2 * g.jrank[j] + g.jdir[j]] += 1
+            g.counts[total + g.jdir[j]] += 1
 
 
 @inner
@@ -212,22 +253,25 @@ def _finish(g, j, now):
     g.meta[EPOCH] += 1
     g.meta[ORDINAL] += 1
     k = g.jrank[j]
+    q = _pool(g, k)
     d = g.jdir[j]
     n_ring = g.kkey.shape[0]
-    first = _lru_room(g, k, g.jn[j])
+    first = _lru_room(g, q, g.jn[j])
     for i in range(g.jn[j]):
         key = g.kkey[(g.jfirst[j] + i) % n_ring]
-        p = _pos(g, k, key)
+        p = _pos(g, q, key)
         if d == WRITE:
             g.gstate[p] = _RESIDENT
-            g.evictable[k] += 1
+            g.evictable[q] += 1
         else:
             g.gpins[p] -= 1
             if g.gpins[p] == 0:
-                g.evictable[k] += 1
+                g.evictable[q] += 1
+            if g.gwriter[p] != k:
+                g.meta[CROSS] += 1
         g.gtouch[p] = g.meta[ORDINAL]
-        _lru_push(g, k, key, g.ghash[p], g.meta[ORDINAL])
-    _lru_sort_end(g, k, first)
+        _lru_push(g, q, key, g.ghash[p], g.meta[ORDINAL])
+    _lru_sort_end(g, q, first)
     if d == WRITE:
         g.meta[W_DONE] += 1
         g.meta[W_BYTES] += np.int64(g.jn[j] * g.block_bytes)
@@ -386,7 +430,7 @@ def _lru_sort_end(g, k, first):
 
 @inner
 def _lru_victims(g, k, needed):
-    """The keys of worker ``k``'s ``needed`` oldest resident unpinned blocks into ``g.ckey``
+    """The keys of pool ``k``'s ``needed`` oldest resident unpinned blocks into ``g.ckey``
     (the caller checked that there are that many)."""
     base = k * (g.lkey.shape[0] // g.lhead.shape[0])
     found = 0
@@ -444,46 +488,66 @@ def _room(g, n):
 
 
 @inner
+def _hold_own(g, k, keys, n, step):
+    """Pin (``step`` 1) or unpin (-1) the resident blocks among ``keys[:n]`` of pool ``k``: a
+    write holds the blocks of its store that G3 has while it picks its victims."""
+    for i in range(n):
+        p = _pos(g, k, keys[i])
+        if g.gstate[p] == _RESIDENT:
+            if step > 0 and g.gpins[p] == 0:
+                g.evictable[k] -= 1
+            g.gpins[p] += step
+            if step < 0 and g.gpins[p] == 0:
+                g.evictable[k] += 1
+
+
+@inner
 def submit_write_nb(g, k, keys, hashes, n, now):
     """Write the blocks ``keys[:n]`` of a completed host store of worker ``k``: the number of
     blocks written (whose keys are now at the key ring's tail, in ``keys`` order), 0 when none
     is missing or they do not fit. Dynamo's ``submit(Write)``."""
     advance_nb(g, now)
+    q = _pool(g, k)
     n_ring = g.kkey.shape[0]
     tail = g.meta[KTAIL]
     m = 0
     for i in range(n):
-        if g.gstate[_pos(g, k, keys[i])] == _EMPTY:
+        if g.gstate[_pos(g, q, keys[i])] == _EMPTY:
             g.kkey[(tail + m) % n_ring] = keys[i]
             g.khash[(tail + m) % n_ring] = hashes[i]
             m += 1
     if m == 0:
         return 0
-    needed = g.gcount[k] + m - g.cap
+    needed = g.gcount[q] + m - g.cap
     if needed > 0:
-        if g.evictable[k] < needed:  # too few victims: the blocks that fit are written, the first ones
-            m -= needed - g.evictable[k]
-            needed = g.evictable[k]
-            if m <= 0:
-                return 0
-        # the least recently used resident unpinned blocks, by (recency, sequence hash): the ring's order
-        _lru_victims(g, k, needed)
-        for v in range(needed):
-            _delete(g, k, _pos(g, k, g.ckey[v]))
-            g.gcount[k] -= 1
-            g.evictable[k] -= 1
-            g.meta[EVICTIONS] += 1
+        # the blocks of this store that G3 holds are not its victims (decision 0450)
+        _hold_own(g, q, keys, n, 1)
+        if g.evictable[q] < needed:  # too few victims: the blocks that fit are written, the first ones
+            m -= needed - g.evictable[q]
+            needed = g.evictable[q]
+        if m > 0:
+            # the least recently used resident unpinned blocks, by (recency, sequence hash): the ring's order
+            _lru_victims(g, q, needed)
+            for v in range(needed):
+                _delete(g, q, _pos(g, q, g.ckey[v]))
+                g.gcount[q] -= 1
+                g.evictable[q] -= 1
+                g.meta[EVICTIONS] += 1
+        _hold_own(g, q, keys, n, -1)
+        if m <= 0:
+            return 0
     if not _room(g, m):
         return 0
     for i in range(m):
         key = g.kkey[(tail + i) % n_ring]
-        p = _pos(g, k, key)
+        p = _pos(g, q, key)
         g.gkey[p] = key
         g.ghash[p] = g.khash[(tail + i) % n_ring]
         g.gstate[p] = _PENDING
         g.gpins[p] = 0
         g.gtouch[p] = 0
-        g.gcount[k] += 1
+        g.gwriter[p] = k
+        g.gcount[q] += 1
     _push_job(g, k, WRITE, m, g.fmeta[NOW])
     return m
 
@@ -495,13 +559,14 @@ def submit_read_nb(g, k, keys, n, now):
     advance_nb(g, now)
     if not _room(g, n):
         return False
+    q = _pool(g, k)
     n_ring = g.kkey.shape[0]
     tail = g.meta[KTAIL]
     for i in range(n):
         g.kkey[(tail + i) % n_ring] = keys[i]
-        p = _pos(g, k, keys[i])
+        p = _pos(g, q, keys[i])
         if g.gpins[p] == 0:
-            g.evictable[k] -= 1
+            g.evictable[q] -= 1
         g.gpins[p] += 1
     _push_job(g, k, READ, n, g.fmeta[NOW])
     return True
@@ -542,7 +607,7 @@ def g3_counters(g, bypassed=0):
 
     out = {"bypassed_restores": bypassed} if bypassed else {}
     return out | {
-        "cross_worker_read_blocks": 0,
+        "cross_worker_read_blocks": int(meta[CROSS]),
         "evictions": int(meta[EVICTIONS]),
         "lookup_hits": int(meta[HITS]),
         "lookup_pending": int(meta[PENDING_PROBES]),

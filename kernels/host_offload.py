@@ -43,10 +43,11 @@ from fastsim.kernels.blocks import blocks_ceil, blocks_floor, fill_keys, key_spa
 from fastsim.kernels.g3_tier import make_g3_tier
 from fastsim.kernels.codes import SCHEDULED, TERM_REJECTED, WAITING
 from fastsim.kernels.host_fences import eviction_dep_nb, store_in_flight_nb
-from fastsim.kernels.g3_tier import (FULL, KTAIL, WRITE, advance_nb, drop_done_nb, next_event_nb, probe_nb, submit_read_nb,
-                                     submit_write_nb, take_first_nb)
+from fastsim.kernels.g3_tier import (FULL, KTAIL, WRITE, advance_nb, contains_nb, drop_done_nb, instant_reads_nb,
+                                     next_event_nb, probe_nb, submit_read_nb, submit_write_nb, take_first_nb)
 from fastsim.kernels.g3_tier import EPOCH as G3_EPOCH
-from fastsim.kernels.host_tier import (CLOCK, HIT, LOAD, LOG_FULL, MISS, PENDING, PREPARED, complete_external_nb,
+from fastsim.kernels.host_tier import (CLOCK, HIT, LOAD, LOG_FULL, MISS, PENDING, PREPARED, can_reserve_prefix_nb,
+                                       complete_external_nb,
                                        loading_nb, lookup_nb, next_deadline_nb, pin_external_nb, pop_due_nb,
                                        prepare_store_nb, reserve_external_nb, schedule_load_nb, store_blocks_nb,
                                        store_fence_nb, submit_prepared_nb, touch_nb, unpin_begin_nb, unpin_end_nb,
@@ -118,9 +119,16 @@ class TierRun(NamedTuple):
     g3n: np.ndarray  # int64[n]: reads from G3 its lookups submitted since it last queued a host load
     g3skip: np.ndarray  # int8[n]: it restores nothing more from G3 until admitted (G3_MAX_ROUNDS)
     g3bypass: np.ndarray  # int64[1]: times a request gave up restoring (Dynamo's ``bypassed_restores``)
+    # with reads that take no time, the (request, block) pairs each rank staged at its instant
+    # ``att_at`` (a read completes at once, so a later lookup at the same instant may meet them
+    # evicted again: Dynamo stages them again only if the prefix can fit; decision 0452)
+    att_row: np.ndarray  # int64[R * n_att]
+    att_key: np.ndarray  # uint64[R * n_att]
+    att_n: np.ndarray  # int64[R]
+    att_at: np.ndarray  # float64[R]
 
 
-def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None):
+def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None, n_att=1):
     """The connector state of ``n_rows`` requests on ``n_ranks`` ranks of ``cap`` GPU blocks;
     ``dhash``: Dynamo's sequence hash of every full prompt block (``kernels/dynamo_hash.py``)."""
 
@@ -147,6 +155,8 @@ def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None):
         g3shash=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
         g3n=np.zeros(n_rows, dtype=np.int64), g3skip=np.zeros(n_rows, dtype=np.int8),
         g3bypass=np.zeros(1, dtype=np.int64),
+        att_row=np.zeros(n_ranks * n_att, dtype=np.int64), att_key=np.zeros(n_ranks * n_att, dtype=np.uint64),
+        att_n=np.zeros(n_ranks, dtype=np.int64), att_at=np.full(n_ranks, -1.0),
     )
 
 
@@ -291,6 +301,10 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
         tr.g3bypass[0] += 1
         return False
     kbase = key_span(rq, r)[0]
+    instant = instant_reads_nb(g)
+    if instant and now > tr.att_at[k]:
+        tr.att_at[k] = now
+        tr.att_n[k] = 0
     deferred = False
     n = 0
     for j in range(base, n_prompt):
@@ -303,6 +317,8 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
             continue
         q = probe_nb(g, k, key)
         if q == 2:
+            if instant and _attempted(tr, k, r, key) and not _prefix_fits(tr, k, base, n_prompt):
+                break
             if not reserve_external_nb(ht, k, key, tr.dhash[kbase + j]):
                 break
             tr.g3keys[n] = key
@@ -317,7 +333,38 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
     if not submit_read_nb(g, k, tr.g3keys, n, now) and tr.flag[STOP] == 0:
         tr.flag[STOP] = LOG_FULL
         tr.flag[STOP_RANK] = k
+    if instant:
+        n_att = tr.att_row.shape[0] // tr.att_n.shape[0]
+        for i in range(n):
+            if tr.att_n[k] == n_att:  # full: the run starts again with larger rings
+                if tr.flag[STOP] == 0:
+                    tr.flag[STOP] = LOG_FULL
+                    tr.flag[STOP_RANK] = k
+                break
+            tr.att_row[k * n_att + tr.att_n[k]] = r
+            tr.att_key[k * n_att + tr.att_n[k]] = tr.g3keys[i]
+            tr.att_n[k] += 1
     return True
+
+
+@inner
+def _attempted(tr, k, r, key):
+    """Request ``r`` staged block ``key`` on rank ``k`` at this instant already."""
+    n_att = tr.att_row.shape[0] // tr.att_n.shape[0]
+    for i in range(k * n_att, k * n_att + tr.att_n[k]):
+        if tr.att_row[i] == r and tr.att_key[i] == key:
+            return True
+    return False
+
+
+@inner
+def _prefix_fits(tr, k, base, n_prompt):
+    """The prompt's blocks past the GPU prefix, up to the first that neither the host tier nor G3
+    holds, would fit the host tier together (Dynamo's same-instant re-promotion check)."""
+    n = base
+    while n < n_prompt and (lookup_nb(tr.ht, k, tr.keys[n]) != MISS or contains_nb(tr.g3, k, tr.keys[n])):
+        n += 1
+    return can_reserve_prefix_nb(tr.ht, k, tr.keys[base:n], n - base)
 
 
 @inline

@@ -620,6 +620,34 @@ def reserve_external_nb(ht, k, key, h):
     return True
 
 
+@inner
+def can_reserve_prefix_nb(ht, k, keys, n):
+    """Whether rank ``k`` could hold every block of ``keys[:n]`` at once, evicting least recently
+    used blocks outside them (Dynamo's ``can_reserve_external_prefix``): nothing changes."""
+    meta = ht.meta
+    missing = np.int64(0)
+    for i in range(n):
+        p = _pos(ht, k, keys[i])
+        if ht.tstate[p] == 0:
+            missing += 1
+        else:
+            ht.tprot[p] = 1
+    needed = missing - (ht.cap - meta[k, ENTRIES])
+    found = np.int64(0)
+    if needed > 0:
+        base = k * (ht.lkey.shape[0] // meta.shape[0])
+        i = meta[k, LRU_HEAD]
+        while found < needed and i < meta[k, LRU_TAIL]:
+            if _live(ht, k, base + i) and ht.tprot[_pos(ht, k, ht.lkey[base + i])] == 0:
+                found += 1
+            i += 1
+    for i in range(n):
+        p = _pos(ht, k, keys[i])
+        if ht.tstate[p] != 0:
+            ht.tprot[p] = 0
+    return needed <= 0 or found == needed
+
+
 @kernel_noalloc
 def complete_external_nb(ht, k, key, now):
     """A G3 read filled ``key``'s reserved entry: it is resident, with a recency of its own."""

@@ -163,8 +163,6 @@ def test_bad_nested_config_names_the_field(obj, pattern):
 @pytest.mark.parametrize(
     "obj, words",
     [
-        ({"engine": {"native_host_offload": {"num_host_blocks": 100}, "kv_cache_bytes_per_token": 8,
-                     "g3_offload": {"scope": "cluster_shared", "num_g3_blocks": 5}}}, "cluster_shared"),
         ({"engine": {"state_cache": {"bytes_per_request": 1}}}, "state cache"),
         ({"engine": {"kv_cache_groups": [{"x": 1}]}}, "KV cache groups"),
         ({"engine": {"kv_cache_capacity_bytes": 5}}, "engine.kv_cache_capacity_bytes"),

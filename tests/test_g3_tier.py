@@ -1,12 +1,14 @@
-"""The G3 KV tier behind the host tier (docs/decisions/0355): Dynamo 1.6.1's ``g3_offload`` of
-scope worker_local, simulated by ``kernels/g3_tier.py`` and the host tier's connector.
+"""The G3 KV tier behind the host tier (docs/decisions/0355, 0420, 0450-0452): Dynamo 1.6.1's
+``g3_offload`` of scope worker_local and cluster_shared, simulated by ``kernels/g3_tier.py`` and the
+host tier's connector.
 
 Cases recorded on Dynamo 1.6.1 (``tests/data/g3_161``): the host-eviction probes with a G3 tier
 (a G3 tier smaller than one store, a G3 hit staged back past the GPU prefix, slow G3 lanes, a
 prompt larger than the host tier restored until Dynamo gives up after 1024 rounds), and
 runs with small and large G3 tiers, host tiers smaller than the working set, G3 bandwidths and
 latencies, KV pressure with preemptions, chunked prefills, round robin and kv_router clusters,
-the bundled trace, the conversation trace and synthetic prompts. Every report field (the
+the bundled trace, the conversation trace and synthetic prompts; one pool shared by the workers
+(its bandwidth caps binding or not); reads that take no time. Every report field (the
 ``g3_offload`` counters too) within 1e-9 and every request's timeline, but for the cases named in
 ``DIFFERS``; the rest of Dynamo's G3 configurations are refused by name.
 """
@@ -23,12 +25,9 @@ from fastsim.errors import InputError, NotSupportedError
 DATA = Path(__file__).parent / "data" / "g3_161"
 CASES = recorded.cases(DATA)
 # refused, with words of the refusal
-REFUSED = {"synth_rr2_shared_g5000": "scope 'cluster_shared'", "moon_kv3_h400_lag50": "KV event lag"}
-# recorded cases fastsim does not reproduce yet (decision 0420, "Left")
-DIFFERS = {
-    "synth_h200_g5000", "synth_h100_g300", "synth_h300_g3000_bw1", "synth_h300_g3000_slowhost",
-    "synth_pressure_h200_g2000", "moon_rr2_h500_g5000", "moon_kv4_h300_g3000",
-}
+REFUSED = {"moon_kv3_h400_lag50": "KV event lag", "shared_moon_kv2_h500_g5000": "cluster_shared G3 tier"}
+# recorded cases fastsim does not reproduce yet (decision 0450, "Left")
+DIFFERS = {"synth_h300_g3000_slowhost", "moon_kv4_h300_g3000"}
 TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens")
 
 
@@ -44,7 +43,7 @@ def _numbers(report, prefix=""):
 
 
 @pytest.mark.parametrize("name, args", recorded.with_known_differences(
-    [c for c in CASES if c[0] not in REFUSED], DIFFERS, "0420-g3-load-holders-first.md"))
+    [c for c in CASES if c[0] not in REFUSED], DIFFERS, "0450-g3-write-holds-its-store.md"))
 def test_recorded_case_matches_dynamo(name, args):
     rep = recorded.replay(args, DATA)
     want = _numbers(json.loads((DATA / f"{name}.json").read_text()))
@@ -77,10 +76,3 @@ def test_a_g3_tier_is_refused_under_dynamo_142():
     with pytest.raises(NotSupportedError, match="engine.g3_offload is a Dynamo 1.6.1 setting"):
         recorded.replay("../host_evict_161/inputs/ev_b5.jsonl --trace-block-size 64", DATA,
                         extra_engine_args={"engine": ENGINE}, dynamo_version="1.4.2")
-
-
-def test_instantaneous_g3_reads_are_refused_by_name():
-    engine = dict(ENGINE, g3_offload=dict(ENGINE["g3_offload"], latency_to_first_byte_ms=0, read_bandwidth_gbps=0))
-    with pytest.raises(NotSupportedError, match="instantaneous reads .*not supported yet"):
-        recorded.replay("../host_evict_161/inputs/ev_b5.jsonl --trace-block-size 64", DATA,
-                        extra_engine_args={"engine": engine})

@@ -76,11 +76,12 @@ def test_bad_tier_settings_name_the_field(engine, pattern):
     assert not isinstance(ei.value, NotSupportedError)
 
 
-def test_a_cluster_shared_g3_tier_is_refused_by_name():
-    engine = dict(KV, native_host_offload={"num_host_blocks": 5}, g3_offload={"scope": "cluster_shared",
-                                                                             "num_g3_blocks": 9})
-    with pytest.raises(NotSupportedError, match="engine.g3_offload.scope 'cluster_shared'.*not supported yet"):
-        parse(engine)
+def test_a_cluster_shared_g3_tier_is_kept_with_its_shared_bandwidths():
+    host = parse(dict(KV, native_host_offload={"num_host_blocks": 5},
+                      g3_offload={"scope": "cluster_shared", "num_g3_blocks": 9,
+                                  "shared_write_bandwidth_gbps": 4})).host_offload
+    assert (host.g3.scope, host.g3.num_g3_blocks, host.g3.shared_read_bandwidth_gbps,
+            host.g3.shared_write_bandwidth_gbps) == ("cluster_shared", 9, 80.0, 4.0)
 
 
 def test_a_worker_local_g3_tier_is_kept_with_its_host_tier():
