@@ -42,14 +42,6 @@ _SYNTHETIC_KEYWORDS = _COMMON_KEYWORDS + (
 )
 
 
-def _lag_not_yet(kv_event_lag_ms, what) -> None:
-    """A positive KV event lag is modelled for every replay but mooncake-delta streams on prefill
-    and decode pools (there it is refused rather than ignored)."""
-    if kv_event_lag_ms is not None and kv_event_lag_ms > 0 and what:
-        raise NotSupportedError(f"kv_event_lag_ms is not supported yet by fastsim with {what} "
-                                "(it is modelled for every other replay)")
-
-
 def _reject_unknown(func: str, unsupported: dict, valid) -> None:
     if not unsupported:
         return
@@ -373,8 +365,6 @@ def run_trace_replay(
         num_prefix_groups=trace_num_prefix_groups,
     )
     agentic = workload.graph is not None or trace_format in agentic_run.GRAPH_FORMATS
-    _lag_not_yet(kv_event_lag_ms, "mooncake-delta streams on prefill and decode pools"
-                 if workload.stream_row is not None and not agentic and opts["disagg"] is not None else None)
     if agentic:
         return agentic_run.run(workload, opts, trace_format, agentic_lanes, execution_model, report_jsonl_path,
                                seed=seed, debug=debug, dynamo_version=dynamo_version, kv_event_lag_ms=kv_event_lag_ms,

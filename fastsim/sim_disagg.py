@@ -128,11 +128,10 @@ def simulate_disagg(
     if bw is not None and not bw > 0:
         raise InputError(f"prefill_engine_args: kv_transfer_bandwidth is {bw!r}; it must be > 0 (GB/s)")
     # Dynamo 1.6.1's prefill router reads its overlaps from the KV events of the prefill workers'
-    # passes, published when each pass ends, lag or not; 1.4.2's reads the pools at once
-    # (not yet for mooncake-delta streams on these pools: their prefill pools would have to feed
-    # the streams' private blocks too, as the aggregated pools do, decision 0460)
-    if router_mode != "kv_router" or check_version(dynamo_version) != "1.6.1" or (
-            lag == 0 and workload.stream_row is not None):
+    # passes, published when each pass ends, lag or not (the private blocks of mooncake-delta
+    # session streams included, as in the aggregated pools: decision 0460); 1.4.2's reads the pools
+    # at once
+    if router_mode != "kv_router" or check_version(dynamo_version) != "1.6.1":
         lag = None
 
     from fastsim.history import identity_columns
@@ -231,7 +230,7 @@ def simulate_disagg(
     rk_p, rk_d = ranks(P, pp.cap, pp.budget, prefill_engine), ranks(D, pd.cap, pd.budget, decode_engine, 0)
     # (read by a watcher thread while the loop runs, fastsim/progress.py)
     progress.track(n, lambda: (int(cl.state[NDONE]), float(np.fmax.reduce(cl.last_stamp, initial=np.nan))))
-    pool_p = make_pool(P, pp.cap, _kv_events if lag is not None else 0)
+    pool_p = make_pool(P, pp.cap, _kv_events if lag is not None else 0, feed_streams=workload.stream_row is not None)
     with interrupt.on_ctrl_c(interrupt.flag((cl.state, CTRL_C))):
         status = run_disagg_nb(pp, pd, engine_perf_model(prefill_engine),
                                engine_perf_model(decode_engine),
