@@ -368,7 +368,7 @@ def _play_failed(ss, cl, r):
         _load_static(ss, cl)
 
 
-@inner
+@llvm_inline
 def on_terminal(ss, cl, r, t, rejected):
     """A turn ended (completed, or ``rejected``): release the session's next turn or free its slot
     (agentic graphs: its dependents; a rejection first fails its play, ``_play_failed``)."""
