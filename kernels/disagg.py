@@ -78,6 +78,7 @@ from fastsim.kernels.loop import (
     start_arrivals_nb,
     step_phantoms_nb,
     on_terminal,
+    session_failed_nb,
     stamp_bursts,
     stamp_tokens,
 )
@@ -271,11 +272,22 @@ def _handoff(pp, pd, pool_p, rq_p, rk_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, f
         release_prefill_nb(rt_p, r, k_pre)
     isl = rq_d.isl[r]
     bs = pd.block_size
-    if (isl + bs - 1) // bs > pd.cap:
+    timing_161 = pd.timing_rules == TIMING_161
+    # Dynamo 1.6.1 fails a prompt at or over the decode max_model_len here, as one that can never
+    # fit the decode KV, and ends its session; 1.4.2 hands it off and rejects it at the decode
+    # worker (docs/decisions/0470)
+    too_long = timing_161 and not pd.trtllm and pd.max_model_len > 0 and isl >= pd.max_model_len
+    if (isl + bs - 1) // bs > pd.cap or too_long:
         if rt_p.mode == KV_ROUTER:
             free_request_nb(rt_p, k_pre)
         _free_source(pp, pool_p, rq_p, rk_p, k_pre, r)
-        _final(rq_d, ss, cl, r, FAILED, t)
+        rq_d.status[r] = FAILED
+        rq_d.terminal[r] = t
+        cl.state[NDONE] += 1
+        if timing_161:
+            session_failed_nb(ss, cl, r, t)
+        else:
+            on_terminal(ss, cl, r, t, True)
         return
     k = 0
     if rt_d.mode == KV_ROUTER:
