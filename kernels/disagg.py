@@ -277,6 +277,15 @@ def _handoff(pp, pd, pool_p, rq_p, rk_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, f
     # fit the decode KV, and ends its session; 1.4.2 hands it off and rejects it at the decode
     # worker (docs/decisions/0470)
     too_long = timing_161 and not pd.trtllm and pd.max_model_len > 0 and isl >= pd.max_model_len
+    if too_long:
+        # it is routed first (a turn of the round robin, a draw of the decode router's ties), then
+        # refused by the decode engine, which frees what the route took
+        if rt_d.mode == KV_ROUTER:
+            nfull = fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
+            _score_decode(rt_d, fl_d, dg.n_dec, nfull)
+            choose_target_nb(rt_d, dg.n_dec)
+        else:
+            dg.st[RRDEC] = dg.st[RRDEC] % fl_d.fs[NACT] + 1
     if (isl + bs - 1) // bs > pd.cap or too_long:
         if rt_p.mode == KV_ROUTER:
             free_request_nb(rt_p, k_pre)
