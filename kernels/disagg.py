@@ -79,6 +79,7 @@ from fastsim.kernels.loop import (
     step_phantoms_nb,
     on_terminal,
     session_failed_nb,
+    start_next_session_nb,
     stamp_bursts,
     stamp_tokens,
 )
@@ -112,7 +113,7 @@ from fastsim.kernels.scheduler import rank_pass_nb
 from fastsim.kernels.timelines import fold_request, keeping
 from fastsim.kernels.steady import materialize_nb, steady_pass_ms, steady_pass_nb, steady_pass_ok
 
-NXHEAP, RRPRE, RRDEC, NHANDOFF = 0, 1, 2, 3
+NXHEAP, RRPRE, RRDEC, NHANDOFF, NSESSDUE = 0, 1, 2, 3, 4
 
 
 class Disagg(NamedTuple):
@@ -147,7 +148,9 @@ class Disagg(NamedTuple):
     order: np.ndarray  # int64[n]: handoff ordinal (the order requests reached their decode workers)
     # the queue head was attempted (and not reserved) since the worker's capacity last changed
     front_stale: np.ndarray  # bool[D]
-    st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, handoffs so far]
+    # int64[5]: [n_xheap, rr_prefill, rr_decode, handoffs so far, closed-loop sessions owed by
+    # failed handoffs (started after the tick's passes, as in Dynamo 1.6.1)]
+    st: np.ndarray
 
 
 # ----------------------------------------------------------------------------- small lists / heap
@@ -294,7 +297,8 @@ def _handoff(pp, pd, pool_p, rq_p, rk_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, f
         rq_d.terminal[r] = t
         cl.state[NDONE] += 1
         if timing_161:
-            session_failed_nb(ss, cl, r, t)
+            if session_failed_nb(ss, cl, r, t):
+                dg.st[NSESSDUE] += 1
         else:
             on_terminal(ss, cl, r, t, True)
         return
@@ -657,6 +661,12 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                 if prefill_phase and not cl.busy[g]:
                     again = True
             g += 1
+        # a closed loop's sessions ended by failed handoffs start now, after the passes that
+        # began at this tick (Dynamo 1.6.1 admits them at the prefill worker's next pass)
+        while dg.st[NSESSDUE] > 0:
+            dg.st[NSESSDUE] -= 1
+            start_next_session_nb(ss, cl, now)
+            changed = True
         # retire drained workers: a decode worker also waits for its pending destinations, a
         # prefill worker for the sources it still holds
         if fl_p.fs[NDRAINING] > 0 and retire_drained_nb(fl_p, cl.busy, rk_p.n_run, rk_p.n_wait, 1, 0):
