@@ -8,7 +8,8 @@ Separate prefill and decode pools, semantics as measured on 1.4.2 (cluster doc C
   and KV growth; none of its tokens is visible;
 * the handoff comes at the end of the pass that emits its last token (``source_held_ms``); the prefill
   KV stays held. A prompt that can never fit the decode KV fails there; one at or over the decode
-  ``max_model_len`` is rejected there;
+  ``max_model_len`` is rejected at the decode worker in 1.4.2, fails there in 1.6.1 (after taking
+  its decode route), which also ends its session (docs/decisions/0470);
 * a decode worker is chosen (round robin in handoff order, or the decode router: its active prompt
   blocks plus the candidate's, no dedup, no overlap); at that worker's next scheduling point (now if
   idle, else its current pass end) the prompt's blocks are reserved if they fit (blocks already
