@@ -99,16 +99,33 @@ def account(report, workload, engines, max_sim_time_ms: Optional[float] = None,
     if failed.size:
         if decode_engine is not None:
             bs, cap = int(decode_engine.block_size), int(decode_engine.num_gpu_blocks)
-            reason = (f"failed in disaggregated serving: the prompt needs more KV blocks than the "
-                      f"decode pool's num_gpu_blocks {cap} (block_size {bs}) can hold")
+            too_big = _blocks(isl[failed], bs) > cap
+            mml = int(decode_engine.max_model_len or 0)
+            for hit, reason in (
+                    (too_big, f"failed in disaggregated serving: the prompt needs more KV blocks than the "
+                              f"decode pool's num_gpu_blocks {cap} (block_size {bs}) can hold"),
+                    (~too_big, f"failed in disaggregated serving: the prompt reaches the decode pool's "
+                               f"max_model_len {mml} (Dynamo 1.6.1 fails them too)")):
+                if hit.any():
+                    groups[reason] = [int(hit.sum()), int(failed[hit][0])]
         else:
-            reason = "failed in disaggregated serving"
-        groups[reason] = [int(failed.size), int(failed[0])]
+            groups["failed in disaggregated serving"] = [int(failed.size), int(failed[0])]
+        # Dynamo 1.6.1 plays none of a failed turn's later turns (docs/decisions/0470; an
+        # agentic graph's are the cancelled requests below)
+        session = np.asarray(workload.session)
+        ended = np.isin(session, session[failed]) & (status == OUTCOME_NOT_ARRIVED)
+        rows = lost[ended[lost]]
+        if rows.size and getattr(workload, "graph", None) is None:
+            groups["not played: an earlier turn of their session failed (Dynamo 1.6.1 ends the session)"] = \
+                [int(rows.size), int(rows[0])]
+            lost = lost[~ended[lost]]
+            st = status[lost]
     graph = getattr(workload, "graph", None)
-    if graph is not None and rejected.size:
+    if graph is not None and (rejected.size or failed.size):
         from fastsim.traces.agentic_report import cancelled_rows
 
-        cancelled = cancelled_rows(graph, status == OUTCOME_REJECTED, status != OUTCOME_NOT_ARRIVED)
+        cancelled = cancelled_rows(graph, (status == OUTCOME_REJECTED) | (status == OUTCOME_FAILED),
+                                   status != OUTCOME_NOT_ARRIVED)
         rows = lost[cancelled[lost]]
         if rows.size:
             groups["cancelled: a request of their play was rejected first (Dynamo cancels them too)"] = \

@@ -222,7 +222,7 @@ def simulate_disagg(
         arr_next=arr_next, arr_head=np.full(D, -1, np.int32), arr_tail=np.full(D, -1, np.int32),
         res_tries=np.zeros(D, np.int64),
         order=np.zeros(max(n, 1), np.int64), front_stale=np.zeros(D, np.bool_),
-        st=np.zeros(4, np.int64),
+        st=np.zeros(5, np.int64),
     )
     out = np.zeros(4)
     fl_p = make_fleet(P, P0, prefill_engine.startup_time, schedule=schedules["prefill"])

@@ -8,7 +8,8 @@ Separate prefill and decode pools, semantics as measured on 1.4.2 (cluster doc C
   and KV growth; none of its tokens is visible;
 * the handoff comes at the end of the pass that emits its last token (``source_held_ms``); the prefill
   KV stays held. A prompt that can never fit the decode KV fails there; one at or over the decode
-  ``max_model_len`` is rejected there;
+  ``max_model_len`` is rejected at the decode worker in 1.4.2, fails there in 1.6.1 (after taking
+  its decode route), which also ends its session (docs/decisions/0470);
 * a decode worker is chosen (round robin in handoff order, or the decode router: its active prompt
   blocks plus the candidate's, no dedup, no overlap); at that worker's next scheduling point (now if
   idle, else its current pass end) the prompt's blocks are reserved if they fit (blocks already
@@ -78,6 +79,8 @@ from fastsim.kernels.loop import (
     start_arrivals_nb,
     step_phantoms_nb,
     on_terminal,
+    session_failed_nb,
+    start_next_session_nb,
     stamp_bursts,
     stamp_tokens,
 )
@@ -111,7 +114,7 @@ from fastsim.kernels.scheduler import rank_pass_nb
 from fastsim.kernels.timelines import fold_request, keeping
 from fastsim.kernels.steady import materialize_nb, steady_pass_ms, steady_pass_nb, steady_pass_ok
 
-NXHEAP, RRPRE, RRDEC, NHANDOFF = 0, 1, 2, 3
+NXHEAP, RRPRE, RRDEC, NHANDOFF, NSESSDUE = 0, 1, 2, 3, 4
 
 
 class Disagg(NamedTuple):
@@ -146,7 +149,9 @@ class Disagg(NamedTuple):
     order: np.ndarray  # int64[n]: handoff ordinal (the order requests reached their decode workers)
     # the queue head was attempted (and not reserved) since the worker's capacity last changed
     front_stale: np.ndarray  # bool[D]
-    st: np.ndarray  # int64[4]: [n_xheap, rr_prefill, rr_decode, handoffs so far]
+    # int64[5]: [n_xheap, rr_prefill, rr_decode, handoffs so far, closed-loop sessions owed by
+    # failed handoffs (started after the tick's passes, as in Dynamo 1.6.1)]
+    st: np.ndarray
 
 
 # ----------------------------------------------------------------------------- small lists / heap
@@ -271,11 +276,32 @@ def _handoff(pp, pd, pool_p, rq_p, rk_p, rq_d, rk_d, ss, cl, rt_p, rt_d, fl_p, f
         release_prefill_nb(rt_p, r, k_pre)
     isl = rq_d.isl[r]
     bs = pd.block_size
-    if (isl + bs - 1) // bs > pd.cap:
+    timing_161 = pd.timing_rules == TIMING_161
+    # Dynamo 1.6.1 fails a prompt at or over the decode max_model_len here, as one that can never
+    # fit the decode KV, and ends its session; 1.4.2 hands it off and rejects it at the decode
+    # worker (docs/decisions/0470)
+    too_long = timing_161 and not pd.trtllm and pd.max_model_len > 0 and isl >= pd.max_model_len
+    if too_long:
+        # it is routed first (a turn of the round robin, a draw of the decode router's ties), then
+        # refused by the decode engine, which frees what the route took
+        if rt_d.mode == KV_ROUTER:
+            nfull = fill_prompt_keys(rq_d, np.int64(r), bs, pa.kbuf)
+            _score_decode(rt_d, fl_d, dg.n_dec, nfull)
+            choose_target_nb(rt_d, dg.n_dec)
+        else:
+            dg.st[RRDEC] = dg.st[RRDEC] % fl_d.fs[NACT] + 1
+    if (isl + bs - 1) // bs > pd.cap or too_long:
         if rt_p.mode == KV_ROUTER:
             free_request_nb(rt_p, k_pre)
         _free_source(pp, pool_p, rq_p, rk_p, k_pre, r)
-        _final(rq_d, ss, cl, r, FAILED, t)
+        rq_d.status[r] = FAILED
+        rq_d.terminal[r] = t
+        cl.state[NDONE] += 1
+        if timing_161:
+            if session_failed_nb(ss, cl, r, t):
+                dg.st[NSESSDUE] += 1
+        else:
+            on_terminal(ss, cl, r, t, True)
         return
     k = 0
     if rt_d.mode == KV_ROUTER:
@@ -636,6 +662,12 @@ def _drain(pp, pd, perf_p, perf_d, pool_p, pool_d, rq_p, rq_d, rk_p, rk_d, ss, c
                 if prefill_phase and not cl.busy[g]:
                     again = True
             g += 1
+        # a closed loop's sessions ended by failed handoffs start now, after the passes that
+        # began at this tick (Dynamo 1.6.1 admits them at the prefill worker's next pass)
+        while dg.st[NSESSDUE] > 0:
+            dg.st[NSESSDUE] -= 1
+            start_next_session_nb(ss, cl, now)
+            changed = True
         # retire drained workers: a decode worker also waits for its pending destinations, a
         # prefill worker for the sources it still holds
         if fl_p.fs[NDRAINING] > 0 and retire_drained_nb(fl_p, cl.busy, rk_p.n_run, rk_p.n_wait, 1, 0):

@@ -391,6 +391,28 @@ def on_terminal(ss, cl, r, t, rejected):
             cl.state[NEXTSESS] += 1
 
 
+@inner
+def session_failed_nb(ss, cl, r, t):
+    """A turn failed where Dynamo 1.6.1 ends its session (a disaggregated handoff the decode pool
+    refuses, docs/decisions/0470): none of the session's later turns arrives (they count as done,
+    outside the report). True if a closed loop is owed its next session (the caller starts it,
+    ``start_next_session_nb``); agentic graphs and open-loop single turns end as ``on_terminal``
+    ends a rejected turn."""
+    if ss.graph.play.shape[0] > 0 or not turns_follow(ss, cl):
+        on_terminal(ss, cl, r, t, True)
+        return False
+    s = ss.session[r]
+    cl.state[NDONE] += ss.ptr[s + 1] - (ss.ptr[s] + ss.turn[r] + 1)
+    return cl.concurrency > 0
+
+
+@inner
+def start_next_session_nb(ss, cl, t):
+    """A closed loop's freed slot starts the next session not yet started, at ``t``."""
+    if cl.state[NEXTSESS] < ss.ptr.shape[0] - 1:
+        _activate_session(ss, cl, cl.state[NEXTSESS], t)
+        cl.state[NEXTSESS] += 1
+
 # ----------------------------------------------------------------------------- effects
 @inner
 def _pool_value(acc, n_acc, g, hist, v, i, c):

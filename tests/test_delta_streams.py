@@ -64,15 +64,6 @@ def test_disaggregated_replay_is_refused_with_dynamo_142_words():
         run_trace_replay(str(SMALL), trace_format="mooncake-delta", dynamo_version="1.4.2", **DISAGG)
 
 
-def test_a_turn_the_decode_pool_alone_refuses_is_not_supported_yet():
-    case = json.loads((DATA / "delta_disagg_161" / "refused.json").read_text())["small_mml2500_decode"]
-    args = case["args"]
-    decode = json.loads(args[args.index("--decode-engine-args") + 1])
-    with pytest.raises(NotSupportedError, match=r"delta_small.jsonl:\d+: .* decode pool refuses"):
-        run_trace_replay(str(SMALL), trace_format="mooncake-delta",
-                         prefill_engine_args=DISAGG["prefill_engine_args"], decode_engine_args=decode)
-
-
 def test_cut_turns_on_other_engines_are_not_supported_yet():
     with pytest.raises(NotSupportedError, match="engine_type=sglang"):
         run_trace_replay(str(SMALL), trace_format="mooncake-delta",

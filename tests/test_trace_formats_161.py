@@ -22,7 +22,7 @@ from fastsim import cli
 DATA = Path(__file__).parent / "data"
 FOLDERS = [DATA / f for f in ("traces_161", "agentic_lag_161", "agentic_cap_161", "agentic_mml_161",
                               "agentic_disagg_161", "delta_mml_161",
-                              "delta_disagg_161", "delta_lag_161", "delta_disagg_lag_161")]
+                              "delta_disagg_161", "delta_lag_161", "delta_disagg_lag_161", "decode_reject_161")]
 CASES = {(folder.name, name): case for folder in FOLDERS
          for name, case in json.loads((folder / "cases.json").read_text()).items()}
 TIMELINE = ("session_id", "turn_index", "arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms",

@@ -25,7 +25,8 @@ import numpy as np
 
 NOT_ARRIVED_STATUS = 0  # fastsim.report STATUS_NAMES index of "pending"
 COMPLETED_STATUS = 2  # ... of "completed"
-REJECTED_STATUS = 3  # ... and of "rejected"
+REJECTED_STATUS = 3  # ... of "rejected" (and 4 of "failed": a disaggregated handoff the decode pool refuses)
+FAILURE_NAMES = {3: "rejected", 4: "failed"}
 
 
 def attach(report, graph, execution_model, lanes_of_play=None):
@@ -34,9 +35,11 @@ def attach(report, graph, execution_model, lanes_of_play=None):
     status = np.asarray(req["status"]).astype(np.int64)
     terminal = np.asarray(req.get("terminal_ms", req.get("terminal_time_ms")), dtype=np.float64)
     done = status >= COMPLETED_STATUS
-    cancelled = cancelled_rows(graph, status == REJECTED_STATUS, status != NOT_ARRIVED_STATUS)
+    # a request rejected, or failed at its handoff (docs/decisions/0470), fails its play
+    lost = status >= REJECTED_STATUS
+    cancelled = cancelled_rows(graph, lost, status != NOT_ARRIVED_STATUS)
     plays = _per_play(graph, done, cancelled, status == COMPLETED_STATUS, terminal)
-    failure = _first_rejection(graph, status == REJECTED_STATUS, terminal)
+    failure = _first_rejection(graph, lost, terminal)
     outcomes = []
     for p, (name, settled, ok, t) in enumerate(zip(graph.play_ids, plays["done"].tolist(),
                                                    plays["completed"].tolist(), plays["terminal"].tolist())):
@@ -45,7 +48,7 @@ def attach(report, graph, execution_model, lanes_of_play=None):
         elif settled:  # a request rejected: the play failed when it was
             r = failure[p]
             outcomes.append({"causal_terminal_ms": float(terminal[r]), "failure_request_id": graph.request_ids[r],
-                             "failure_status": "rejected", "play_id": name, "settled_at_ms": t,
+                             "failure_status": FAILURE_NAMES[int(status[r])], "play_id": name, "settled_at_ms": t,
                              "status": "failed"})
         elif t == t:  # (NaN while none of its requests has finished)
             outcomes.append({"causal_terminal_ms": t, "play_id": name, "status": "incomplete"})

@@ -135,7 +135,9 @@ def settle_stream_lengths(workload: Workload, admit_engines, output_engine) -> W
             if any(_rejects(e, isl[r]) for e in admit_engines):
                 out = 0
             elif limit > 0:
-                out = min(out, limit - int(isl[r]))
+                # (a prompt at or over the limit fails at the decode pool and ends its session:
+                # its later turns never arrive, docs/decisions/0470)
+                out = max(0, min(out, limit - int(isl[r])))
             history = int(isl[r]) + out
     if np.array_equal(isl, workload.isl):
         return workload
@@ -167,7 +169,7 @@ def prepare_streams(workload: Workload, opts: dict, dynamo_version: str) -> Work
             "KV capacity rejects or cuts (the next turn's prompt then depends on them) is not supported yet "
             "by fastsim (only engine_type=vllm)")
     settled = settle_stream_lengths(workload, admit, output)
-    if disagg is not None:
+    if disagg is not None and decode.engine_type != "vllm":
         _refuse_decode_failures(settled, prefill, decode)
     return settled
 
@@ -175,8 +177,8 @@ def prepare_streams(workload: Workload, opts: dict, dynamo_version: str) -> Work
 def _refuse_decode_failures(workload, prefill, decode):
     """Dynamo 1.6.1 fails a turn whose prompt the decode pool refuses (at or over its
     ``max_model_len``, or more blocks than it holds) after the prefill pool took it, and plays
-    none of its session's later turns; fastsim rejects such a turn and goes on, so it refuses
-    them here (docs/decisions/0460)."""
+    none of its session's later turns; fastsim does so with vLLM decode pools
+    (docs/decisions/0470) and refuses such turns on the others here."""
     from fastsim.errors import NotSupportedError
 
     failed = np.flatnonzero(_rejects(decode, workload.isl) & ~_rejects(prefill, workload.isl))
