@@ -43,7 +43,7 @@ import numpy as np
 
 from fastsim.kernels.blocks import mix64_nb
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.host_tier import resident_since_nb
+from fastsim.kernels.host_tier import counted_ghost_nb, resident_since_nb
 from fastsim.kernels.jit import inner, kernel_noalloc
 from fastsim.kernels.kvpool import EV_COUNT, EV_FIRST, match_prefix_nb
 
@@ -71,6 +71,12 @@ class HostView(NamedTuple):
     tstate: np.ndarray  # int64[R * tsize]
     tres: np.ndarray  # float64[R * tsize]: when each entry became resident
     tmask: int
+    # the blocks the tiers evicted whose removal the lagging router may not have seen yet
+    # (kernels/host_tier.py; empty without a lag)
+    gkey: np.ndarray  # uint64[R * n_ghost]
+    gres: np.ndarray  # float64[R * n_ghost]
+    grem: np.ndarray  # float64[R * n_ghost]
+    gmeta: np.ndarray  # int64[R, 17]: the tier's meta (the ghosts' ring heads and tails)
     now: np.ndarray  # float64[1]: the routing time (set by sync_index_nb)
     dev: np.ndarray  # int64[R]: each target's device overlap d (scratch)
     hcredit: np.ndarray  # float64[R]: ... and its host blocks' credit, weight * h (scratch)
@@ -236,14 +242,18 @@ def sync_index_nb(rt, pool, now):
 @inner
 def _with_host_blocks(rt, k, keys, d, nshare):
     """Target ``k``'s overlap counting its host tier: the blocks ``keys[d:nshare]`` its host
-    tier held (as published, lag included) up to the first it did not, weighted, added to the
+    tier held (as published, lag included: a block evicted since counts until its removal
+    event arrives) up to the first it did not, weighted, added to the
     device overlap ``d`` and rounded half away from zero (Dynamo's ``f64::round``)."""
     hv = rt.host
     seen = hv.now[0] - max(rt.lag, 0.0)
     h = 0
+    ghosts = hv.gkey.shape[0] > 0
     for j in range(d, nshare):
         if resident_since_nb(hv.tkey, hv.tstate, hv.tres, hv.tmask, k, keys[j]) > seen:
-            break
+            # an evicted block counts until its removal event reaches the router (0475)
+            if not (ghosts and counted_ghost_nb(hv.gkey, hv.gres, hv.grem, hv.gmeta, k, keys[j], seen)):
+                break
         h += 1
     hv.hcredit[k] = float(h) * hv.weight
     return np.int64(np.floor(float(d) + hv.hcredit[k] + 0.5))
