@@ -276,7 +276,7 @@ def simulate(
     tier_rings = _TIER_RINGS
     st = build_state(workload, engine, run)
     # a lagging kv_router counts an evicted host block until its removal reaches it (0475)
-    ghosts = router_mode == "kv_router" and bool(lag)
+    ghosts = router_mode == "kv_router" and lag is not None
     tier = _host_tier(st, engine, tier_rings, workload, ghosts)
     progress.track(st.n_requests, lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = initial_table_size(st.requests, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
