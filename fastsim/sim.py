@@ -275,9 +275,10 @@ def simulate(
                         workload, router_mode, num_workers, replay_concurrency, schedule, planner))
     tier_rings = _TIER_RINGS
     st = build_state(workload, engine, run)
-    # a lagging kv_router counts an evicted host block until its removal reaches it (0475)
+    # Dynamo 1.6.1's kv_router counts an evicted host block until its removal, published at the
+    # end of the pass that evicted it, reaches it (plus the lag, if any: decision 0475)
     ghosts = router_mode == "kv_router" and lag is not None
-    tier = _host_tier(st, engine, tier_rings, workload, ghosts)
+    tier = _host_tier(st, engine, tier_rings, workload, ghosts, lag)
     progress.track(st.n_requests, lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = initial_table_size(st.requests, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
@@ -341,7 +342,7 @@ def simulate(
         else:
             break
         st = build_state(workload, engine, run)
-        tier = _host_tier(st, engine, tier_rings, workload, ghosts)
+        tier = _host_tier(st, engine, tier_rings, workload, ghosts, lag)
     progress.untrack()
     if rt.index.state[OVERFLOW]:  # (its size bounds every block it can hold: a broken invariant)
         raise RuntimeError("the kv_router's KV-event index overflowed")
@@ -423,19 +424,24 @@ def _ghosts_lost(tier):
     return bool(tier.ht.meta[:, GHOST_LOST].any())
 
 
-def _host_tier(st, engine, rings, workload, ghosts=False):
+def _host_tier(st, engine, rings, workload, ghosts=False, lag=None):
     """The run's host KV tiers and connector state (``kernels/host_offload.py``), None without a
-    tier; ``ghosts``: its evicted blocks are kept for a lagging kv_router (``rings[1]`` a rank)."""
+    tier; ``ghosts``: its evicted blocks are kept for a kv_router, which counts them until their
+    removal reaches it after the KV event lag ``lag`` (a ring of them a rank, grown with
+    ``rings[1]``)."""
     host = engine.host_offload
     if host is None:
         return None
     from fastsim.kernels.host_offload import make_tier_run
     from fastsim.kernels.host_tier import make_host_tier
+    from fastsim.memory import ghost_ring
 
     n_ranks = st.ranks.n_run.shape[0]
     ht = make_host_tier(n_ranks, host.num_host_blocks, st.params.block_size, host.kv_cache_bytes_per_token,
                         host.d2h_bandwidth_gbps, host.h2d_bandwidth_gbps, host.latency_to_first_byte_ms,
-                        n_live=rings[0], n_keys=rings[1], n_ghost=rings[1] if ghosts else 0)
+                        n_live=rings[0], n_keys=rings[1],
+                        n_ghost=ghost_ring(host.num_host_blocks, rings[1] // _TIER_RINGS[1]) if ghosts else 0,
+                        ghost_lag=float(lag or 0.0))
     from fastsim.kernels.dynamo_hash import sequence_hashes
 
     dhash = sequence_hashes(workload, st.params.block_size, st.requests.key_ptr)

@@ -63,6 +63,7 @@ class HostTier(NamedTuple):
     d2h_bpms: float  # bytes per ms of the device-to-host lane (inf: instantaneous)
     h2d_bpms: float
     latency_ms: float  # first-byte latency of every transfer
+    ghost_lag: float  # the KV event lag of the kv_router that counts the evicted blocks (gkey)
     tkey: np.ndarray  # uint64[R * tsize]: entry keys
     tstate: np.ndarray  # int64[R * tsize]: 0 empty, -1 resident, id + 1 pending store
     tload: np.ndarray  # int64[R * tsize]: id + 1 of the load copying the block back (0: none)
@@ -104,10 +105,11 @@ def bytes_per_ms(gbps):
 
 
 def make_host_tier(n_ranks, cap, block_size, kv_cache_bytes_per_token, d2h_gbps, h2d_gbps,
-                   latency_ms=0.0, n_live=1024, n_keys=1 << 16, n_ghost=0):
+                   latency_ms=0.0, n_live=1024, n_keys=1 << 16, n_ghost=0, ghost_lag=0.0):
     """Empty host tiers of ``cap`` blocks for ``n_ranks`` ranks, with room for ``n_live``
     transfers in flight and ``n_keys`` of their block keys per rank, and for ``n_ghost`` evicted
-    blocks whose removal a lagging kv_router has not seen yet (0: no such router)."""
+    blocks whose removal a kv_router with a KV event lag of ``ghost_lag`` ms has not seen yet (0:
+    no such router)."""
     tsize = 1
     while tsize < 2 * cap:
         tsize *= 2
@@ -116,7 +118,7 @@ def make_host_tier(n_ranks, cap, block_size, kv_cache_bytes_per_token, d2h_gbps,
     return HostTier(
         cap=cap, tmask=tsize - 1, block_bytes=float(block_size * kv_cache_bytes_per_token),
         d2h_bpms=bytes_per_ms(d2h_gbps), h2d_bpms=bytes_per_ms(h2d_gbps),
-        latency_ms=float(latency_ms),
+        latency_ms=float(latency_ms), ghost_lag=float(ghost_lag),
         tkey=np.zeros(n_ranks * tsize, dtype=np.uint64),
         tstate=np.zeros(n_ranks * tsize, dtype=np.int64),
         tload=np.zeros(n_ranks * tsize, dtype=np.int64),
@@ -384,14 +386,20 @@ def _keep_ghost(ht, k, p):
 
 @kernel_noalloc
 def seal_ghosts_nb(ht, k, now):
-    """The pass of rank ``k`` ending at ``now`` publishes the removals of the blocks it evicted."""
+    """The pass of rank ``k`` ending at ``now`` publishes the removals of the blocks it evicted;
+    those whose removal reached the router by ``now`` are dropped (the router's reads come in
+    time order, so none of them is read again)."""
     if ht.gkey.shape[0] == 0:
         return
     meta = ht.meta
     n_ghost = ht.gkey.shape[0] // meta.shape[0]
+    base = k * n_ghost
     for i in range(meta[k, GHOST_SEALED], meta[k, GHOST_TAIL]):
-        ht.grem[k * n_ghost + i % n_ghost] = now
+        ht.grem[base + i % n_ghost] = now
     meta[k, GHOST_SEALED] = meta[k, GHOST_TAIL]
+    while meta[k, GHOST_HEAD] < meta[k, GHOST_SEALED] and \
+            ht.grem[base + meta[k, GHOST_HEAD] % n_ghost] + ht.ghost_lag <= now:
+        meta[k, GHOST_HEAD] += 1
 
 
 @inner

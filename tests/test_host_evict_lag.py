@@ -71,3 +71,15 @@ def test_case_matches_dynamo(name, tmp_path, capsys):
     with gzip.open(folder / f"{name}.per_request.jsonl.gz", "rt") as f:
         ref = [json.loads(line) for line in f]
     assert _rows(mine) == _rows(ref)
+
+
+def test_a_full_ring_of_evicted_blocks_reruns_with_a_larger_one(tmp_path, capsys, monkeypatch):
+    """The ring of evicted blocks the router may still count starts small; a run that fills it
+    starts again with a larger one and gives the same report."""
+    import fastsim.memory
+
+    monkeypatch.setattr(fastsim.memory, "ghost_ring", lambda host_blocks, grown=1: 2 * grown)
+    folder, case = CASES["moon_kv2_h300_lag100"]
+    got, _ = recorded.cli_replay(case["args"], folder, tmp_path, capsys)
+    want = _numbers(_reports("moon_kv2_h300_lag100")[0])
+    assert all(abs(got[k] - v) <= 1e-9 * max(1.0, abs(v)) for k, v in want.items())
