@@ -22,6 +22,9 @@ knows nothing of the GPU pool, the scheduler or the clock's events, which call i
 * **Completions** come in (deadline, store before load, transfer id) order, Dynamo's order of
   its deadline set; within a lane deadlines never decrease, so two queue heads give that order.
   A store's blocks become resident; a load's blocks stop being "loading".
+* **Evicted blocks a kv_router still counts** (only with one): Dynamo publishes a host block's
+  removal when the pass that evicted it ends, and the router applies it after its KV event lag;
+  until then the block stays in a ring of the rank's evicted blocks (decision 0475).
 * **Loads** mark their blocks as loading (Dynamo's ``load_by_key``): another request whose host
   prefix meets such a block waits.
 

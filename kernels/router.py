@@ -24,10 +24,11 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
   active blocks, stay immediate (docs/decisions/0230);
 * with a host KV tier (Dynamo 1.6.1's ``native_host_offload``), ``h`` the prompt blocks right
   after a target's device overlap ``d`` that its host tier holds (each from the end of its
-  store, plus the lag: when Dynamo publishes its host-tier stored event) and ``w``
+  store, plus the lag: when Dynamo publishes its host-tier stored event; an evicted block counts
+  until the end of the pass that evicted it, plus the lag: its removed event) and ``w``
   ``host_cache_hit_weight``: the cost's credit is ``credit * decay * d + w * h``, the prefill
   load ``isl - round((d + w * h) * bs)`` and the recorded overlap ``round(d + w * h)`` blocks
-  (docs/decisions/0353);
+  (docs/decisions/0353, 0475);
 * with ``router_queue_threshold`` set, a target is busy iff ``PF > thr * max_num_batched_tokens``
   and a request waits in the router queue while every target is busy (released at first-token and
   completion events, in fcfs, lcfs or wspt order). The vLLM and SGLang loops move the queue
