@@ -37,7 +37,6 @@ from fastsim.errors import InputError, NotSupportedError
 
 __all__ = ["HostOffload", "G3Offload", "check_native_host_offload", "check_g3_offload",
            "flat_host_offload", "check_flat_tiers", "refuse_tiers", "check_host_tier_run", "host_tier_stopped",
-           "host_evictions_with_a_lag",
            "FLAT_OFFLOAD_FIELDS"]
 
 HOST_FIELDS = ("scope", "num_host_blocks", "d2h_bandwidth_gbps", "h2d_bandwidth_gbps",
@@ -295,12 +294,3 @@ def host_tier_stopped(reason: int, rank: int, engine) -> NotSupportedError:
             f"the host KV tier of rank {rank} had more transfers in flight than fastsim keeps (a store or "
             "load ring is full): not supported yet; lower the traffic or raise the bandwidths")
     return NotSupportedError(f"the host KV tier stopped the run (reason {reason})")
-
-
-def host_evictions_with_a_lag(lag_ms: float) -> NotSupportedError:
-    """The refusal of a kv_router run with a KV event lag whose host tiers evicted blocks."""
-    return NotSupportedError(
-        f"a host KV tier that evicts blocks under kv_router with a KV event lag ({lag_ms:g} ms) is not supported "
-        "yet by fastsim (the router would still count an evicted host block until its removal event arrives, "
-        "which fastsim does not model); remove the lag (--kv-event-lag-ms) or give the host tier room for the "
-        "workload's distinct prompt blocks")

@@ -191,15 +191,23 @@ def estimate(workload, engine, *, worker_rows: int, telemetry: bool = False,
         # at least twice the host blocks; key, state, load, residency time, hash, LRU epoch, a
         # mark), the LRU ring (24 bytes an item, 4 items a host block), the transfer rings, 9 bytes
         # a GPU block (pins), 17 columns a request and Dynamo's hash of every prompt block
-        # (decision 0354; at most the prompt tokens / block size)
+        # (decision 0354; at most the prompt tokens / block size); under kv_router, the evicted
+        # blocks whose removal has not reached the router (24 bytes an item, decision 0475)
         size = 1
         while size < 2 * host.num_host_blocks:
             size *= 2
         prompt_blocks = int(np.sum(np.asarray(workload.isl, dtype=np.int64))) // max(int(engine.block_size), 1)
         parts["host KV tiers"] = ranks * (49 * size + 24 * (4 * host.num_host_blocks + 64) + 1024 * 57
-                                          + 8 * (1 << 16) + 9 * int(engine.num_gpu_blocks)) + 136 * n \
-            + 8 * prompt_blocks
+                                          + 8 * (1 << 16) + 9 * int(engine.num_gpu_blocks)
+                                          + (24 * ghost_ring(host.num_host_blocks) if kv_router else 0)) \
+            + 136 * n + 8 * prompt_blocks
     return Estimate(parts, space)
+
+
+def ghost_ring(host_blocks: int, grown: int = 1) -> int:
+    """Items a rank of the ring of evicted host blocks a kv_router may still count (decision
+    0475): four times the host tier's blocks, ``grown`` times more after a run that filled it."""
+    return (4 * int(host_blocks) + 64) * int(grown)
 
 
 def check(est: Estimate, settings: dict, available: Optional[int] = None) -> None:

@@ -275,7 +275,10 @@ def simulate(
                         workload, router_mode, num_workers, replay_concurrency, schedule, planner))
     tier_rings = _TIER_RINGS
     st = build_state(workload, engine, run)
-    tier = _host_tier(st, engine, tier_rings, workload)
+    # Dynamo 1.6.1's kv_router counts an evicted host block until its removal, published at the
+    # end of the pass that evicted it, reaches it (plus the lag, if any: decision 0475)
+    ghosts = router_mode == "kv_router" and lag is not None
+    tier = _host_tier(st, engine, tier_rings, workload, ghosts, lag)
     progress.track(st.n_requests, lambda: _progress_of(st))  # read by a watcher thread (fastsim/progress.py)
     table = initial_table_size(st.requests, st.params.block_size, g_cap * dp) if router_mode == "kv_router" else 1
     while True:
@@ -310,7 +313,10 @@ def simulate(
                 raise KeyboardInterrupt  # (if Python has not raised the pending one already)
             else:
                 break
-        if status == HOST_TIER_STOP:
+        if tier is not None and ghosts and _ghosts_lost(tier):
+            # more evicted blocks awaited their removal's arrival than the ring kept: larger rings
+            tier_rings = (tier_rings[0], 4 * tier_rings[1])
+        elif status == HOST_TIER_STOP:
             from fastsim.kernels.host_offload import tier_stop_reason
             from fastsim.kernels.host_tier import LOG_FULL as RINGS_FULL
             from fastsim.kv_tiers import host_tier_stopped
@@ -336,14 +342,8 @@ def simulate(
         else:
             break
         st = build_state(workload, engine, run)
-        tier = _host_tier(st, engine, tier_rings, workload)
+        tier = _host_tier(st, engine, tier_rings, workload, ghosts, lag)
     progress.untrack()
-    if tier is not None and router_mode == "kv_router" and lag:
-        from fastsim.kernels.host_tier import EVICTED
-        from fastsim.kv_tiers import host_evictions_with_a_lag
-
-        if tier.ht.meta[:, EVICTED].any():  # the router would still see evicted blocks for the lag
-            raise host_evictions_with_a_lag(lag)
     if rt.index.state[OVERFLOW]:  # (its size bounds every block it can hold: a broken invariant)
         raise RuntimeError("the kv_router's KV-event index overflowed")
     settle_unarrived(st.requests, int(st.cluster.state[NARRIVED]))
@@ -417,18 +417,31 @@ def _load_tier_kernels(run_loop_nb, args):
     return time.perf_counter() - t
 
 
-def _host_tier(st, engine, rings, workload):
-    """The run's host KV tiers and connector state (``kernels/host_offload.py``), None without a tier."""
+def _ghosts_lost(tier):
+    """Whether a host tier evicted more blocks than it could keep for a lagging router."""
+    from fastsim.kernels.host_tier import GHOST_LOST
+
+    return bool(tier.ht.meta[:, GHOST_LOST].any())
+
+
+def _host_tier(st, engine, rings, workload, ghosts=False, lag=None):
+    """The run's host KV tiers and connector state (``kernels/host_offload.py``), None without a
+    tier; ``ghosts``: its evicted blocks are kept for a kv_router, which counts them until their
+    removal reaches it after the KV event lag ``lag`` (a ring of them a rank, grown with
+    ``rings[1]``)."""
     host = engine.host_offload
     if host is None:
         return None
     from fastsim.kernels.host_offload import make_tier_run
     from fastsim.kernels.host_tier import make_host_tier
+    from fastsim.memory import ghost_ring
 
     n_ranks = st.ranks.n_run.shape[0]
     ht = make_host_tier(n_ranks, host.num_host_blocks, st.params.block_size, host.kv_cache_bytes_per_token,
                         host.d2h_bandwidth_gbps, host.h2d_bandwidth_gbps, host.latency_to_first_byte_ms,
-                        n_live=rings[0], n_keys=rings[1])
+                        n_live=rings[0], n_keys=rings[1],
+                        n_ghost=ghost_ring(host.num_host_blocks, rings[1] // _TIER_RINGS[1]) if ghosts else 0,
+                        ghost_lag=float(lag or 0.0))
     from fastsim.kernels.dynamo_hash import sequence_hashes
 
     dhash = sequence_hashes(workload, st.params.block_size, st.requests.key_ptr)

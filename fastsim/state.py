@@ -210,9 +210,12 @@ def host_view(ht, weight, n_ranks=0, n_recorded=0):
 
     if ht is None:
         return HostView(weight=float(weight), tkey=np.zeros(0, dtype=np.uint64), tstate=np.zeros(0, dtype=np.int64),
-                        tres=np.zeros(0), tmask=0, now=np.zeros(1), dev=np.zeros(0, dtype=np.int64),
+                        tres=np.zeros(0), tmask=0, gkey=np.zeros(0, dtype=np.uint64), gres=np.zeros(0),
+                        grem=np.zeros(0), gmeta=np.zeros((1, 17), dtype=np.int64),
+                        now=np.zeros(1), dev=np.zeros(0, dtype=np.int64),
                         hcredit=np.zeros(0), chosen=np.zeros(0, dtype=np.int32))
     return HostView(weight=float(weight), tkey=ht.tkey, tstate=ht.tstate, tres=ht.tres, tmask=int(ht.tmask),
+                    gkey=ht.gkey, gres=ht.gres, grem=ht.grem, gmeta=ht.meta,
                     now=np.zeros(1), dev=np.zeros(n_ranks, dtype=np.int64), hcredit=np.zeros(n_ranks),
                     chosen=np.full(n_recorded, -1, dtype=np.int32))
 

@@ -49,9 +49,9 @@ from fastsim.kernels.g3_tier import EPOCH as G3_EPOCH
 from fastsim.kernels.host_tier import (CLOCK, HIT, LOAD, LOG_FULL, MISS, PENDING, PREPARED, can_reserve_prefix_nb,
                                        complete_external_nb,
                                        loading_nb, lookup_nb, next_deadline_nb, pin_external_nb, pop_due_nb,
-                                       prepare_store_nb, reserve_external_nb, schedule_load_nb, store_blocks_nb,
-                                       store_fence_nb, submit_prepared_nb, touch_nb, unpin_begin_nb, unpin_end_nb,
-                                       unpin_nb)
+                                       prepare_store_nb, reserve_external_nb, schedule_load_nb, seal_ghosts_nb,
+                                       store_blocks_nb, store_fence_nb, submit_prepared_nb, touch_nb, unpin_begin_nb,
+                                       unpin_end_nb, unpin_nb)
 from fastsim.kernels.jit import inline, inner
 from fastsim.kernels.kvpool import NACTIVE, alloc_nb, can_use_nb, match_slots_nb, register_nb, seal_feed_nb
 from fastsim.kernels.queues import start_running, unlink_waiting
@@ -690,6 +690,7 @@ def pass_boundary_nb(tr, pool, rq, k, now):
     """The end of a pass of rank ``k`` at ``now``: transfers due complete, the pass's prepared
     stores are submitted, and those due at once complete; a completion wakes the sleepers."""
     done = _advance(tr, pool, rq, k, now)
+    seal_ghosts_nb(tr.ht, k, now)  # (Dynamo publishes the pass's host removals with its end)
     submit_prepared_nb(tr.ht, k, now)
     if _advance(tr, pool, rq, k, now):
         done = True

@@ -22,6 +22,9 @@ knows nothing of the GPU pool, the scheduler or the clock's events, which call i
 * **Completions** come in (deadline, store before load, transfer id) order, Dynamo's order of
   its deadline set; within a lane deadlines never decrease, so two queue heads give that order.
   A store's blocks become resident; a load's blocks stop being "loading".
+* **Evicted blocks a kv_router still counts** (only with one): Dynamo publishes a host block's
+  removal when the pass that evicted it ends, and the router applies it after its KV event lag;
+  until then the block stays in a ring of the rank's evicted blocks (decision 0475).
 * **Loads** mark their blocks as loading (Dynamo's ``load_by_key``): another request whose host
   prefix meets such a block waits.
 
@@ -49,7 +52,7 @@ _RESIDENT = np.int64(-1)  # entry state; > 0: pending store (transfer id + 1); 0
 _EXTERNAL = np.int64(-2)
 # per-rank integer meta columns
 (ENTRIES, NEXT_ID, D2H_HEAD, D2H_SUBMITTED, D2H_TAIL, H2D_HEAD, H2D_TAIL, KEY_HEAD,
- KEY_TAIL, LRU_HEAD, LRU_TAIL, CLOCK, EVICTED) = range(13)
+ KEY_TAIL, LRU_HEAD, LRU_TAIL, CLOCK, EVICTED, GHOST_HEAD, GHOST_TAIL, GHOST_SEALED, GHOST_LOST) = range(17)
 # per-rank float meta columns
 D2H_END, H2D_END = 0, 1
 
@@ -63,6 +66,7 @@ class HostTier(NamedTuple):
     d2h_bpms: float  # bytes per ms of the device-to-host lane (inf: instantaneous)
     h2d_bpms: float
     latency_ms: float  # first-byte latency of every transfer
+    ghost_lag: float  # the KV event lag of the kv_router that counts the evicted blocks (gkey)
     tkey: np.ndarray  # uint64[R * tsize]: entry keys
     tstate: np.ndarray  # int64[R * tsize]: 0 empty, -1 resident, id + 1 pending store
     tload: np.ndarray  # int64[R * tsize]: id + 1 of the load copying the block back (0: none)
@@ -88,7 +92,13 @@ class HostTier(NamedTuple):
     d2h: np.ndarray  # int64[R * n_live]: ring of store ids in submission order
     h2d: np.ndarray  # int64[R * n_live]: ring of load ids
     keys: np.ndarray  # uint64[R * n_keys]: ring of the transfers' block keys
-    meta: np.ndarray  # int64[R, 13]
+    # evicted blocks a lagging kv_router still counts (``n_ghost`` items a rank, none without a
+    # lag): the key, when it became resident, and when its removal was published (inf until the
+    # pass that evicted it ends); the router drops them once their removal reaches it (0475)
+    gkey: np.ndarray  # uint64[R * n_ghost]
+    gres: np.ndarray  # float64[R * n_ghost]
+    grem: np.ndarray  # float64[R * n_ghost]
+    meta: np.ndarray  # int64[R, 17]
     fmeta: np.ndarray  # float64[R, 2]: each lane's end
 
 
@@ -98,18 +108,20 @@ def bytes_per_ms(gbps):
 
 
 def make_host_tier(n_ranks, cap, block_size, kv_cache_bytes_per_token, d2h_gbps, h2d_gbps,
-                   latency_ms=0.0, n_live=1024, n_keys=1 << 16):
+                   latency_ms=0.0, n_live=1024, n_keys=1 << 16, n_ghost=0, ghost_lag=0.0):
     """Empty host tiers of ``cap`` blocks for ``n_ranks`` ranks, with room for ``n_live``
-    transfers in flight and ``n_keys`` of their block keys per rank."""
+    transfers in flight and ``n_keys`` of their block keys per rank, and for ``n_ghost`` evicted
+    blocks whose removal a kv_router with a KV event lag of ``ghost_lag`` ms has not seen yet (0:
+    no such router)."""
     tsize = 1
     while tsize < 2 * cap:
         tsize *= 2
-    meta = np.zeros((n_ranks, 13), dtype=np.int64)
+    meta = np.zeros((n_ranks, 17), dtype=np.int64)
     n_lru = 4 * cap + 64  # live items are at most ``cap``: the ring compacts when it is full
     return HostTier(
         cap=cap, tmask=tsize - 1, block_bytes=float(block_size * kv_cache_bytes_per_token),
         d2h_bpms=bytes_per_ms(d2h_gbps), h2d_bpms=bytes_per_ms(h2d_gbps),
-        latency_ms=float(latency_ms),
+        latency_ms=float(latency_ms), ghost_lag=float(ghost_lag),
         tkey=np.zeros(n_ranks * tsize, dtype=np.uint64),
         tstate=np.zeros(n_ranks * tsize, dtype=np.int64),
         tload=np.zeros(n_ranks * tsize, dtype=np.int64),
@@ -129,6 +141,9 @@ def make_host_tier(n_ranks, cap, block_size, kv_cache_bytes_per_token, d2h_gbps,
         d2h=np.zeros(n_ranks * n_live, dtype=np.int64),
         h2d=np.zeros(n_ranks * n_live, dtype=np.int64),
         keys=np.zeros(n_ranks * n_keys, dtype=np.uint64),
+        gkey=np.zeros(n_ranks * n_ghost, dtype=np.uint64),
+        gres=np.zeros(n_ranks * n_ghost),
+        grem=np.zeros(n_ranks * n_ghost),
         meta=meta,
         fmeta=np.zeros((n_ranks, 2)),
     )
@@ -357,6 +372,56 @@ def _delete(ht, k, p):
 
 
 @inner
+def _keep_ghost(ht, k, p):
+    """Entry ``p`` of rank ``k`` is being evicted: keep it for the lagging kv_router, which counts
+    it until its removal event reaches it (the removal is published when the pass ends)."""
+    meta = ht.meta
+    n_ghost = ht.gkey.shape[0] // meta.shape[0]
+    if meta[k, GHOST_TAIL] - meta[k, GHOST_HEAD] >= n_ghost:
+        meta[k, GHOST_LOST] = 1  # the caller reruns with a larger ring
+        return
+    g = k * n_ghost + meta[k, GHOST_TAIL] % n_ghost
+    ht.gkey[g] = ht.tkey[p]
+    ht.gres[g] = ht.tres[p]
+    ht.grem[g] = np.inf
+    meta[k, GHOST_TAIL] += 1
+
+
+@kernel_noalloc
+def seal_ghosts_nb(ht, k, now):
+    """The pass of rank ``k`` ending at ``now`` publishes the removals of the blocks it evicted;
+    those whose removal reached the router by ``now`` are dropped (the router's reads come in
+    time order, so none of them is read again)."""
+    if ht.gkey.shape[0] == 0:
+        return
+    meta = ht.meta
+    n_ghost = ht.gkey.shape[0] // meta.shape[0]
+    base = k * n_ghost
+    for i in range(meta[k, GHOST_SEALED], meta[k, GHOST_TAIL]):
+        ht.grem[base + i % n_ghost] = now
+    meta[k, GHOST_SEALED] = meta[k, GHOST_TAIL]
+    while meta[k, GHOST_HEAD] < meta[k, GHOST_SEALED] and \
+            ht.grem[base + meta[k, GHOST_HEAD] % n_ghost] + ht.ghost_lag <= now:
+        meta[k, GHOST_HEAD] += 1
+
+
+@inner
+def counted_ghost_nb(gkey, gres, grem, meta, k, key, seen):
+    """Whether an evicted block ``key`` of rank ``k`` still counts for a router that has seen the
+    events published up to ``seen``: resident by then, its removal published after. Drops the
+    ghosts whose removal was published by ``seen`` (the router's times never go back)."""
+    n_ghost = gkey.shape[0] // meta.shape[0]
+    base = k * n_ghost
+    while meta[k, GHOST_HEAD] < meta[k, GHOST_SEALED] and grem[base + meta[k, GHOST_HEAD] % n_ghost] <= seen:
+        meta[k, GHOST_HEAD] += 1
+    for i in range(meta[k, GHOST_HEAD], meta[k, GHOST_TAIL]):
+        g = base + i % n_ghost
+        if gkey[g] == key and gres[g] <= seen < grem[g]:
+            return True
+    return False
+
+
+@inner
 def _evict(ht, k, keys, n, needed):
     """Evict ``needed`` least recently used blocks of rank ``k`` that are not among ``keys[:n]``:
     True, or False (nothing changed) when fewer than ``needed`` are evictable."""
@@ -385,6 +450,8 @@ def _evict(ht, k, keys, n, needed):
                 p = _pos(ht, k, ht.lkey[base + i])
                 if ht.tprot[p] == 0:
                     ht.lep[base + i] = 0
+                    if ht.gkey.shape[0] > 0:
+                        _keep_ghost(ht, k, p)
                     _delete(ht, k, p)
                     meta[k, ENTRIES] -= 1
                     meta[k, EVICTED] += 1

@@ -24,10 +24,11 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
   active blocks, stay immediate (docs/decisions/0230);
 * with a host KV tier (Dynamo 1.6.1's ``native_host_offload``), ``h`` the prompt blocks right
   after a target's device overlap ``d`` that its host tier holds (each from the end of its
-  store, plus the lag: when Dynamo publishes its host-tier stored event) and ``w``
+  store, plus the lag: when Dynamo publishes its host-tier stored event; an evicted block counts
+  until the end of the pass that evicted it, plus the lag: its removed event) and ``w``
   ``host_cache_hit_weight``: the cost's credit is ``credit * decay * d + w * h``, the prefill
   load ``isl - round((d + w * h) * bs)`` and the recorded overlap ``round(d + w * h)`` blocks
-  (docs/decisions/0353);
+  (docs/decisions/0353, 0475);
 * with ``router_queue_threshold`` set, a target is busy iff ``PF > thr * max_num_batched_tokens``
   and a request waits in the router queue while every target is busy (released at first-token and
   completion events, in fcfs, lcfs or wspt order). The vLLM and SGLang loops move the queue
@@ -43,7 +44,7 @@ import numpy as np
 
 from fastsim.kernels.blocks import mix64_nb
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
-from fastsim.kernels.host_tier import resident_since_nb
+from fastsim.kernels.host_tier import counted_ghost_nb, resident_since_nb
 from fastsim.kernels.jit import inner, kernel_noalloc
 from fastsim.kernels.kvpool import EV_COUNT, EV_FIRST, match_prefix_nb
 
@@ -71,6 +72,12 @@ class HostView(NamedTuple):
     tstate: np.ndarray  # int64[R * tsize]
     tres: np.ndarray  # float64[R * tsize]: when each entry became resident
     tmask: int
+    # the blocks the tiers evicted whose removal the lagging router may not have seen yet
+    # (kernels/host_tier.py; empty without a lag)
+    gkey: np.ndarray  # uint64[R * n_ghost]
+    gres: np.ndarray  # float64[R * n_ghost]
+    grem: np.ndarray  # float64[R * n_ghost]
+    gmeta: np.ndarray  # int64[R, 17]: the tier's meta (the ghosts' ring heads and tails)
     now: np.ndarray  # float64[1]: the routing time (set by sync_index_nb)
     dev: np.ndarray  # int64[R]: each target's device overlap d (scratch)
     hcredit: np.ndarray  # float64[R]: ... and its host blocks' credit, weight * h (scratch)
@@ -236,14 +243,18 @@ def sync_index_nb(rt, pool, now):
 @inner
 def _with_host_blocks(rt, k, keys, d, nshare):
     """Target ``k``'s overlap counting its host tier: the blocks ``keys[d:nshare]`` its host
-    tier held (as published, lag included) up to the first it did not, weighted, added to the
+    tier held (as published, lag included: a block evicted since counts until its removal
+    event arrives) up to the first it did not, weighted, added to the
     device overlap ``d`` and rounded half away from zero (Dynamo's ``f64::round``)."""
     hv = rt.host
     seen = hv.now[0] - max(rt.lag, 0.0)
     h = 0
+    ghosts = hv.gkey.shape[0] > 0
     for j in range(d, nshare):
         if resident_since_nb(hv.tkey, hv.tstate, hv.tres, hv.tmask, k, keys[j]) > seen:
-            break
+            # an evicted block counts until its removal event reaches the router (0475)
+            if not (ghosts and counted_ghost_nb(hv.gkey, hv.gres, hv.grem, hv.gmeta, k, keys[j], seen)):
+                break
         h += 1
     hv.hcredit[k] = float(h) * hv.weight
     return np.int64(np.floor(float(d) + hv.hcredit[k] + 0.5))

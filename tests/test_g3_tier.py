@@ -25,7 +25,7 @@ from fastsim.errors import InputError, NotSupportedError
 DATA = Path(__file__).parent / "data" / "g3_161"
 CASES = recorded.cases(DATA)
 # refused, with words of the refusal
-REFUSED = {"moon_kv3_h400_lag50": "KV event lag", "shared_moon_kv2_h500_g5000": "cluster_shared G3 tier"}
+REFUSED = {"shared_moon_kv2_h500_g5000": "cluster_shared G3 tier"}
 # recorded cases fastsim does not reproduce yet (decision 0450, "Left")
 DIFFERS = {"synth_h300_g3000_slowhost", "moon_kv4_h300_g3000"}
 TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens")

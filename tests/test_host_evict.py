@@ -8,7 +8,8 @@ recency, a retried cohort, a cohort larger than the tier, a shared prefix), and 
 tier is smaller than the working set (tiny tiers, KV pressure with preemptions, chunked prefills,
 attention DP, round robin and kv_router clusters, the conversation trace, unique synthetic
 prompts). Every report field within 1e-9 and every request's timeline (with kv_router, its
-routing figures too); a kv_router run with a KV event lag whose tier evicts is refused by name.
+routing figures too; with a KV event lag, evicted host blocks counted until their removal arrives:
+docs/decisions/0475 and ``tests/test_host_evict_lag.py``).
 """
 
 import gzip
@@ -28,8 +29,6 @@ TIMELINE = ("arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_m
             "input_length", "output_length", "reused_input_tokens", "first_admission_g1_reused_input_tokens",
             "first_admission_host_reused_input_tokens", "terminal_status")
 ROUTE = ("reported_overlap_tokens", "selected_overlap_blocks", "best_available_overlap_blocks")
-# refused, with a word of the refusal
-REFUSED = {"moon_kv3_h400_lag50": "KV event lag"}
 
 
 def _reports(name):
@@ -59,7 +58,7 @@ def test_recorded_runs_are_deterministic():
     assert len(CASES) >= 20
 
 
-@pytest.mark.parametrize("name", [n for n in CASES if n not in REFUSED])
+@pytest.mark.parametrize("name", list(CASES))
 def test_case_matches_dynamo(name, tmp_path, capsys):
     got, mine = recorded.cli_replay(CASES[name]["args"], DATA, tmp_path, capsys)
     misses = [f"{k}: fastsim {got.get(k)!r}, Dynamo {v!r}" for k, v in _numbers(_reports(name)[0]).items()
@@ -69,11 +68,6 @@ def test_case_matches_dynamo(name, tmp_path, capsys):
         ref = [json.loads(line) for line in f]
     routed = "kv_router" in CASES[name]["args"]
     assert _rows(mine, routed) == _rows(ref, routed)
-
-
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_case_is_refused_by_name(name, capsys):
-    recorded.assert_refused_by_name(DATA, CASES[name]["args"], REFUSED[name], capsys)
 
 
 def test_sequence_hashes_are_dynamos():
