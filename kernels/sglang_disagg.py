@@ -35,7 +35,8 @@ from fastsim.kernels.sglang import (CNT_COMMITTED, CNT_EMIT, CNT_FIN, CNT_HEAP, 
                                     _cache_prefix_nb, _chained_keys_nb, _finish_nb, _pool_gap_nb, _r_push_back,
                                     _w_push_back, rank_pass_nb)
 from fastsim.kernels.sglang_disagg_route import (decode_done_nb, prefill_done_nb, publish_hold_nb, route_decode_nb,
-                                                 route_prefill_nb, source_released_nb)
+                                                 source_released_nb)
+from fastsim.kernels.sglang_route import route_nb
 
 # ``Handoff.cnt`` slots: the two pools' round-robin counters, requests done, a Ctrl-C to stop at
 # (set from another thread: fastsim/interrupt.py), 1 if some rows' gaps are skipped, completions'
@@ -142,8 +143,8 @@ def _reserve_nb(qp, kp, prp, sp, tp, qd, prd, sd, td, h, rt_p, x, now):
         ps = prp[P_PS]
         nfull = qp.isl[row] // ps
         _chained_keys_nb(qp, prp, sp, row, nfull)
-        i = route_prefill_nb(rt_p, tp, sp.keys, nfull, nfull if prp[P_HASHED] else 0, qp.isl[row], ps, kp.gstate,
-                             row, now)
+        # (the aggregated engine's routing, ``kernels/sglang_route.py``; its router has no active-block term)
+        i = route_nb(rt_p, tp, sp.keys, nfull, nfull if prp[P_HASHED] else 0, qp.isl[row], ps, kp.gstate, row, now)
         h.pov[row] = rt_p.overlap[i]
     h.pre_idx[row] = i
     qp.rank[row] = i

@@ -21,8 +21,8 @@ from fastsim.kernels.jit import inner
 from fastsim.kernels.kvpool import seal_feed_nb
 from fastsim.kernels.radix import _feed_nb
 from fastsim.kernels.sglang import P_HASHED, P_NOCACHE, P_PS, _chained_keys_nb
-from fastsim.kernels.router import (choose_target_nb, commit_route_nb, free_request_nb, note_route_nb,
-                                    release_blocks_nb, release_prefill_nb, score_targets_nb, sync_index_nb)
+from fastsim.kernels.router import (choose_target_nb, commit_route_nb, free_request_nb, release_blocks_nb,
+                                    release_prefill_nb)
 
 
 @inner
@@ -45,20 +45,6 @@ def decode_done_nb(rt, nfull, row, k):
     leave the decode router."""
     release_prefill_nb(rt, row, k)
     release_blocks_nb(rt, rt.overlap, nfull, 0, k)
-
-
-@inner
-def route_prefill_nb(rt, t, keys, nfull, nshare, isl, ps, gstate, row, now):
-    """The prefill rank request ``row`` goes to (its prompt's ``nfull`` complete pages ``keys``, the
-    first ``nshare`` of which another request can hold), scored on the prefill ranks' published
-    caches ``t``; returns the rank, its overlap (pages) in ``rt.overlap``."""
-    n_targets = gstate.shape[0]
-    sync_index_nb(rt, t, now)
-    score_targets_nb(rt, None, keys, nfull, nshare, isl, ps, n_targets, gstate, 1)
-    k = choose_target_nb(rt, n_targets)
-    commit_route_nb(rt, keys, nfull, nshare, isl, ps, row, k)
-    note_route_nb(rt, row, n_targets, now)
-    return k
 
 
 @inner
