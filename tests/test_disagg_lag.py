@@ -65,11 +65,20 @@ def test_disaggregated_kv_event_lag_matches_dynamo_161(name, args, tmp_path):
         [recorded.band_misses(s, reports) for s in summaries]
 
 
-def test_a_feed_too_small_for_the_lag_window_runs_again_with_the_same_results():
+def test_a_feed_too_small_for_the_lag_window_runs_again_with_the_same_results(monkeypatch):
     """A prefill worker's feed that overflows makes the run start again with a larger one."""
+    from fastsim import sim_disagg
     from fastsim.config import EngineArgs
     from fastsim.workload import synthetic
-    from fastsim.sim_disagg import simulate_disagg
+
+    feeds = []
+    plain = sim_disagg.simulate_disagg
+
+    def simulate_disagg(*args, **kwargs):
+        feeds.append(kwargs.get("_kv_events"))
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(sim_disagg, "simulate_disagg", simulate_disagg)
 
     wl = synthetic(600, 20, 120, arrival_interval_ms=3.0, shared_prefix_ratio=0.5, num_prefix_groups=3,
                    block_size=16)
@@ -77,7 +86,9 @@ def test_a_feed_too_small_for_the_lag_window_runs_again_with_the_same_results():
               dynamo_version="1.6.1")
     pre, dec = EngineArgs(block_size=16, worker_type="prefill"), EngineArgs(block_size=16, worker_type="decode")
     roomy = simulate_disagg(wl, pre, dec, **kw)
+    feeds.clear()
     cramped = simulate_disagg(wl, pre, dec, **kw, _kv_events=4)
+    assert feeds[:2] == [4, 16], feeds  # (it overflowed and ran again)
     for key, value in roomy.summary.items():
         if key not in ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"):
             assert cramped.summary[key] == value, key

@@ -17,25 +17,10 @@ from pathlib import Path
 import pytest
 
 import recorded
+from test_host_router import WALL_FIELDS, _rows  # (the same record layout)
 
 DATA = Path(__file__).parent / "data" / "host_evict_lag_161"
 CASES = {name: (DATA, case) for name, case in json.loads((DATA / "cases.json").read_text()).items()}
-WALL_FIELDS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
-ROUTE = ("reported_overlap_tokens", "selected_overlap_blocks", "best_available_overlap_blocks")
-TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_tokens",
-            "first_admission_g1_reused_input_tokens", "first_admission_host_reused_input_tokens")
-
-
-def _rows(recs):
-    def key(r):
-        return (r["arrival_time_ms"], r["input_length"], r["requested_output_length"])
-
-    def figures(r):
-        h = r["routing_history"][0]
-        times = tuple(round(r.get(k), 6) if isinstance(r.get(k), float) else r.get(k) for k in TIMELINE)
-        return tuple(h[k] for k in ROUTE) + times
-
-    return sorted((key(r), figures(r)) for r in recs)
 
 
 def _reports(name):
