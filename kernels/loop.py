@@ -386,9 +386,7 @@ def on_terminal(ss, cl, r, t, rejected):
         ss.ready_at[nr] = t + ss.delay[nr]
         heap_push_nb(ss.heap, cl.state, np.int64(NHEAP), ss.ready_at, ss.tie, nr)
     elif cl.concurrency > 0:
-        if cl.state[NEXTSESS] < ss.ptr.shape[0] - 1:
-            _activate_session(ss, cl, cl.state[NEXTSESS], t)
-            cl.state[NEXTSESS] += 1
+        start_next_session_nb(ss, cl, t)
 
 
 @inner
@@ -406,12 +404,13 @@ def session_failed_nb(ss, cl, r, t):
     return cl.concurrency > 0
 
 
-@inner
+@inline
 def start_next_session_nb(ss, cl, t):
     """A closed loop's freed slot starts the next session not yet started, at ``t``."""
     if cl.state[NEXTSESS] < ss.ptr.shape[0] - 1:
         _activate_session(ss, cl, cl.state[NEXTSESS], t)
         cl.state[NEXTSESS] += 1
+
 
 # ----------------------------------------------------------------------------- effects
 @inner
