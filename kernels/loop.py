@@ -86,7 +86,7 @@ from fastsim.kernels.router import (
     sync_index_nb,
 )
 from fastsim.kernels.blocks import block_mod, fill_keys, key_span
-from fastsim.kernels.pass_time import decode_ms_161, step_ms
+from fastsim.kernels.pass_time import decode4_ms_161, step_ms
 from fastsim.kernels.queues import arrive_nb, enqueue_waiting_nb
 from fastsim.kernels.rank_state import (
     AWAITING_READMISSION,
@@ -1205,10 +1205,7 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
         nb = rk.bcnt[k * bs + block_mod(p, P)]
         if t161:
             if dj == 4:
-                d0 = decode_ms_161(p, perf, slen, ns)
-                d1 = decode_ms_161(p, perf, slen + ns, ns)
-                d2 = decode_ms_161(p, perf, slen + 2 * ns, ns)
-                d3 = decode_ms_161(p, perf, slen + 3 * ns, ns)
+                d0, d1, d2, d3 = decode4_ms_161(p, perf, slen, ns)
                 dj = 0
             dms = d0 if dj == 0 else (d1 if dj == 1 else (d2 if dj == 2 else d3))
             dj += 1
