@@ -1098,9 +1098,9 @@ def _step_ws(cl, fl, ws, now, t):
     between (``_steady_run``) in time order: Dynamo adds ``live * (t - now) / 1000`` at every
     event, and those sums depend on where the events fall. (Events at one time add zero.)"""
     live = fl.fs[NLIVE]
-    while cl.pdue[cl.ptree[1]] < t:
-        g = cl.ptree[1]
-        pt = cl.pdue[g]
+    g = cl.ptree[1]
+    pt = cl.pdue[g]
+    while pt < t:
         ws += live * (pt - now) / 1000.0
         _log_tick(cl, pt)
         now = pt
@@ -1108,7 +1108,9 @@ def _step_ws(cl, fl, ws, now, t):
         head = (cl.ph_head[g] + 1) % _PH
         cl.ph_n[g] = m
         cl.ph_head[g] = head
-        tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[g * _PH + head] if m > 0 else np.inf)
+        # (the next winner comes back in registers: reading it from the tree would wait on the
+        # store that just wrote it)
+        g, pt = tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[g * _PH + head] if m > 0 else np.inf)
     _log_tick(cl, t)
     return ws + live * (t - now) / 1000.0
 
