@@ -36,6 +36,7 @@ from fastsim.kernels.codes import (
     REJECTED,
     SIM_CAP,
     TABLE_FULL,
+    TABLE_GROW,
     TELEMETRY_FULL,
     TERM_COMPLETED,
     TICKS_FULL,
@@ -68,6 +69,7 @@ from fastsim.kernels.host_offload import STOP, idle_advance_nb, idle_deadline_nb
 from fastsim.kernels.indirect import Indirect, deref, link, pin
 from fastsim.kernels.jit import inline, inner, llvm_inline, loop_kernel
 from fastsim.kernels.router import (
+    NENTRIES,
     NQUEUE,
     OVERFLOW,
     all_busy_nb,
@@ -1402,7 +1404,7 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out, tier):
     Returns OK, DEAD_END (no future event while requests are unfinished), SIM_CAP, TABLE_FULL (the
     router's block table was too small: re-run with a larger one), or a pause the caller resumes by
     calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers), LOG_FULL (grow
-    the readmission log ``pa.alog``), PLANNER_TICK
+    the readmission log ``pa.alog``), TABLE_GROW (grow the router's block table), PLANNER_TICK
     (a planner may set ``fl.fs[TARGET]``), TICKS_FULL (empty the tick log ``cl.tlog``: a shard
     of a split run, ``fastsim/shards.py``), HOST_TIER_STOP (the host tier would have to evict:
     ``tier.flag``) or INTERRUPTED (``cl.state[CTRL_C]`` was set). It releases the GIL while it runs.
@@ -1444,6 +1446,9 @@ def _loop(tabs, tier, out):
                 break
             if rt.state[OVERFLOW] != 0:
                 status = TABLE_FULL
+                break
+            if 4 * rt.state[NENTRIES] > rt.tab_key.shape[0]:
+                status = TABLE_GROW  # (grown before it fills up within a step, which costs a re-run)
                 break
             if fl.planner_ms > 0.0 and fl.ff[NEXTPLAN] <= now:
                 fl.ff[NEXTPLAN] = now + fl.planner_ms
