@@ -1000,6 +1000,9 @@ def run() -> int:
     global _exit_code
     import atexit
 
+    from fastsim.blas_threads import one_blas_thread
+
+    one_blas_thread()
     atexit.register(_quick_exit)
     code = main()
     if _command_run in _QUICK_EXIT_COMMANDS:
