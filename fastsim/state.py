@@ -133,15 +133,20 @@ def _group_of_rows(sharing, n):
 
 
 def initial_table_size(rq, block_size, n_ranks):
-    """Slots of the router's (rank, block) table at the start: four times the keyed blocks of four
-    requests of average length per target (only blocks with a content key enter it: the others
-    are unique to their request). The loop asks for a table four times larger whenever it is a
-    quarter full (``grow_union_table``), so it stays about as small as the blocks in flight: a
-    table sized for a long trace's every block would be mostly empty, and its probes would miss
-    every cache (decision 0393)."""
-    n = max(int(rq.isl.shape[0]), 1)
+    """Slots of the router's (rank, block) table at the start (``union_table_slots``): only blocks
+    with a content key enter it (the others are unique to their request)."""
     blocks = int(np.minimum(rq.isl // block_size, np.diff(rq.key_ptr)).sum())
-    live = -(-blocks * 4 * n_ranks // n)
+    return union_table_slots(blocks, int(rq.isl.shape[0]), n_ranks)
+
+
+def union_table_slots(blocks, n_requests, n_ranks):
+    """Slots of the router's (rank, block) table at the start, for ``n_requests`` requests holding
+    ``blocks`` blocks that may enter it: four times the blocks of four average requests per
+    target. The loop asks for a table four times larger whenever it is a quarter full
+    (``grow_union_table``), so it stays about as small as the blocks in flight: a table sized for
+    a long trace's every block would be mostly empty, and its probes would miss every cache
+    (decision 0393)."""
+    live = -(-blocks * 4 * n_ranks // max(n_requests, 1))
     size = 4096
     while size < 4 * live:
         size *= 2
