@@ -1,9 +1,8 @@
 """The kv_router's table of active (target, block) entries starts small and grows in place when it
 is a quarter full (``TABLE_GROW``), or the run starts again with a larger one if a single step
-fills it (``TABLE_FULL``), on the vLLM and SGLang engines. Where an entry sits in the table changes no
-result: replays with a
-table that must grow many times, and with one that never grows, give the same report and the
-same requests, bit for bit (decision 0393)."""
+fills it (``TABLE_FULL``), on the vLLM and SGLang engines. Where an entry sits in the table
+changes no result: replays with a table that must grow many times, and with one that never grows,
+give the same report and the same requests, bit for bit (decision 0393)."""
 
 from __future__ import annotations
 
