@@ -215,13 +215,29 @@ def test_modeled_c2_and_exact_reference():
         assert q(got) == got  # already on the ns grid
 
 
+def _hard_durations(seed):
+    """Step times (ms) that probe the nanosecond rounding: random ones over many binades, ones
+    with few decimals, exact binary ties, and either side of the round-trip bound."""
+    from fastsim.kernels.perf import _ROUND_TRIP_S
+
+    rng = np.random.default_rng(seed)
+    edge = _ROUND_TRIP_S * 1000.0
+    return np.concatenate([
+        rng.uniform(0, 100, 200_000), np.exp(rng.uniform(-20, 16, 200_000)),
+        np.round(rng.uniform(0, 100, 100_000), 6), np.round(rng.uniform(0, 100, 100_000), 4),
+        rng.integers(1, 2 ** 20, 50_000) / 1024.0,  # exact binary ties of the nanosecond rounding
+        edge * (1.0 + rng.uniform(-1e-6, 1e-6, 50_000)),
+        edge * np.array([1.0, 1.0 - 2 ** -52, 1.0 + 2 ** -52]),
+    ])
+
+
 def test_modeled_shortcut_matches_every_rounding():
     """``modeled_ms_nb`` skips the round trips that change nothing below 1024 s (a speedup of 1,
     the final quantisation): the same values as ``_modeled_ms_rounds``, which does them all, on
     random durations, ties and either side of the bound."""
     import numba
 
-    from fastsim.kernels.perf import _ROUND_TRIP_S, _modeled_ms_rounds
+    from fastsim.kernels.perf import _modeled_ms_rounds
 
     @numba.njit
     def mismatches(raws, s):
@@ -231,15 +247,7 @@ def test_modeled_shortcut_matches_every_rounding():
                 bad += 1
         return bad
 
-    rng = np.random.default_rng(27)
-    edge = _ROUND_TRIP_S * 1000.0
-    raws = np.concatenate([
-        rng.uniform(0, 100, 200_000), np.exp(rng.uniform(-20, 16, 200_000)),
-        np.round(rng.uniform(0, 100, 100_000), 6), np.round(rng.uniform(0, 100, 100_000), 4),
-        rng.integers(1, 2 ** 20, 50_000) / 1024.0,  # exact binary ties of the nanosecond rounding
-        edge * (1.0 + rng.uniform(-1e-6, 1e-6, 50_000)),
-        edge * np.array([1.0, 1.0 - 2 ** -52, 1.0 + 2 ** -52]),
-    ])
+    raws = _hard_durations(27)
     for s in (0.0, 1.0, 2.0, 1.5, 0.3, 0.5, 3.0, 7.0, 100.0, 1000.0):
         assert mismatches(raws, s) == 0, s
 
@@ -674,7 +682,7 @@ def test_branch_free_modeled_ms_matches():
     random durations, exact binary ties and either side of its bound."""
     import numba
 
-    from fastsim.kernels.perf import _ROUND_TRIP_S, unit_modeled_ms
+    from fastsim.kernels.perf import unit_modeled_ms
 
     @numba.njit
     def check(raws, s):
@@ -688,15 +696,8 @@ def test_branch_free_modeled_ms_matches():
                 bad += 1
         return bad, declined
 
-    rng = np.random.default_rng(29)
-    edge = _ROUND_TRIP_S * 1000.0
-    raws = np.concatenate([
-        rng.uniform(1, 40, 300_000), np.exp(rng.uniform(-20, 16, 200_000)),
-        np.round(rng.uniform(0, 100, 100_000), 6), np.round(rng.uniform(0, 100, 100_000), 4),
-        rng.integers(1, 2 ** 20, 50_000) / 1024.0,  # exact binary ties of the nanosecond rounding
-        edge * (1.0 + rng.uniform(-1e-6, 1e-6, 50_000)),
-        np.array([edge, edge * (1.0 - 2 ** -52), 999.9999999995, 1000.0 - 2 ** -40]),
-    ])
+    raws = np.concatenate([_hard_durations(29), np.random.default_rng(30).uniform(1, 40, 300_000),
+                           np.array([999.9999999995, 1000.0 - 2 ** -40])])
     for s in (0.0, 1.0):
         bad, declined = check(raws, s)
         assert bad == 0, s
