@@ -16,10 +16,10 @@ Dynamo 1.6 options (the flags of its 1.4.2-style runner): ``--dynamo-version`` p
 reproduced (default 1.6.1); ``--coverage-json`` and ``--quiet`` are honoured; ``--execution-model``
 is accepted (it names the target model of an agentic trace and changes nothing for a Mooncake or
 Azure trace, as in Dynamo); ``--kv-event-lag-ms`` is honoured with kv_router (a Dynamo 1.6.1 option);
-``--agentic-lanes``, ``--weka-nested-timestamp-basis`` with a weka trace, ``--telemetry-jsonl`` and
-``--ais-perf-config`` are refused as not supported yet; used where Dynamo itself refuses them
-(a lag with round robin, lanes or a timestamp basis with a format that has none) they get
-Dynamo's error.
+``--agentic-lanes`` and ``--weka-nested-timestamp-basis`` are honoured with the trace formats that
+have them; ``--telemetry-jsonl`` and ``--ais-perf-config`` are refused as not supported yet. Used
+where Dynamo itself refuses them (a lag with round robin, lanes or a timestamp basis with a format
+that has none) these flags get Dynamo's error.
 
 Deviation: Dynamo reads ``--router-policy-config``'s default from ``$DYN_ROUTER_POLICY_CONFIG``;
 fastsim has no router policies and does not read that variable.
@@ -1000,6 +1000,9 @@ def run() -> int:
     global _exit_code
     import atexit
 
+    from fastsim.blas_threads import one_blas_thread
+
+    one_blas_thread()
     atexit.register(_quick_exit)
     code = main()
     if _command_run in _QUICK_EXIT_COMMANDS:

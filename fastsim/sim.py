@@ -17,7 +17,7 @@ from fastsim.results import (fleet_frame, gap_columns, history_columns, in_fligh
                              request_columns, telemetry_frame)
 from fastsim.run_config import (RunConfig, check_gap_statistics, check_kv_event_lag,
                                 check_schedule, check_telemetry, history_kept, readmission_log_size, worker_rows)
-from fastsim.state import (build_state, grow_readmission_log, grow_telemetry, initial_table_size,
+from fastsim.state import (build_state, grow_readmission_log, grow_telemetry, grow_union_table, initial_table_size,
                            host_view, router_state, settle_unarrived, sharing_groups)
 from fastsim.trace_checks import check_workload
 from fastsim.workload import session_labels
@@ -177,6 +177,7 @@ def simulate(
         RECORDS_FULL,
         SIM_CAP,
         TABLE_FULL,
+        TABLE_GROW,
         TELEMETRY_FULL,
         TIMING_161,
     )
@@ -300,6 +301,8 @@ def simulate(
                 st = st._replace(fleet=grow_telemetry(st.fleet, tel_cap, telemetry_interval_ms))
             elif status == RECORDS_FULL:
                 st = st._replace(gaps=st.gaps._replace(tl=grow_records(st.gaps.tl)))
+            elif status == TABLE_GROW:
+                rt = grow_union_table(rt)
             elif status == LOG_FULL:
                 st = st._replace(scratch=grow_readmission_log(st.scratch))
                 run = dataclasses.replace(run, readmission_log=st.scratch.alog.shape[0])
@@ -326,8 +329,9 @@ def simulate(
                 raise host_tier_stopped(reason, rank, engine)
             tier_rings = (4 * tier_rings[0], 4 * tier_rings[1])  # start again with larger rings
         elif status == TABLE_FULL:
-            # The router's table of active prompt blocks filled up: start again with a larger one.
-            table *= 4
+            # The router's table of active prompt blocks filled up within a step: start again
+            # with a larger one.
+            table = 4 * rt.tab_key.shape[0]
         elif st.pool.ev_meta[:, EV_OVERFLOWED].any():
             # A lag window held more KV events than the feed: start again with a larger one.
             run = dataclasses.replace(run, kv_events=4 * run.kv_events)

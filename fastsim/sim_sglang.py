@@ -17,6 +17,7 @@ from fastsim.errors import InputError, NotSupportedError
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
                                    INTERRUPTED, OUTCOME_REJECTED, SIM_CAP)
 from fastsim.kernels.router import OVERFLOW
+from fastsim.state import union_table_slots
 
 
 # False: every decode pass one request at a time (the tests compare the two; ``kernels/sglang_steady.py``)
@@ -112,8 +113,9 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
     perf = engine_perf_model(engine)
     if not reference:
         from fastsim import sglang_state, sglang_telemetry
-        from fastsim.kernels.codes import PLANNER_TICK, RECORDS_FULL, TELEMETRY_FULL
+        from fastsim.kernels.codes import PLANNER_TICK, RECORDS_FULL, TABLE_GROW, TELEMETRY_FULL
         from fastsim.kernels.fleet import TARGET
+        from fastsim.state import grow_union_table
         from fastsim.kernels.sglang import CNT_CTRL_C, CNT_READMISSIONS, run_sglang_nb
         from fastsim.kernels.timelines import LOST, grow_records
 
@@ -165,9 +167,11 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                 lp = None
             with interrupt.on_ctrl_c(interrupt.flag((s.cnt, CNT_CTRL_C))):
                 status = run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel)
-                while status in (RECORDS_FULL, TELEMETRY_FULL, PLANNER_TICK):
+                while status in (RECORDS_FULL, TELEMETRY_FULL, PLANNER_TICK, TABLE_GROW):
                     if status == RECORDS_FULL:
                         tl = grow_records(tl)
+                    elif status == TABLE_GROW:
+                        rt = grow_union_table(rt)
                     elif status == TELEMETRY_FULL:
                         tel = sglang_telemetry.grow(tel, tel_cap, telemetry_interval_ms)
                     else:
@@ -179,8 +183,8 @@ def simulate_sglang(workload, engine, *, num_workers, router_mode, version, repl
                 log_size = int(s.cnt[CNT_READMISSIONS])
             elif kv and t.ev_meta[:, 2].any():  # a rank's KV events outgrew their ring: a larger one
                 n_events *= 4
-            elif kv and rt.state[OVERFLOW]:  # the router's table of active blocks filled: a larger one
-                table *= 4
+            elif kv and rt.state[OVERFLOW]:  # the router's table of active blocks filled in a step: a larger one
+                table = 4 * rt.tab_key.shape[0]
             elif tl.st[LOST]:  # a request's token times left its worker's ring: a wider one
                 ring = 4 * tl.ring.shape[1]
             elif status == SIM_CAP and gap_skip is None and (left := _in_flight_with_gaps(q)).any():
@@ -286,15 +290,10 @@ def _check_kv_router(router_config, version, reference, max_sim_time_ms, replay_
 
 
 def _union_table_size(workload, ps, n_ranks):
-    """Slots of the router's table of active (rank, page) blocks: twice a generous bound on the
-    entries live at once (it grows if they outgrow it)."""
-    n = workload.n_requests
-    blocks = int((np.asarray(workload.isl, dtype=np.int64) // ps).sum())
-    live = blocks if n <= 4096 * n_ranks else int(blocks * (4096 * n_ranks) / n)
-    size = 1024
-    while size < 2 * live + 2:
-        size *= 2
-    return size
+    """Slots of the router's table of active (rank, page) blocks at the start (it grows as they
+    outgrow it: ``state.union_table_slots``)."""
+    pages = int((np.asarray(workload.isl, dtype=np.int64) // ps).sum())
+    return union_table_slots(pages, workload.n_requests, n_ranks)
 
 
 def _router(router_config, workload, cfg, engine, n_ranks, n_workers, table, seed, lag, version):

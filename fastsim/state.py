@@ -133,16 +133,36 @@ def _group_of_rows(sharing, n):
 
 
 def initial_table_size(rq, block_size, n_ranks):
-    """Slots of the router's (rank, block) table: twice a generous bound on live entries (only
-    blocks with a content key enter it: the others are unique to their request)."""
-    n = rq.isl.shape[0]
+    """Slots of the router's (rank, block) table at the start (``union_table_slots``): only blocks
+    with a content key enter it (the others are unique to their request)."""
     blocks = int(np.minimum(rq.isl // block_size, np.diff(rq.key_ptr)).sum())
-    # in-flight requests rarely exceed a few thousand per target; the table grows if they do
-    live = blocks if n <= 4096 * n_ranks else int(blocks * (4096 * n_ranks) / n)
-    size = 1024
-    while size < 2 * live + 2:
+    return union_table_slots(blocks, int(rq.isl.shape[0]), n_ranks)
+
+
+def union_table_slots(blocks, n_requests, n_ranks):
+    """Slots of the router's (rank, block) table at the start, for ``n_requests`` requests holding
+    ``blocks`` blocks that may enter it: four times the blocks of four average requests per
+    target. The loop asks for a table four times larger whenever it is a quarter full
+    (``grow_union_table``), so it stays about as small as the blocks in flight: a table sized for
+    a long trace's every block would be mostly empty, and its probes would miss every cache
+    (decision 0393)."""
+    live = -(-blocks * 4 * n_ranks // max(n_requests, 1))
+    size = 4096
+    while size < 4 * live:
         size *= 2
     return size
+
+
+def grow_union_table(rt):
+    """``rt`` with its table of active blocks four times larger, holding the same entries."""
+    from fastsim.kernels.router import move_table_nb
+
+    size = 4 * rt.tab_key.shape[0]
+    key = np.zeros(size, dtype=np.uint64)
+    rank = np.full(size, -1, dtype=np.int32)
+    cnt = np.zeros(size, dtype=np.int32)
+    move_table_nb(rt.tab_key, rt.tab_rank, rt.tab_cnt, key, rank, cnt)
+    return rt._replace(tab_key=key, tab_rank=rank, tab_cnt=cnt)
 
 
 def router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed,

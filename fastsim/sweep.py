@@ -396,6 +396,9 @@ def _warm_worker():
     """Load every kernel in a worker process (once, from numba's disk cache; compile it if the
     cache is cold: ``fastsim warmup``, which the sweep's own process runs first). The loop's
     speculative-decoding variant is left to the first configuration that uses it."""
+    from fastsim.blas_threads import one_blas_thread
+
+    one_blas_thread()
     try:
         from fastsim.warmup import warm_up
 

@@ -44,9 +44,11 @@ ROUND_ROBIN, KV_ROUTER = 0, 1
 # OK: the run ended; the others ask Python to grow a table, call the planner, or report a stop
 # (ADMIT_OOM: the SGLang engine's refusal, kernels/sglang.py; HOST_TIER_STOP: the
 # host KV tier met what fastsim does not simulate, kernels/host_offload.py; RECORDS_FULL: grow the
-# token-time records, kernels/timelines.py; INTERRUPTED: Ctrl-C was pressed, fastsim/interrupt.py)
+# token-time records, kernels/timelines.py; INTERRUPTED: Ctrl-C was pressed, fastsim/interrupt.py;
+# TABLE_GROW: the kv_router's table of active blocks is a quarter full, to be grown in place
+# before the run goes on, where TABLE_FULL means it filled up within a step and the run starts again)
 OK, DEAD_END, SIM_CAP, TABLE_FULL, TELEMETRY_FULL, PLANNER_TICK, TICKS_FULL, LOG_FULL, ADMIT_OOM, \
-    HOST_TIER_STOP, RECORDS_FULL, INTERRUPTED = range(12)
+    HOST_TIER_STOP, RECORDS_FULL, INTERRUPTED, TABLE_GROW = range(13)
 
 
 def outcome_of(status: np.ndarray, failed: bool = False) -> np.ndarray:

@@ -32,9 +32,10 @@ def new_tourney(n):
 @inner
 def tourney_set_nb(tree, key, item, value):
     """Set ``key[item] = value`` (+inf: nothing pending) and replay the item's matches up to the
-    root. A tie goes to the left subtree (lower ids). The climbing winner stays in registers: each
-    level only reads its sibling's winner, which this update does not change, so those reads do
-    not wait on one another."""
+    root; returns the new winner and its key (``tree[1]`` and ``key[tree[1]]``, from registers).
+    A tie goes to the left subtree (lower ids). The climbing winner stays in registers: each level
+    only reads its sibling's winner, which this update does not change, so those reads do not wait
+    on one another."""
     key[item] = value
     j = tree.shape[0] // 2 + item
     w = item
@@ -42,15 +43,15 @@ def tourney_set_nb(tree, key, item, value):
     while j > 1:
         s = tree[j ^ 1]
         ks = key[s]
-        # the climbing side is the right child when j is odd: then it must win outright (written
-        # as "climber wins, else": the sibling-wins form of the same test measured slower)
-        if kw < ks or (kw == ks and (j & 1) == 0):
-            pass
-        else:
-            w = s
-            kw = ks
+        # the climbing side is the right child when j is odd: then it must win outright. Both
+        # tests are evaluated (no short circuit) so that the winner is a select, not a branch: the
+        # outcome is a coin toss when the items' keys interleave (decision 0393)
+        stay = (kw < ks) | ((kw == ks) & ((j & 1) == 0))
+        w = w if stay else s
+        kw = kw if stay else ks
         j >>= 1
         tree[j] = w
+    return w, kw
 
 
 @inner

@@ -36,6 +36,7 @@ from fastsim.kernels.codes import (
     REJECTED,
     SIM_CAP,
     TABLE_FULL,
+    TABLE_GROW,
     TELEMETRY_FULL,
     TERM_COMPLETED,
     TICKS_FULL,
@@ -68,6 +69,7 @@ from fastsim.kernels.host_offload import STOP, idle_advance_nb, idle_deadline_nb
 from fastsim.kernels.indirect import Indirect, deref, link, pin
 from fastsim.kernels.jit import inline, inner, llvm_inline, loop_kernel
 from fastsim.kernels.router import (
+    NENTRIES,
     NQUEUE,
     OVERFLOW,
     all_busy_nb,
@@ -86,7 +88,7 @@ from fastsim.kernels.router import (
     sync_index_nb,
 )
 from fastsim.kernels.blocks import block_mod, fill_keys, key_span
-from fastsim.kernels.pass_time import decode_ms_161, step_ms
+from fastsim.kernels.pass_time import decode4_ms_161, step_ms
 from fastsim.kernels.queues import arrive_nb, enqueue_waiting_nb
 from fastsim.kernels.rank_state import (
     AWAITING_READMISSION,
@@ -1098,9 +1100,9 @@ def _step_ws(cl, fl, ws, now, t):
     between (``_steady_run``) in time order: Dynamo adds ``live * (t - now) / 1000`` at every
     event, and those sums depend on where the events fall. (Events at one time add zero.)"""
     live = fl.fs[NLIVE]
-    while cl.pdue[cl.ptree[1]] < t:
-        g = cl.ptree[1]
-        pt = cl.pdue[g]
+    g = cl.ptree[1]
+    pt = cl.pdue[g]
+    while pt < t:
         ws += live * (pt - now) / 1000.0
         _log_tick(cl, pt)
         now = pt
@@ -1108,7 +1110,9 @@ def _step_ws(cl, fl, ws, now, t):
         head = (cl.ph_head[g] + 1) % _PH
         cl.ph_n[g] = m
         cl.ph_head[g] = head
-        tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[g * _PH + head] if m > 0 else np.inf)
+        # (the next winner comes back in registers: reading it from the tree would wait on the
+        # store that just wrote it)
+        g, pt = tourney_set_nb(cl.ptree, cl.pdue, g, cl.ph[g * _PH + head] if m > 0 else np.inf)
     _log_tick(cl, t)
     return ws + live * (t - now) / 1000.0
 
@@ -1205,10 +1209,7 @@ def run_ahead_nb(p, perf, pool, rq, rk, cl, gaps, g, k, E, limit, now, ws, live)
         nb = rk.bcnt[k * bs + block_mod(p, P)]
         if t161:
             if dj == 4:
-                d0 = decode_ms_161(p, perf, slen, ns)
-                d1 = decode_ms_161(p, perf, slen + ns, ns)
-                d2 = decode_ms_161(p, perf, slen + 2 * ns, ns)
-                d3 = decode_ms_161(p, perf, slen + 3 * ns, ns)
+                d0, d1, d2, d3 = decode4_ms_161(p, perf, slen, ns)
                 dj = 0
             dms = d0 if dj == 0 else (d1 if dj == 1 else (d2 if dj == 2 else d3))
             dj += 1
@@ -1403,7 +1404,7 @@ def run_loop_nb(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, out, tier):
     Returns OK, DEAD_END (no future event while requests are unfinished), SIM_CAP, TABLE_FULL (the
     router's block table was too small: re-run with a larger one), or a pause the caller resumes by
     calling again with the same state: TELEMETRY_FULL (grow the telemetry buffers), LOG_FULL (grow
-    the readmission log ``pa.alog``), PLANNER_TICK
+    the readmission log ``pa.alog``), TABLE_GROW (grow the router's block table), PLANNER_TICK
     (a planner may set ``fl.fs[TARGET]``), TICKS_FULL (empty the tick log ``cl.tlog``: a shard
     of a split run, ``fastsim/shards.py``), HOST_TIER_STOP (the host tier would have to evict:
     ``tier.flag``) or INTERRUPTED (``cl.state[CTRL_C]`` was set). It releases the GIL while it runs.
@@ -1445,6 +1446,9 @@ def _loop(tabs, tier, out):
                 break
             if rt.state[OVERFLOW] != 0:
                 status = TABLE_FULL
+                break
+            if 4 * rt.state[NENTRIES] > rt.tab_key.shape[0]:
+                status = TABLE_GROW  # (grown before it fills up within a step, which costs a re-run)
                 break
             if fl.planner_ms > 0.0 and fl.ff[NEXTPLAN] <= now:
                 fl.ff[NEXTPLAN] = now + fl.planner_ms

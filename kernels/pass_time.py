@@ -5,7 +5,7 @@ import numpy as np
 
 from fastsim.kernels.codes import TIMING_161
 from fastsim.kernels.jit import inline, inner
-from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb
+from fastsim.kernels.perf import POLYNOMIAL, decode_time_nb, modeled_ms_nb, polynomial_decode_ms, unit_modeled_ms
 
 
 @inline
@@ -15,6 +15,25 @@ def decode_ms_161(p, perf, total_len, n_ready):
     ctx = total_len // n_ready if perf.kind != POLYNOMIAL else 0
     raw = decode_time_nb(perf, float(total_len), float(ctx), float(p.cap * p.block_size))
     return modeled_ms_nb(raw, p.speedup * p.decode_speedup)
+
+@inline
+def decode4_ms_161(p, perf, total_len, n_ready):
+    """``decode_ms_161`` of four passes in a row, whose batches' total lengths are ``total_len``
+    plus 0, 1, 2 and 3 times ``n_ready``. With the polynomial model and no speedup the four are
+    worked out side by side, without calls or branches, as their chains of divisions and
+    roundings do not depend on each other; the same values."""
+    s = p.speedup * p.decode_speedup
+    if perf.kind == POLYNOMIAL and (s == 1.0 or not s > 0.0):
+        tot = float(p.cap * p.block_size)
+        d0, ok0 = unit_modeled_ms(polynomial_decode_ms(float(total_len), tot))
+        d1, ok1 = unit_modeled_ms(polynomial_decode_ms(float(total_len + n_ready), tot))
+        d2, ok2 = unit_modeled_ms(polynomial_decode_ms(float(total_len + 2 * n_ready), tot))
+        d3, ok3 = unit_modeled_ms(polynomial_decode_ms(float(total_len + 3 * n_ready), tot))
+        if ok0 and ok1 and ok2 and ok3:
+            return d0, d1, d2, d3
+    return (decode_ms_161(p, perf, total_len, n_ready), decode_ms_161(p, perf, total_len + n_ready, n_ready),
+            decode_ms_161(p, perf, total_len + 2 * n_ready, n_ready),
+            decode_ms_161(p, perf, total_len + 3 * n_ready, n_ready))
 
 @inline
 def step_ms(p, perf, rk, k, nact, total_len, n_ready):

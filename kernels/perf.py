@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fastsim.kernels.jit import kernel_noalloc
+from fastsim.kernels.jit import inline, kernel_noalloc
 
 __all__ = [
     "POLYNOMIAL",
@@ -191,18 +191,25 @@ def decode_time_nb(perf, active_kv_tokens, ctx, total_kv_tokens):
     grid: ``interp2(active, ctx)``; then ``max(., 1.0)``. Fixed: ``decode_ms``, not floored.
     """
     if perf.kind == POLYNOMIAL:
-        tot = float(total_kv_tokens)
-        if tot > 0.0:
-            u = float(active_kv_tokens) / tot
-            if u > 1.0:
-                u = 1.0
-        else:
-            u = 1.0
-        v = DECODE_A * (u * u) + DECODE_B * u + DECODE_C
-    elif perf.kind == FIXED:
+        return polynomial_decode_ms(float(active_kv_tokens), float(total_kv_tokens))
+    if perf.kind == FIXED:
         return perf.decode_z[0, 0]  # no floor: aisimulate's fixed model returns decode_ms as is
+    v = interp2_nb(perf.decode_x, perf.decode_y, perf.decode_z, float(active_kv_tokens), float(ctx))
+    if v > DECODE_FLOOR_MS:
+        return v
+    return DECODE_FLOOR_MS
+
+
+@inline
+def polynomial_decode_ms(active_kv_tokens, total_kv_tokens):
+    """``decode_time_nb`` of the polynomial model (floats in, the 1 ms floor applied)."""
+    if total_kv_tokens > 0.0:
+        u = active_kv_tokens / total_kv_tokens
+        if u > 1.0:
+            u = 1.0
     else:
-        v = interp2_nb(perf.decode_x, perf.decode_y, perf.decode_z, float(active_kv_tokens), float(ctx))
+        u = 1.0
+    v = DECODE_A * (u * u) + DECODE_B * u + DECODE_C
     if v > DECODE_FLOOR_MS:
         return v
     return DECODE_FLOOR_MS
@@ -312,6 +319,25 @@ def modeled_ms_nb(raw, s):
             secs, n = _duration_nb(y)
         return (secs + n / _NS_PER_S) * 1000.0
     return _modeled_ms_rounds(raw, s)
+
+
+@inline
+def unit_modeled_ms(raw):
+    """``(modeled_ms_nb(raw, s), True)`` for a speedup ``s`` of 1 (or none) and
+    ``0 < raw / 1000 < _ROUND_TRIP_S``, worked out without branches so that several can run side
+    by side; ``(_, False)`` when ``raw / 1000`` is an exact half-nanosecond (``_duration_nb``'s
+    tie, for which the caller asks ``modeled_ms_nb``)."""
+    x = raw / 1000.0
+    secs = math.floor(x)
+    frac = x - secs
+    p = frac * _NS_PER_S
+    n = math.floor(p)
+    d = p - n
+    n = n + 1.0 if d > 0.5 else n
+    whole = n >= _NS_PER_S
+    secs = secs + 1.0 if whole else secs
+    n = n - _NS_PER_S if whole else n
+    return (secs + n / _NS_PER_S) * 1000.0, d != 0.5 and x > 0.0 and x < _ROUND_TRIP_S
 
 
 @kernel_noalloc

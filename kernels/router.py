@@ -159,8 +159,28 @@ def _slot(rt, rank, key):
 
 @inner
 def _home(rt, rank, key):
-    mask = rt.tab_key.shape[0] - 1
+    return _home_in(rt.tab_key.shape[0] - 1, rank, key)
+
+
+@inner
+def _home_in(mask, rank, key):
     return np.int64(mix64_nb(key ^ (np.uint64(rank) * np.uint64(0xD6E8FEB86659FD93))) & np.uint64(mask))
+
+
+@kernel_noalloc
+def move_table_nb(old_key, old_rank, old_cnt, key, rank, cnt):
+    """Move every entry of the router's table of active blocks into a larger, empty one (``rank``
+    all -1, a power of two long). The table is a set with counts: where an entry sits in it
+    changes no result."""
+    mask = key.shape[0] - 1
+    for i in range(old_rank.shape[0]):
+        if old_rank[i] >= 0:
+            j = _home_in(mask, np.int64(old_rank[i]), old_key[i])
+            while rank[j] >= 0:
+                j = (j + 1) & mask
+            rank[j] = old_rank[i]
+            key[j] = old_key[i]
+            cnt[j] = old_cnt[i]
 
 
 @inner

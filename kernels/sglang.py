@@ -24,14 +24,14 @@ import numpy as np
 
 from fastsim.kernels.codes import (ADMIT_OOM, DEAD_END, OK, OUTCOME_COMPLETED, OUTCOME_IN_FLIGHT,
                                    INTERRUPTED, OUTCOME_REJECTED, PLANNER_TICK, RECORDS_FULL, SIM_CAP,
-                                   TELEMETRY_FULL)
+                                   TABLE_FULL, TABLE_GROW, TELEMETRY_FULL)
 from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
 from fastsim.kernels.jit import inline, inner, llvm_inline, loop_kernel
 from fastsim.kernels.perf import decode_time_nb, modeled_ms_nb, prefill_time_nb
 from fastsim.kernels.kvpool import seal_feed_nb
 from fastsim.kernels.mtp import sample_burst_nb
 from fastsim.kernels.radix import chain_key_nb, dec_lock_nb, evict_nb, inc_lock_nb, insert_nb, match_nb
-from fastsim.kernels.router import release_prefill_nb
+from fastsim.kernels.router import NENTRIES, OVERFLOW, release_prefill_nb
 from fastsim.kernels.sglang_route import (enter_queue_nb, must_wait_nb, next_first_token_nb, next_released_nb,
                                           note_first_token_nb, request_done_nb, route_nb, route_released_nb)
 from fastsim.kernels.fleet import (NEXTPLAN, NSTARTING, SCHEDPOS, TARGET, apply_schedule_nb, apply_target_nb,
@@ -1201,7 +1201,9 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
     buffers, ``kernels/sglang_telemetry.py``, and a scaling schedule, ``kernels/sglang_fleet.py``)
     or None for a fixed fleet without telemetry. TELEMETRY_FULL: grow ``tel``'s buffers and call
     again; PLANNER_TICK (at ``fp[F_NOW]``): set ``tel.fs[TARGET]`` to the planner's target worker
-    count (or leave it at -1) and call again."""
+    count (or leave it at -1) and call again; TABLE_GROW: grow ``rt``'s table of active blocks
+    (``state.grow_union_table``) and call again; TABLE_FULL: it filled up within a step, start
+    again with a larger one."""
     n = q.isl.shape[0]
     W = pr[P_WORKERS]
     dp = pr[P_DP]
@@ -1222,6 +1224,12 @@ def run_sglang_nb(q, pr, fp, s, t, k, tl, lp, perf, v142, rt, sd, spec, tel=None
         if tl.st[FREE_RECORDS] < room:
             fp[F_NOW] = t_last  # (where a call again resumes)
             return RECORDS_FULL
+        if rt is not None:  # kv_router's table of active blocks: grown in place when a quarter full
+            if rt.state[OVERFLOW] != 0:
+                return TABLE_FULL  # (it filled up within a step: the caller starts again)
+            if 4 * rt.state[NENTRIES] > rt.tab_key.shape[0]:
+                fp[F_NOW] = t_last
+                return TABLE_GROW
         if s.cnt[CNT_CTRL_C] != 0:  # (set from another thread: fastsim/interrupt.py)
             return INTERRUPTED
         t_arr = q.ready[s.heap[0]] if s.cnt[CNT_HEAP] > 0 else inf

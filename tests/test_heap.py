@@ -14,7 +14,7 @@ from fastsim.kernels.heap import heap_pop_nb, heap_push_nb, new_tourney, tourney
 
 @njit
 def _set(tree, key, item, value):
-    tourney_set_nb(tree, key, item, value)
+    return tourney_set_nb(tree, key, item, value)
 
 
 @njit
@@ -37,11 +37,12 @@ def test_tournament_winner_is_least_key_then_id(n):
         i = rng.randrange(n)
         if i in pending and rng.random() < 0.5:
             del pending[i]
-            _set(tree, key, i, np.inf)
+            root = _set(tree, key, i, np.inf)
         else:
             pending[i] = float(rng.choice([0, 1, 2, 3, rng.random()]))  # many ties
-            _set(tree, key, i, pending[i])
+            root = _set(tree, key, i, pending[i])
         w = int(tree[1])
+        assert root == (w, key[w])  # the new winner, handed back
         if pending:
             assert (key[w], w) == min((v, j) for j, v in pending.items())
         else:

@@ -215,13 +215,29 @@ def test_modeled_c2_and_exact_reference():
         assert q(got) == got  # already on the ns grid
 
 
+def _hard_durations(seed):
+    """Step times (ms) that probe the nanosecond rounding: random ones over many binades, ones
+    with few decimals, exact binary ties, and either side of the round-trip bound."""
+    from fastsim.kernels.perf import _ROUND_TRIP_S
+
+    rng = np.random.default_rng(seed)
+    edge = _ROUND_TRIP_S * 1000.0
+    return np.concatenate([
+        rng.uniform(0, 100, 200_000), np.exp(rng.uniform(-20, 16, 200_000)),
+        np.round(rng.uniform(0, 100, 100_000), 6), np.round(rng.uniform(0, 100, 100_000), 4),
+        rng.integers(1, 2 ** 20, 50_000) / 1024.0,  # exact binary ties of the nanosecond rounding
+        edge * (1.0 + rng.uniform(-1e-6, 1e-6, 50_000)),
+        edge * np.array([1.0, 1.0 - 2 ** -52, 1.0 + 2 ** -52]),
+    ])
+
+
 def test_modeled_shortcut_matches_every_rounding():
     """``modeled_ms_nb`` skips the round trips that change nothing below 1024 s (a speedup of 1,
     the final quantisation): the same values as ``_modeled_ms_rounds``, which does them all, on
     random durations, ties and either side of the bound."""
     import numba
 
-    from fastsim.kernels.perf import _ROUND_TRIP_S, _modeled_ms_rounds
+    from fastsim.kernels.perf import _modeled_ms_rounds
 
     @numba.njit
     def mismatches(raws, s):
@@ -231,15 +247,7 @@ def test_modeled_shortcut_matches_every_rounding():
                 bad += 1
         return bad
 
-    rng = np.random.default_rng(27)
-    edge = _ROUND_TRIP_S * 1000.0
-    raws = np.concatenate([
-        rng.uniform(0, 100, 200_000), np.exp(rng.uniform(-20, 16, 200_000)),
-        np.round(rng.uniform(0, 100, 100_000), 6), np.round(rng.uniform(0, 100, 100_000), 4),
-        rng.integers(1, 2 ** 20, 50_000) / 1024.0,  # exact binary ties of the nanosecond rounding
-        edge * (1.0 + rng.uniform(-1e-6, 1e-6, 50_000)),
-        edge * np.array([1.0, 1.0 - 2 ** -52, 1.0 + 2 ** -52]),
-    ])
+    raws = _hard_durations(27)
     for s in (0.0, 1.0, 2.0, 1.5, 0.3, 0.5, 3.0, 7.0, 100.0, 1000.0):
         assert mismatches(raws, s) == 0, s
 
@@ -666,3 +674,62 @@ def test_grid_model_from_arrays_and_describe(grid):
     assert describe(grid).startswith("interpolated timing model: prefill 100 points")
     assert describe(POLY).startswith("polynomial timing model")
     assert isinstance(grid, PerfTables) and isinstance(grid, tuple)
+
+
+def test_branch_free_modeled_ms_matches():
+    """``unit_modeled_ms`` (the steady runs' branch-free rounding) gives ``modeled_ms_nb``'s value
+    at speedups 0 and 1, or says it cannot (a rounding tie, a duration outside its range), on
+    random durations, exact binary ties and either side of its bound."""
+    import numba
+
+    from fastsim.kernels.perf import unit_modeled_ms
+
+    @numba.njit
+    def check(raws, s):
+        bad = 0
+        declined = 0
+        for i in range(raws.shape[0]):
+            got, ok = unit_modeled_ms(raws[i])
+            if not ok:
+                declined += 1
+            elif got != modeled_ms_nb(raws[i], s):
+                bad += 1
+        return bad, declined
+
+    raws = np.concatenate([_hard_durations(29), np.random.default_rng(30).uniform(1, 40, 300_000),
+                           np.array([999.9999999995, 1000.0 - 2 ** -40])])
+    for s in (0.0, 1.0):
+        bad, declined = check(raws, s)
+        assert bad == 0, s
+        assert 0 < declined < 100_000  # the ties and the durations past the bound, not more
+
+
+def test_four_decode_times_at_once_match():
+    """``decode4_ms_161`` gives four ``decode_ms_161`` values, with the polynomial model (side by
+    side) and others (one at a time), at speedups with and without the side-by-side path."""
+    import numba
+
+    from fastsim.kernels.pass_time import decode4_ms_161, decode_ms_161
+    from fastsim.kernels.rank_state import Params
+
+    @numba.njit
+    def mismatches(p, perf, lens, ns):
+        bad = 0
+        for i in range(lens.shape[0]):
+            a, b, c, d = decode4_ms_161(p, perf, lens[i], ns[i])
+            if (a != decode_ms_161(p, perf, lens[i], ns[i])
+                    or b != decode_ms_161(p, perf, lens[i] + ns[i], ns[i])
+                    or c != decode_ms_161(p, perf, lens[i] + 2 * ns[i], ns[i])
+                    or d != decode_ms_161(p, perf, lens[i] + 3 * ns[i], ns[i])):
+                bad += 1
+        return bad
+
+    rng = np.random.default_rng(31)
+    ns = rng.integers(1, 256, 20_000)
+    lens = ns * rng.integers(1, 4000, 20_000)
+    grid = grid_model([1.0, 1e6], [1.0, 1e6], [0.0, 1e7], [0.0, 1e6], np.array([[3.0, 9.0], [5.0, 40.0]]))
+    for perf in (POLY, grid):
+        for speedup, cap in ((1.0, 4096), (1.0, 50), (2.0, 4096), (0.0, 4096), (1.5, 100_000)):
+            p = Params(block_size=16, cap=cap, max_seqs=256, budget=8192, chunked=True, caching=True, lifo=False,
+                       max_model_len=0, speedup=speedup, decode_speedup=1.0, stage=0)
+            assert mismatches(p, perf, lens, ns) == 0, (perf.kind, speedup, cap)
