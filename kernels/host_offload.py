@@ -61,9 +61,10 @@ from fastsim.kernels.rank_state import BUDGET, NLOG, PREEMPTED_ANY, PROGRESS
 NO_LOAD, LOADING, ACTIVATED = 0, 1, 2
 # ``TierRun.flag`` slots: why the run stopped (0: it did not), and the rank
 STOP, STOP_RANK = 0, 1
-# a request that submitted this many reads from G3 since it last queued a host load (or was
-# admitted) restores nothing more from G3 until it is admitted: Dynamo 1.6.1's "G3 restore made no
-# progress in 1024 rounds; continuing without further G3 restores" (decision 0420)
+# a request whose lookups submitted this many reads from G3 while its rank scheduled nothing (since
+# it was admitted, or the rank last scheduled work) restores nothing more from G3 until it is
+# admitted: Dynamo 1.6.1's "G3 restore made no progress in 1024 rounds; continuing without further
+# G3 restores" (decisions 0420, 0485)
 G3_MAX_ROUNDS = 1024
 
 
@@ -116,9 +117,11 @@ class TierRun(NamedTuple):
     g3stores: np.ndarray  # int64[transfers in flight of a rank]
     g3skeys: np.ndarray  # uint64[blocks of a transfer]
     g3shash: np.ndarray  # uint64[blocks of a transfer]
-    g3n: np.ndarray  # int64[n]: reads from G3 its lookups submitted since it last queued a host load
+    g3n: np.ndarray  # int64[n]: reads from G3 its lookups submitted while its rank was stalled (G3_MAX_ROUNDS)
+    g3since: np.ndarray  # int64[n]: its rank's ``busy`` count when ``g3n`` last started from 0
     g3skip: np.ndarray  # int8[n]: it restores nothing more from G3 until admitted (G3_MAX_ROUNDS)
     g3bypass: np.ndarray  # int64[1]: times a request gave up restoring (Dynamo's ``bypassed_restores``)
+    busy: np.ndarray  # int64[R]: passes of the rank that scheduled work (they reset the restore rounds)
     # with reads that take no time, the (request, block) pairs each rank staged at its instant
     # ``att_at`` (a read completes at once, so a later lookup at the same instant may meet them
     # evicted again: Dynamo stages them again only if the prefix can fit; decision 0452)
@@ -153,8 +156,9 @@ def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None, n_att=1)
         g3stores=np.zeros(ht.xkind.shape[0] // ht.meta.shape[0], dtype=np.int64),
         g3skeys=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
         g3shash=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
-        g3n=np.zeros(n_rows, dtype=np.int64), g3skip=np.zeros(n_rows, dtype=np.int8),
-        g3bypass=np.zeros(1, dtype=np.int64),
+        g3n=np.zeros(n_rows, dtype=np.int64), g3since=np.zeros(n_rows, dtype=np.int64),
+        g3skip=np.zeros(n_rows, dtype=np.int8), g3bypass=np.zeros(1, dtype=np.int64),
+        busy=np.zeros(n_ranks, dtype=np.int64),
         att_row=np.zeros(n_ranks * n_att, dtype=np.int64), att_key=np.zeros(n_ranks * n_att, dtype=np.uint64),
         att_n=np.zeros(n_ranks, dtype=np.int64), att_at=np.full(n_ranks, -1.0),
     )
@@ -290,12 +294,15 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
     host tier misses and G3 holds, in order up to the first that neither holds (or that the host
     tier has no room for), get a reserved host entry each and one read from G3. True when the
     lookup must wait: a read was submitted, or a block is still on its way to either tier. A
-    request that submitted ``G3_MAX_ROUNDS`` reads without queuing a host load stages nothing more,
-    probes included, until it is admitted (Dynamo's bypass)."""
+    request that submitted ``G3_MAX_ROUNDS`` reads while its rank scheduled nothing stages nothing
+    more, probes included, until it is admitted (Dynamo's bypass)."""
     ht = tr.ht
     g = tr.g3
     if tr.g3skip[r]:
         return False
+    if tr.g3since[r] != tr.busy[k]:  # the rank scheduled work since: its rounds count from 0
+        tr.g3since[r] = tr.busy[k]
+        tr.g3n[r] = 0
     if tr.g3n[r] >= G3_MAX_ROUNDS:
         tr.g3skip[r] = 1
         tr.g3bypass[0] += 1
@@ -417,7 +424,6 @@ def _start_load(tr, p, pool, rq, k, r, base, nh, length, now, hslot):
         tr.flag[STOP_RANK] = k
     tr.lstate[r] = LOADING
     tr.ltid[r] = tid
-    tr.g3n[r] = 0  # a host load is progress: its restore rounds count from 0 again
     tr.lpb[r] = n
     tr.lg1[r] = min(base * p.block_size, length)
     tr.lg1b[r] = base
@@ -546,8 +552,11 @@ def _admitted(tr, p, rq, u, cached, now):
 @inline
 def offer_stores_nb(p, rq, rk, k, pa, tr):
     """After both phases: every request scheduled in this pass, in running order, offers its
-    prompt blocks computed past its cursor (one store cohort of those the tier misses)."""
+    prompt blocks computed past its cursor (one store cohort of those the tier misses). A pass
+    that scheduled work resets its rank's restore rounds (``G3_MAX_ROUNDS``)."""
     acc = pa.acc
+    if acc[NLOG] > 0:
+        tr.busy[k] += 1
     stamp = rk.rpass[k]
     for i in range(acc[NLOG]):
         r = pa.slog[i, 0]
