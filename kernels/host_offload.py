@@ -118,10 +118,8 @@ class TierRun(NamedTuple):
     g3skeys: np.ndarray  # uint64[blocks of a transfer]
     g3shash: np.ndarray  # uint64[blocks of a transfer]
     g3n: np.ndarray  # int64[n]: reads from G3 its lookups submitted while its rank was stalled (G3_MAX_ROUNDS)
-    g3since: np.ndarray  # int64[n]: its rank's ``busy`` count when ``g3n`` last started from 0
     g3skip: np.ndarray  # int8[n]: it restores nothing more from G3 until admitted (G3_MAX_ROUNDS)
     g3bypass: np.ndarray  # int64[1]: times a request gave up restoring (Dynamo's ``bypassed_restores``)
-    busy: np.ndarray  # int64[R]: passes of the rank that scheduled work (they reset the restore rounds)
     # with reads that take no time, the (request, block) pairs each rank staged at its instant
     # ``att_at`` (a read completes at once, so a later lookup at the same instant may meet them
     # evicted again: Dynamo stages them again only if the prefix can fit; decision 0452)
@@ -156,9 +154,8 @@ def make_tier_run(ht, n_rows, n_ranks, cap, max_blocks, dhash, g3=None, n_att=1)
         g3stores=np.zeros(ht.xkind.shape[0] // ht.meta.shape[0], dtype=np.int64),
         g3skeys=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
         g3shash=np.zeros(max(max_blocks, ht.cap, 1), dtype=np.uint64),
-        g3n=np.zeros(n_rows, dtype=np.int64), g3since=np.zeros(n_rows, dtype=np.int64),
-        g3skip=np.zeros(n_rows, dtype=np.int8), g3bypass=np.zeros(1, dtype=np.int64),
-        busy=np.zeros(n_ranks, dtype=np.int64),
+        g3n=np.zeros(n_rows, dtype=np.int64), g3skip=np.zeros(n_rows, dtype=np.int8),
+        g3bypass=np.zeros(1, dtype=np.int64),
         att_row=np.zeros(n_ranks * n_att, dtype=np.int64), att_key=np.zeros(n_ranks * n_att, dtype=np.uint64),
         att_n=np.zeros(n_ranks, dtype=np.int64), att_at=np.full(n_ranks, -1.0),
     )
@@ -300,9 +297,6 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
     g = tr.g3
     if tr.g3skip[r]:
         return False
-    if tr.g3since[r] != tr.busy[k]:  # the rank scheduled work since: its rounds count from 0
-        tr.g3since[r] = tr.busy[k]
-        tr.g3n[r] = 0
     if tr.g3n[r] >= G3_MAX_ROUNDS:
         tr.g3skip[r] = 1
         tr.g3bypass[0] += 1
@@ -555,8 +549,8 @@ def offer_stores_nb(p, rq, rk, k, pa, tr):
     prompt blocks computed past its cursor (one store cohort of those the tier misses). A pass
     that scheduled work resets its rank's restore rounds (``G3_MAX_ROUNDS``)."""
     acc = pa.acc
-    if acc[NLOG] > 0:
-        tr.busy[k] += 1
+    if acc[NLOG] > 0 and tr.g3.cap > 0:
+        _reset_rounds(tr, k)
     stamp = rk.rpass[k]
     for i in range(acc[NLOG]):
         r = pa.slog[i, 0]
@@ -567,6 +561,16 @@ def offer_stores_nb(p, rq, rk, k, pa, tr):
         if tr.sched[cur] == stamp:
             _offer_store(p, rq, k, cur, tr)
         cur = rq.xnext[cur]
+
+
+@inner
+def _reset_rounds(tr, k):
+    """Rank ``k`` scheduled work: its waiting requests' G3 restore rounds count from 0 again (a
+    request that restored is in the connector queue until it is admitted)."""
+    r = tr.cq_head[k]
+    while r >= 0:
+        tr.g3n[r] = 0
+        r = tr.cq_next[r]
 
 
 @inner
