@@ -5,8 +5,9 @@ fastsim reads and checks these settings with Dynamo 1.6.1's rules. The host tier
 with round robin or kv_router routing, host eviction included (Dynamo's LRU order within one
 transfer follows its block hash values, which fastsim computes: decision 0354), and the G3 tier
 behind it (``kernels/g3_tier.py``: scope worker_local, decision 0355; cluster_shared, decision
-0451, under kv_router too, decision 0485); :func:`check_host_tier_run` refuses the rest by name. Dynamo 1.4.2 reads its flat offload names but its offline replay runs
-without any tier, so in 1.4.2 mode those names change nothing, as there.
+0451, under kv_router too, decision 0485); :func:`check_host_tier_run` refuses the rest by name.
+Dynamo 1.4.2 reads its flat offload names but its offline replay runs without any tier, so in
+1.4.2 mode those names change nothing, as there.
 
 Nested form (Dynamo 1.6.1), under ``engine``::
 
