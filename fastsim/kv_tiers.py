@@ -5,9 +5,9 @@ fastsim reads and checks these settings with Dynamo 1.6.1's rules. The host tier
 with round robin or kv_router routing, host eviction included (Dynamo's LRU order within one
 transfer follows its block hash values, which fastsim computes: decision 0354), and the G3 tier
 behind it (``kernels/g3_tier.py``: scope worker_local, decision 0355; cluster_shared, decision
-0451); :func:`check_host_tier_run` refuses the rest by name (a cluster_shared G3 tier under
-kv_router among them). Dynamo 1.4.2 reads its flat offload names but its offline replay runs
-without any tier, so in 1.4.2 mode those names change nothing, as there.
+0451, under kv_router too, decision 0485); :func:`check_host_tier_run` refuses the rest by name.
+Dynamo 1.4.2 reads its flat offload names but its offline replay runs without any tier, so in
+1.4.2 mode those names change nothing, as there.
 
 Nested form (Dynamo 1.6.1), under ``engine``::
 
@@ -273,9 +273,6 @@ def check_host_tier_run(engine, *, router_mode: str, disaggregated: bool = False
         raise _not_yet("a scaling schedule or a planner")
     if engine.aic_nextn:
         raise _not_yet("speculative decoding (aic_nextn)")
-    if host.g3 is not None and host.g3.scope == "cluster_shared" and router_mode == "kv_router":
-        raise _not_yet("a cluster_shared G3 tier (engine.g3_offload) under router_mode 'kv_router' (the "
-                       "router's view of the shared pool is not simulated; round_robin runs it)")
     if host.g3 is not None and max(int(engine.dp_size or 1), 1) > 1:
         # Dynamo 1.6.1: "invalid replay spec: g3_offload supports only dp_size=1"
         raise InputError(f"engine.g3_offload supports only dp_size=1 (as in Dynamo 1.6.1), got dp_size "

@@ -456,10 +456,11 @@ def _host_tier(st, engine, rings, workload, ghosts=False, lag=None):
         from fastsim.errors import FastsimWarning
         from fastsim.kernels.g3_tier import make_g3_tier
 
-        warnings.warn("the G3 tier (engine.g3_offload) matches Dynamo 1.6.1 on 39 of the 41 configurations "
+        warnings.warn("the G3 tier (engine.g3_offload) matches Dynamo 1.6.1 on 48 of the 50 configurations "
                       "recorded; with a slow host tier whose stores complete close together, its write "
-                      "counters, and with kv_router on 4 workers the requests' times, may differ from "
-                      "Dynamo's (docs/decisions/0450-g3-write-holds-its-store.md)", FastsimWarning, stacklevel=2)
+                      "counters (and under kv_router, late requests' times) may differ from Dynamo's "
+                      "(docs/decisions/0485-g3-restore-rounds-and-shared-kv-router.md)", FastsimWarning,
+                      stacklevel=2)
 
         g3 = make_g3_tier(n_ranks, host.g3.num_g3_blocks, st.params.block_size * host.kv_cache_bytes_per_token,
                           host.g3.latency_to_first_byte_ms, host.g3.read_bandwidth_gbps,

@@ -61,9 +61,10 @@ from fastsim.kernels.rank_state import BUDGET, NLOG, PREEMPTED_ANY, PROGRESS
 NO_LOAD, LOADING, ACTIVATED = 0, 1, 2
 # ``TierRun.flag`` slots: why the run stopped (0: it did not), and the rank
 STOP, STOP_RANK = 0, 1
-# a request that submitted this many reads from G3 since it last queued a host load (or was
-# admitted) restores nothing more from G3 until it is admitted: Dynamo 1.6.1's "G3 restore made no
-# progress in 1024 rounds; continuing without further G3 restores" (decision 0420)
+# a request whose lookups submitted this many reads from G3 while its rank scheduled nothing (since
+# it was admitted, or the rank last scheduled work) restores nothing more from G3 until it is
+# admitted: Dynamo 1.6.1's "G3 restore made no progress in 1024 rounds; continuing without further
+# G3 restores" (decisions 0420, 0485)
 G3_MAX_ROUNDS = 1024
 
 
@@ -116,7 +117,7 @@ class TierRun(NamedTuple):
     g3stores: np.ndarray  # int64[transfers in flight of a rank]
     g3skeys: np.ndarray  # uint64[blocks of a transfer]
     g3shash: np.ndarray  # uint64[blocks of a transfer]
-    g3n: np.ndarray  # int64[n]: reads from G3 its lookups submitted since it last queued a host load
+    g3n: np.ndarray  # int64[n]: reads from G3 its lookups submitted while its rank was stalled (G3_MAX_ROUNDS)
     g3skip: np.ndarray  # int8[n]: it restores nothing more from G3 until admitted (G3_MAX_ROUNDS)
     g3bypass: np.ndarray  # int64[1]: times a request gave up restoring (Dynamo's ``bypassed_restores``)
     # with reads that take no time, the (request, block) pairs each rank staged at its instant
@@ -290,8 +291,8 @@ def _stage(tr, rq, k, r, base, n_prompt, now):
     host tier misses and G3 holds, in order up to the first that neither holds (or that the host
     tier has no room for), get a reserved host entry each and one read from G3. True when the
     lookup must wait: a read was submitted, or a block is still on its way to either tier. A
-    request that submitted ``G3_MAX_ROUNDS`` reads without queuing a host load stages nothing more,
-    probes included, until it is admitted (Dynamo's bypass)."""
+    request that submitted ``G3_MAX_ROUNDS`` reads while its rank scheduled nothing stages nothing
+    more, probes included, until it is admitted (Dynamo's bypass)."""
     ht = tr.ht
     g = tr.g3
     if tr.g3skip[r]:
@@ -417,7 +418,6 @@ def _start_load(tr, p, pool, rq, k, r, base, nh, length, now, hslot):
         tr.flag[STOP_RANK] = k
     tr.lstate[r] = LOADING
     tr.ltid[r] = tid
-    tr.g3n[r] = 0  # a host load is progress: its restore rounds count from 0 again
     tr.lpb[r] = n
     tr.lg1[r] = min(base * p.block_size, length)
     tr.lg1b[r] = base
@@ -546,8 +546,11 @@ def _admitted(tr, p, rq, u, cached, now):
 @inline
 def offer_stores_nb(p, rq, rk, k, pa, tr):
     """After both phases: every request scheduled in this pass, in running order, offers its
-    prompt blocks computed past its cursor (one store cohort of those the tier misses)."""
+    prompt blocks computed past its cursor (one store cohort of those the tier misses). A pass
+    that scheduled work resets its rank's restore rounds (``G3_MAX_ROUNDS``)."""
     acc = pa.acc
+    if acc[NLOG] > 0 and tr.g3.cap > 0:
+        _reset_rounds(tr, k)
     stamp = rk.rpass[k]
     for i in range(acc[NLOG]):
         r = pa.slog[i, 0]
@@ -558,6 +561,16 @@ def offer_stores_nb(p, rq, rk, k, pa, tr):
         if tr.sched[cur] == stamp:
             _offer_store(p, rq, k, cur, tr)
         cur = rq.xnext[cur]
+
+
+@inner
+def _reset_rounds(tr, k):
+    """Rank ``k`` scheduled work: its waiting requests' G3 restore rounds count from 0 again (a
+    request that restored is in the connector queue until it is admitted)."""
+    r = tr.cq_head[k]
+    while r >= 0:
+        tr.g3n[r] = 0
+        r = tr.cq_next[r]
 
 
 @inner
