@@ -33,8 +33,8 @@ SEEDS_OF = {"v_strict_lcfs_3w": (4,), "s_strict_wspt_3w": (3, 9)}
 # case (without priorities) Dynamo and fastsim spread alike over 148-163 ms
 BAND_ONLY = {"a_mixed_t0_lcfs"}
 # cases whose routing records are not compared: in v_mixed_dp2 one queued request's best overlap
-# at its queue entry (1,236 ms) counts the blocks of a prompt whose prefill pass ends at 1,248 ms
-# on the other DP rank (fastsim 60 blocks, Dynamo 40); every time and the report are Dynamo's
+# at its queue entry (1,236 ms) counts the blocks of a prompt whose prefill is under way on the
+# other DP rank (fastsim 60 blocks, Dynamo 40); every time and the report are Dynamo's (0480)
 TIMES_ONLY = {"v_mixed_dp2"}
 BAND_ONLY_142 = {"x_mixed_disagg"}
 
