@@ -162,6 +162,10 @@ class Workload:
         if self.key_isl is not None and (self.key_isl.shape != (n,) or self.stream_row.shape != (n,)
                                          or np.any(self.key_isl > self.isl)):
             raise InputError("Workload stream columns are inconsistent")
+        for name in ("priority", "strict_priority"):
+            a = getattr(self, name)
+            if a is not None and (a.dtype != np.int64 or a.shape != (n,)):
+                raise InputError(f"Workload.{name} must be None or int64[{n}], got {a.dtype}{list(a.shape)}")
         return self
 
 
