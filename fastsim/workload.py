@@ -332,7 +332,7 @@ def load_mooncake(
         rows = _mooncake_by_line(_decode_text(data, path), path, concurrency_mode)
     workload, clamped, clamp_first = _mooncake_workload(rows, path, tbs, ratio, clamp_is_error)
     if b"priority" in data or b"policy_class" in data:  # (a plain substring test: free on traces without them)
-        workload = with_row_priorities(workload, _decode_text(data, path), path)
+        workload = with_row_priorities(workload, _decode_text(data, path).split("\n"), path)
     if clamped:
         warnings.warn(
             f"{path}: input_length exceeds len(hash_ids) * trace_block_size ({tbs}) on {clamped} of "
@@ -368,10 +368,10 @@ def check_policy_class(row: dict, where: str) -> None:
         raise InputError(f"{where}: field 'policy_class' must be a string, got {_jtype(v)}")
 
 
-def with_row_priorities(workload: "Workload", text: str, path: str) -> "Workload":
-    """``workload`` with the ``priority`` and ``strict_priority`` of its rows (each row's source
-    line is ``workload.line``), read from the trace ``text``; unchanged when no row has one."""
-    lines = text.split("\n")
+def with_row_priorities(workload: "Workload", lines: list, path: str) -> "Workload":
+    """``workload`` with the ``priority`` and ``strict_priority`` of its rows, read from the
+    trace's ``lines`` (split as its reader split them: each row's 1-based source line is
+    ``workload.line``); unchanged when no row has one."""
     prio = np.zeros(workload.n_requests, dtype=np.int64)
     strict = np.zeros(workload.n_requests, dtype=np.int64)
     has_prio = has_strict = False

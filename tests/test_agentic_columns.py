@@ -118,6 +118,8 @@ def test_priority_is_read_by_the_line_reader(tmp_path):
     p = tmp_path / "a.jsonl"
     p.write_text(text([row("a", priority=2)]))
     assert load_trace(p, trace_format="agentic_mooncake").priority.tolist() == [2]
+    p.write_text(text([row("b", priority=None), row("a", priority=None)], sep="\r\n"))  # the columnar reader's
+    assert load_trace(p, trace_format="agentic_mooncake").priority.tolist() == [0, 0]
     p.write_text(text([row("a", priority=2.5)]))
     with pytest.raises(InputError, match=":2: field 'priority' must be an integer"):
         load_trace(p, trace_format="agentic_mooncake")

@@ -74,6 +74,12 @@ def test_rows_without_priorities_keep_none(tmp_path):
     assert queue_priorities(w) is None  # nothing raises a request: the queue keeps its plain order
 
 
+def test_crlf_lines_keep_their_rows(tmp_path):
+    p = _trace(tmp_path, lambda i: {"strict_priority": i})
+    p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n"))
+    np.testing.assert_array_equal(load_mooncake(p).strict_priority, [0, 1, 2, 3])
+
+
 def test_rows_priorities_are_read(tmp_path):
     w = load_mooncake(_trace(tmp_path, lambda i: {"priority": [-2147483648, 3, None, 2147483647][i],
                                                   "strict_priority": [0, 4294967295, 1, None][i]}))

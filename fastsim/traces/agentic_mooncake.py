@@ -212,5 +212,6 @@ def load_agentic_mooncake(path, arrival_speedup_ratio=1.0):
     graph, table = build_graph_columns(cols, header[0], header[1], header[2], path, play_order=_play_order(cols))
     workload = graph_workload(graph, table, path, ratio)
     if b"priority" in data or b"policy_class" in data:
-        workload = with_row_priorities(workload, _decode_text(data, path), path)
+        text = _decode_text(data, path)  # (its lines numbered as the reader that read them numbered them)
+        workload = with_row_priorities(workload, text.split("\n") if read is not None else text.splitlines(), path)
     return workload
