@@ -28,8 +28,7 @@ BAND_ONLY = set()
 BAND_ONLY_142 = set()
 
 
-def _check(name, args, folder, version, band_only, tmp_path, seeds=SEEDS, records=True):
-    """``records=False``: each request's times and reused tokens only, not its routing record."""
+def _check(name, args, folder, version, band_only, tmp_path, seeds=SEEDS):
     runs = _runs(name, folder)
     summaries = []
     for seed in seeds:
@@ -37,7 +36,7 @@ def _check(name, args, folder, version, band_only, tmp_path, seeds=SEEDS, record
         for report, rows in runs:
             if _same_report(rep.summary, report):
                 assert name not in band_only, f"{name} now gives one of Dynamo's runs: take it out of BAND_ONLY"
-                if version == "1.6.1" and records:
+                if version == "1.6.1":
                     _assert_records_match(rep, rows, tmp_path)
                 else:  # (1.4.2's records have no routing history)
                     recorded.assert_timelines_match(rep.requests, rows, ("first_admit_ms", "first_token_ms",
