@@ -18,7 +18,7 @@ from fastsim.results import (fleet_frame, gap_columns, history_columns, in_fligh
 from fastsim.run_config import (RunConfig, check_gap_statistics, check_kv_event_lag,
                                 check_schedule, check_telemetry, history_kept, readmission_log_size, worker_rows)
 from fastsim.state import (build_state, grow_readmission_log, grow_telemetry, grow_union_table, initial_table_size,
-                           host_view, router_state, settle_unarrived, sharing_groups)
+                           host_view, queue_priorities, router_state, settle_unarrived, sharing_groups)
 from fastsim.trace_checks import check_workload
 from fastsim.workload import session_labels
 
@@ -285,7 +285,7 @@ def simulate(
     while True:
         rt = router_state(router_mode, router_config, st.params, st.n_requests, g_cap * dp, g_cap, table, seed,
                           record=history, kv_event_lag_ms=lag, index_keys=int(st.requests.key_ptr[-1]) + 1,
-                          queue_overlaps=tier is None)
+                          queue_overlaps=tier is None, priorities=queue_priorities(workload))
         if tier is not None and router_mode == "kv_router":  # its overlaps count the host tiers' blocks
             rt = rt._replace(host=host_view(tier.ht, rt.host.weight, g_cap * dp, rt.best.shape[0]))
         out = np.zeros(4)

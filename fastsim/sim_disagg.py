@@ -15,7 +15,7 @@ from fastsim.run_config import (check_gap_statistics, check_kv_event_lag, check_
                                 readmission_log_size, worker_rows)
 from fastsim.sim import load_kernels, check_memory
 from fastsim.state import (block_keys, engine_params, max_tokens, mtp_ranks, request_table, request_timelines,
-                           router_state, session_table, settle_unarrived, sharing_groups)
+                           queue_priorities, router_state, session_table, settle_unarrived, sharing_groups)
 from fastsim.dead_end import dead_end_error
 from fastsim.trace_checks import check_workload
 
@@ -190,7 +190,8 @@ def simulate_disagg(
             "1.6.1 (its prefill router releases a queued request with the cache overlaps it saw at the "
             "arrival, docs/decisions/0262); it is for --dynamo-version 1.4.2")
     rt_p = router_state(router_mode, cfg_p, pp, n, P, G, 1024, seed, record=history, queue_overlaps=True,
-                        kv_event_lag_ms=lag, index_keys=int(rq_p.key_ptr[-1]) + 1)
+                        kv_event_lag_ms=lag, index_keys=int(rq_p.key_ptr[-1]) + 1,
+                        priorities=queue_priorities(workload))
     rt_d = router_state(router_mode, cfg_d, pd, n, D, G, 1024, seed + 1)
     rt_none = router_state("round_robin", None, pd, 0, 1, G, 1, 0)
     max_blocks = int((max_tokens(workload.isl, workload.osl) if n else 1) // bs + 2)

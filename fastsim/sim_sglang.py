@@ -302,7 +302,7 @@ def _router(router_config, workload, cfg, engine, n_ranks, n_workers, table, see
     from types import SimpleNamespace
 
     from fastsim.run_config import history_kept
-    from fastsim.state import router_state
+    from fastsim.state import queue_priorities, router_state
 
     # the router queue's busy test reads the workers' max_num_batched_tokens, which an SGLang
     # worker's own schedule never uses (decision 0410)
@@ -310,7 +310,7 @@ def _router(router_config, workload, cfg, engine, n_ranks, n_workers, table, see
     params = SimpleNamespace(budget=int(budget), cap=cfg.total_pages)
     return router_state("kv_router", router_config, params, workload.n_requests, n_ranks, n_workers, table, seed,
                         record=history_kept(version), queue_overlaps=True, kv_event_lag_ms=float(lag or 0.0),
-                        index_keys=cfg.total_pages)
+                        index_keys=cfg.total_pages, priorities=queue_priorities(workload))
 
 
 def _in_flight_with_gaps(q):

@@ -166,14 +166,15 @@ def grow_union_table(rt):
 
 
 def router_state(router_mode, router_config, params, n, n_ranks, n_groups, table, seed,
-                  record=False, queue_overlaps=False, kv_event_lag_ms=None, index_keys=1 << 62):
+                  record=False, queue_overlaps=False, kv_event_lag_ms=None, index_keys=1 << 62, priorities=None):
     """The router's configuration and state; ``record``: keep each kv_router request's routing
     figures (best overlap, router-queue release) for the per-request routing history;
     ``queue_overlaps``: keep the overlaps a queued request saw at its queue entry;
     ``kv_event_lag_ms`` (not None): the router reads overlaps from its own index, which the pool's
     KV events reach that long after their pass ends (None: from the pool, at once); ``index_keys``:
     a bound on the distinct content keys of the workload (with the pools' capacity, the most
-    blocks a target's index can hold)."""
+    blocks a target's index can hold); ``priorities``: the requests' ``(priority, strict_priority)``
+    arrays (``queue_priorities``), or None."""
     from fastsim.kernels.codes import KV_ROUTER, ROUND_ROBIN
     from fastsim.kernels.router import FCFS, LCFS, WSPT, Router
     from fastsim.router_config import RouterConfig
@@ -208,6 +209,7 @@ def router_state(router_mode, router_config, params, n, n_ranks, n_groups, table
         queue=np.zeros(max(m, 1), dtype=np.int64),
         qkey=np.zeros(m),
         qseq=np.zeros(m, dtype=np.int64),
+        **_queue_priority_columns(priorities, kv and cfg.router_queue_threshold is not None, m),
         cost=np.zeros(n_ranks),
         overlap=np.zeros(n_ranks, dtype=np.int64),
         rng=np.array([(int(seed) * 0x9E3779B97F4A7C15 + 12345) % (1 << 64)], dtype=np.uint64),
@@ -220,6 +222,27 @@ def router_state(router_mode, router_config, params, n, n_ranks, n_groups, table
         index=_lagged_index(n_ranks * min(params.cap, index_keys) if kv_event_lag_ms is not None else 0),
         host=host_view(None, cfg.host_cache_hit_weight),
     )
+
+
+def queue_priorities(workload):
+    """The requests' ``(priority, strict_priority)`` arrays, or None when none of them raises a
+    request in the router queue (every priority <= 0 and every strict priority 0): the queue then
+    keeps its plain order (docs/decisions/0480)."""
+    prio, strict = getattr(workload, "priority", None), getattr(workload, "strict_priority", None)
+    if (prio is None or not np.any(prio > 0)) and (strict is None or not np.any(strict > 0)):
+        return None
+    n = workload.n_requests
+    return (np.zeros(n, dtype=np.int64) if prio is None else prio,
+            np.zeros(n, dtype=np.int64) if strict is None else strict)
+
+
+def _queue_priority_columns(priorities, queued, m):
+    """The router's ``qjump`` (each request's priority jump, max(priority, 0)) and ``qrank`` (its
+    strict priority negated: the heap takes the lowest first), empty without a queue or priorities."""
+    if priorities is None or not queued:
+        return dict(qjump=np.zeros(0), qrank=np.zeros(0, dtype=np.int64))
+    prio, strict = priorities
+    return dict(qjump=np.maximum(prio[:m], 0).astype(np.float64), qrank=-strict[:m].astype(np.int64))
 
 
 def host_view(ht, weight, n_ranks=0, n_recorded=0):

@@ -13,6 +13,7 @@ field; lossy repairs (clamped lengths, skipped rows) are reported once per file 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import itertools
 import json
@@ -92,6 +93,11 @@ class Workload:
     # Agentic traces: the request graph that releases the arrivals (fastsim.traces.graph); None:
     # sessions of turns as above
     graph: Optional[object] = None
+    # Request priorities as the rows give them (int64[n]; 0 where a row has none), read by
+    # kv_router's router queue only (docs/decisions/0480): ``priority`` (an i32; its jump is
+    # max(priority, 0)) and ``strict_priority`` (a u32). None: no row of the trace has the field.
+    priority: Optional[np.ndarray] = None
+    strict_priority: Optional[np.ndarray] = None
 
     @property
     def n_requests(self) -> int:
@@ -156,6 +162,10 @@ class Workload:
         if self.key_isl is not None and (self.key_isl.shape != (n,) or self.stream_row.shape != (n,)
                                          or np.any(self.key_isl > self.isl)):
             raise InputError("Workload stream columns are inconsistent")
+        for name in ("priority", "strict_priority"):
+            a = getattr(self, name)
+            if a is not None and (a.dtype != np.int64 or a.shape != (n,)):
+                raise InputError(f"Workload.{name} must be None or int64[{n}], got {a.dtype}{list(a.shape)}")
         return self
 
 
@@ -321,6 +331,8 @@ def load_mooncake(
     if rows is None:  # the scanner left the file to the line reader (which names any error)
         rows = _mooncake_by_line(_decode_text(data, path), path, concurrency_mode)
     workload, clamped, clamp_first = _mooncake_workload(rows, path, tbs, ratio, clamp_is_error)
+    if b"priority" in data or b"policy_class" in data:  # (a plain substring test: free on traces without them)
+        workload = with_row_priorities(workload, _decode_text(data, path).split("\n"), path)
     if clamped:
         warnings.warn(
             f"{path}: input_length exceeds len(hash_ids) * trace_block_size ({tbs}) on {clamped} of "
@@ -329,6 +341,56 @@ def load_mooncake(
             stacklevel=2,
         )
     return check_workload(workload)
+
+
+_I32 = (-(1 << 31), (1 << 31) - 1)
+_U32 = (0, (1 << 32) - 1)
+
+
+def row_priority(row: dict, name: str, where: str) -> int:
+    """A row's ``priority`` (an i32) or ``strict_priority`` (a u32), 0 when absent or null, as
+    Dynamo's request fields; anything else is an InputError naming the field and its range."""
+    v = row.get(name)
+    if v is None:
+        return 0
+    lo, hi = _I32 if name == "priority" else _U32
+    if type(v) is not int or not lo <= v <= hi:
+        kind = "i32" if name == "priority" else "u32"
+        raise InputError(f"{where}: field '{name}' must be an integer in [{lo}, {hi}] ({kind}), got {_jtype(v)}")
+    return v
+
+
+def check_policy_class(row: dict, where: str) -> None:
+    """``policy_class`` is a string or null: Dynamo reads it, and without a router policy profile
+    (which fastsim does not take) every request is in the one default class."""
+    v = row.get("policy_class")
+    if v is not None and type(v) is not str:
+        raise InputError(f"{where}: field 'policy_class' must be a string, got {_jtype(v)}")
+
+
+def with_row_priorities(workload: "Workload", lines: list, path: str) -> "Workload":
+    """``workload`` with the ``priority`` and ``strict_priority`` of its rows, read from the
+    trace's ``lines`` (split as its reader split them: each row's 1-based source line is
+    ``workload.line``); unchanged when no row has one."""
+    prio = np.zeros(workload.n_requests, dtype=np.int64)
+    strict = np.zeros(workload.n_requests, dtype=np.int64)
+    has_prio = has_strict = False
+    decode = trace_json_decoder().raw_decode
+    for r, ln in enumerate(workload.line.tolist()):
+        raw = lines[ln - 1]
+        if "priority" not in raw and "policy_class" not in raw:
+            continue
+        row, _ = decode(raw.strip().lstrip("\ufeff"))  # (the line was read whole before)
+        where = f"{path}:{ln}"
+        prio[r] = row_priority(row, "priority", where)
+        strict[r] = row_priority(row, "strict_priority", where)
+        check_policy_class(row, where)
+        has_prio = has_prio or "priority" in row
+        has_strict = has_strict or "strict_priority" in row
+    if not (has_prio or has_strict):
+        return workload
+    return dataclasses.replace(workload, priority=prio if has_prio else None,
+                               strict_priority=strict if has_strict else None)
 
 
 class _Rows(NamedTuple):

@@ -5,6 +5,9 @@ turn order), the router queue (policy key, then enqueue order) and KV transfers 
 then row). The heap array holds item ids; its size lives in ``count[slot]`` so that the callers
 keep all their scalars in state arrays.
 
+The router queue with request priorities orders by one more key ahead of those two (the strict
+priority), in ``heap_push_ranked_nb`` and ``heap_pop_ranked_nb``.
+
 Pass completions (end time, then worker id: at most one per worker) use a tournament tree instead:
 its matches compare two siblings without a data-dependent branch, where a heap's sift takes a
 mispredicted branch per level (at 64 workers the heap took a sixth of the loop's time).
@@ -92,6 +95,53 @@ def heap_pop_nb(heap, count, slot, key, tie):
         if c + 1 < n and heap_less_nb(key, tie, heap[c + 1], heap[c]):
             c += 1
         if heap_less_nb(key, tie, heap[c], heap[i]):
+            heap[i], heap[c] = heap[c], heap[i]
+            i = c
+        else:
+            break
+    return top
+
+
+@inner
+def ranked_less_nb(rank, key, tie, a, b):
+    """``a`` orders before ``b``: lower ``rank``, then lower ``key``, then lower ``tie``."""
+    if rank[a] != rank[b]:
+        return rank[a] < rank[b]
+    if key[a] != key[b]:
+        return key[a] < key[b]
+    return tie[a] < tie[b]
+
+
+@inner
+def heap_push_ranked_nb(heap, count, slot, rank, key, tie, item):
+    """Insert ``item`` into a heap ordered by (rank, key, tie)."""
+    i = count[slot]
+    count[slot] += 1
+    heap[i] = item
+    while i > 0:
+        par = (i - 1) >> 1
+        if ranked_less_nb(rank, key, tie, heap[i], heap[par]):
+            heap[i], heap[par] = heap[par], heap[i]
+            i = par
+        else:
+            break
+
+
+@inner
+def heap_pop_ranked_nb(heap, count, slot, rank, key, tie):
+    """Remove and return the first item of a heap ordered by (rank, key, tie)."""
+    top = heap[0]
+    n = count[slot] - 1
+    count[slot] = n
+    heap[0] = heap[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and ranked_less_nb(rank, key, tie, heap[c + 1], heap[c]):
+            c += 1
+        if ranked_less_nb(rank, key, tie, heap[c], heap[i]):
             heap[i], heap[c] = heap[c], heap[i]
             i = c
         else:

@@ -787,11 +787,14 @@ def _drive_group(p, perf, pool, rq, rk, ss, cl, gaps, rt, fl, pa, g, now, tier):
         pa.acc[PROGRESS] = 0
         e = rank_pass_nb(p, perf, pool, rq, rk, k, now, pa, cl.pend_head, cl.pend_tail, g,
                          prev_end, rk.speculation, tier)
-        seal_feed_nb(pool, k, e)  # (a lagging kv_router's feed of the rank's KV events)
         if e > end:
             end = e
         if pa.acc[PROGRESS] != 0:
             progress = True
+    for k in range(k0, k0 + dp):
+        # a lagging kv_router's feed of the ranks' KV events: published when the group's pass
+        # ends, the latest rank's end (decision 0480)
+        seal_feed_nb(pool, k, end)
     cl.pass_commit[g] = rk.counters[COMMITTED_TOKENS] - committed
     if p.psi > 1:
         drained = True

@@ -31,9 +31,10 @@ Semantics settled by experiment (cluster doc C2-C4, C7; verified doc Q10, Q11):
   (docs/decisions/0353, 0475);
 * with ``router_queue_threshold`` set, a target is busy iff ``PF > thr * max_num_batched_tokens``
   and a request waits in the router queue while every target is busy (released at first-token and
-  completion events, in fcfs, lcfs or wspt order). The vLLM and SGLang loops move the queue
-  after each single release and score a released request with the overlaps of its queue entry
-  (``score_queued_nb``, docs/decisions/0410 and 0430).
+  completion events, in fcfs, lcfs or wspt order; a request's strict priority goes first and its
+  priority jump raises its policy score: docs/decisions/0480). The vLLM and SGLang loops move the
+  queue after each single release and score a released request with the overlaps of its queue
+  entry (``score_queued_nb``, docs/decisions/0410 and 0430).
 
 The union of active prompt blocks is a refcounted open-addressing table keyed by (rank, block).
 """
@@ -43,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fastsim.kernels.blocks import mix64_nb
-from fastsim.kernels.heap import heap_pop_nb, heap_push_nb
+from fastsim.kernels.heap import heap_pop_nb, heap_pop_ranked_nb, heap_push_nb, heap_push_ranked_nb
 from fastsim.kernels.host_tier import counted_ghost_nb, resident_since_nb
 from fastsim.kernels.jit import inner, kernel_noalloc
 from fastsim.kernels.kvpool import EV_COUNT, EV_FIRST, match_prefix_nb
@@ -115,6 +116,11 @@ class Router(NamedTuple):
     queue: np.ndarray  # int64[n]: router queue (binary heap of rows)
     qkey: np.ndarray  # float64[n]: queue priority (lower first)
     qseq: np.ndarray  # int64[n]: enqueue order (tie-break)
+    # request priorities (Dynamo's ``priority`` and ``strict_priority``), both empty when no request
+    # of the run has one: each request's priority jump, max(priority, 0), and its strict priority
+    # negated (the queue takes the highest strict priority first, then the policy's order)
+    qjump: np.ndarray  # float64[n] or empty
+    qrank: np.ndarray  # int64[n] or empty
     cost: np.ndarray  # float64[R] scratch
     overlap: np.ndarray  # int64[R] scratch
     rng: np.ndarray  # uint64[1]
@@ -522,20 +528,40 @@ def queue_key_nb(rt, now, isl, bs, n_targets):
     return float(max(isl - best * bs, 1))
 
 
+@inner
+def jumped_key_nb(policy, key, jump):
+    """A queue key of ``queue_key_nb`` with the request's priority jump added, as Dynamo scores a
+    queued request (highest score first, so the key is its negation): fcfs ``jump - t / 1000``
+    and lcfs ``jump + t / 1000`` (``t`` the arrival in ms, the key's own time), wspt ``(1 + jump) /
+    cost`` (``cost`` the key itself)."""
+    if policy == FCFS:
+        return -(jump - key / 1000.0)
+    if policy == LCFS:
+        return -(jump + (-key) / 1000.0)
+    return -((1.0 + jump) / key)
+
+
 @kernel_noalloc
 def queue_push_nb(rt, r, key):
-    """Queue request ``r`` with priority ``key`` (lower leaves first; enqueue order breaks ties).
+    """Queue request ``r`` with priority ``key`` (lower leaves first; enqueue order breaks ties;
+    with request priorities, the strict priority first and the key with the request's jump).
     ``rt.overlap`` holds its scores if its queue-entry overlaps are kept (``rt.qov``)."""
     if rt.qov.shape[0] > 0:
         for k in range(rt.qov.shape[1]):
             rt.qov[r, k] = rt.overlap[k]
-    rt.qkey[r] = key
     rt.qseq[r] = rt.state[QSEQ]
     rt.state[QSEQ] += 1
-    heap_push_nb(rt.queue, rt.state, np.int64(NQUEUE), rt.qkey, rt.qseq, r)
+    if rt.qjump.shape[0] > 0:
+        rt.qkey[r] = jumped_key_nb(rt.policy, key, rt.qjump[r])
+        heap_push_ranked_nb(rt.queue, rt.state, np.int64(NQUEUE), rt.qrank, rt.qkey, rt.qseq, r)
+    else:
+        rt.qkey[r] = key
+        heap_push_nb(rt.queue, rt.state, np.int64(NQUEUE), rt.qkey, rt.qseq, r)
 
 
 @kernel_noalloc
 def queue_pop_nb(rt):
     """Remove and return the queue's first request."""
+    if rt.qjump.shape[0] > 0:
+        return heap_pop_ranked_nb(rt.queue, rt.state, np.int64(NQUEUE), rt.qrank, rt.qkey, rt.qseq)
     return heap_pop_nb(rt.queue, rt.state, np.int64(NQUEUE), rt.qkey, rt.qseq)

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from fastsim.errors import InputError, NotSupportedError
+from fastsim.errors import InputError
 from fastsim.traces import agentic_mooncake as am
 from fastsim.workload import _decode_text, load_trace
 
@@ -114,10 +114,14 @@ def test_errors_name_file_and_line(tmp_path, rows, words):
         assert w in str(err.value)
 
 
-def test_priority_is_refused_either_way(tmp_path):
+def test_priority_is_read_by_the_line_reader(tmp_path):
     p = tmp_path / "a.jsonl"
     p.write_text(text([row("a", priority=2)]))
-    with pytest.raises(NotSupportedError, match=":2: field 'priority'"):
+    assert load_trace(p, trace_format="agentic_mooncake").priority.tolist() == [2]
+    p.write_text(text([row("b", priority=None), row("a", priority=None)], sep="\r\n"))  # the columnar reader's
+    assert load_trace(p, trace_format="agentic_mooncake").priority.tolist() == [0, 0]
+    p.write_text(text([row("a", priority=2.5)]))
+    with pytest.raises(InputError, match=":2: field 'priority' must be an integer"):
         load_trace(p, trace_format="agentic_mooncake")
 
 

@@ -78,12 +78,21 @@ def test_bad_agentic_mooncake_header(tmp_path, header, words):
     assert all(w in str(ei.value) for w in words), str(ei.value)
 
 
-def test_legacy_rows_and_priorities_are_not_yet(tmp_path):
+def test_legacy_rows_are_refused(tmp_path):
     p = agentic(tmp_path, [node("a")], header=None)
     with pytest.raises(InputError, match="must be the agentic Mooncake v2 header.*not read by Dynamo 1.6.1"):
         load(p)
-    p = agentic(tmp_path, [node("a", priority=3)])
-    with pytest.raises(NotSupportedError, match="'priority'"):
+
+
+def test_priorities_follow_their_rows(tmp_path):
+    """The graph numbers its rows in request_id order: each keeps its own line's priorities
+    (the router queue reads them, decision 0480); a bad one names its line."""
+    p = agentic(tmp_path, [node("b", priority=3, policy_class="gold"), node("a", strict_priority=2), node("c")])
+    w = load(p)
+    assert w.graph.request_ids == ["a", "b", "c"]
+    assert w.priority.tolist() == [0, 3, 0] and w.strict_priority.tolist() == [2, 0, 0]
+    p = agentic(tmp_path, [node("b"), node("a", strict_priority=-1)])
+    with pytest.raises(InputError, match=r":3: field 'strict_priority' must be an integer in \[0, 4294967295\]"):
         load(p)
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 
-from fastsim.errors import InputError, NotSupportedError
+from fastsim.errors import InputError
+from fastsim.workload import check_policy_class, row_priority
 from fastsim.traces.graph import (COMPLETION, DISPATCH, Dependency, Node, build_graph_columns, columns_of_nodes,
                                   graph_workload)
 
@@ -100,11 +101,10 @@ def _dependency(d, where):
 def _node(row, where, bs, line):
     if not isinstance(row, dict):
         raise InputError(f"{where}: a request must be a JSON object")
-    for name in ("priority", "strict_priority"):
-        if row.get(name) not in (None, 0):
-            raise NotSupportedError(f"{where}: field '{name}' (request priorities) is not supported yet by fastsim")
-    if row.get("policy_class") is not None:
-        raise NotSupportedError(f"{where}: field 'policy_class' is not supported yet by fastsim")
+    # (the router queue's request priorities: checked here, read by with_row_priorities)
+    row_priority(row, "priority", where)
+    row_priority(row, "strict_priority", where)
+    check_policy_class(row, where)
     rid = _string(row, "request_id", where)
     play = _string(row, "play_id", where)
     sess = _string(row, "session_id", where)
@@ -200,7 +200,7 @@ def load_agentic_mooncake(path, arrival_speedup_ratio=1.0):
     """Read an agentic Mooncake v2 trace into a Workload with its request graph."""
     import os
 
-    from fastsim.workload import _check_ratio, _decode_text, _read_bytes
+    from fastsim.workload import _check_ratio, _decode_text, _read_bytes, with_row_priorities
 
     path = os.fspath(path)
     ratio = _check_ratio(arrival_speedup_ratio)
@@ -210,4 +210,8 @@ def load_agentic_mooncake(path, arrival_speedup_ratio=1.0):
     cols.not_before_ms = cols.not_before_ms / ratio
     cols.dep_delay_ms = cols.dep_delay_ms / ratio
     graph, table = build_graph_columns(cols, header[0], header[1], header[2], path, play_order=_play_order(cols))
-    return graph_workload(graph, table, path, ratio)
+    workload = graph_workload(graph, table, path, ratio)
+    if b"priority" in data or b"policy_class" in data:
+        text = _decode_text(data, path)  # (its lines numbered as the reader that read them numbered them)
+        workload = with_row_priorities(workload, text.split("\n") if read is not None else text.splitlines(), path)
+    return workload

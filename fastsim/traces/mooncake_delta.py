@@ -78,6 +78,7 @@ def accumulate_deltas(base: Workload) -> Workload:
         session_rows=base.session_rows, hash_ptr=hash_ptr, hash_ids=hash_ids,
         trace_block_size=base.trace_block_size, line=base.line, source=base.source,
         session_ids=base.session_ids, key_isl=key_isl, stream_row=stream_row,
+        priority=base.priority, strict_priority=base.strict_priority,
     )
 
 
