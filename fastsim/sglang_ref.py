@@ -276,6 +276,7 @@ class Rank:
         self.prefilled = False
         self.committed = 0
         self.mtp = None  # speculative decoding: (acceptance rates, the rank's StdRng)
+        self.estimate = self.init_ratio  # the ratio re-estimated at the last retraction
 
     def draw_step(self):
         """Tokens one decode step yields: 1 + the draft positions accepted before the first
@@ -500,7 +501,8 @@ def _append_token(rank, r):
 def _step(rank, batch, emit):
     """A decode step: one token to every request of ``batch`` (a list, changed in place), after
     retracting requests while their next tokens do not fit; returns
-    (completed, retracted, decode_len_sum, count)."""
+    (completed, retracted, decode_len_sum, count). A retraction re-estimates the new-token ratio
+    into ``rank.estimate`` from the requests left at that point."""
     tr, ps = rank.tree, rank.c.ps
     completed = [r for r in batch if r.remaining == 0]
     batch[:] = [r for r in batch if r.remaining > 0]
@@ -512,6 +514,8 @@ def _step(rank, batch, emit):
         rank._release(r)
         r.retracted = True
         retracted.append(r)
+    if retracted:
+        rank.estimate = _retract_ratio(batch)
     g = _growth(batch, ps, max_burst) // ps
     if g > tr.free:
         tr.evict(g - tr.free)
@@ -541,10 +545,10 @@ RETRACT_DECODE_STEPS = 20
 
 
 def _retract_ratio(running):
-    """The new-token ratio re-estimated at a retraction from the requests that stay: their output
-    tokens before the step (``step``: the tokens each took in it) plus 20 steps each, over the
-    sum of their output lengths plus one."""
-    decoded = sum(r.gen - r.step for r in running)
+    """The new-token ratio re-estimated at a retraction from the requests that stay, before the
+    step (those that complete in it included, decision 0476): their output tokens plus 20 steps
+    each, over the sum of their output lengths plus one."""
+    decoded = sum(r.gen for r in running)
     max_new = sum(r.osl for r in running)
     return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / (max_new + 1)) if max_new else 1.0
 
@@ -591,7 +595,7 @@ def run_pass(rank, now, modeled, emit, admit, defer=False):
         rank._finish(r)
     rank.waiting.extend(retracted)  # SGLang re-queues retracted requests at the back
     if retracted:
-        rank.ratio = _retract_ratio(rank.running)
+        rank.ratio = rank.estimate
     elif not n and not idle:  # the ratio decays in decode passes only (SGLang's update_running_batch)
         rank.ratio = max(rank.ratio - rank.step, rank.min_ratio)
     return end, completed

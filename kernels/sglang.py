@@ -639,6 +639,7 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl, spec):
     start_t = now + prefill
     end_t = start_t
     nret = 0
+    est = 1.0  # (the new-token ratio re-estimated at a retraction)
     fin0 = s.cnt[CNT_FIN]  # this pass's completions are cached after its tokens, in order
     if n > 0:
         _first_tokens_nb(q, pr, s, t, k, r, nf)
@@ -687,6 +688,8 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl, spec):
             s.rows2[nret] = victim
             nret += 1
             grow, total = _decode_growth_nb(q, pr, k, r, spec)
+        if nret > 0:
+            est = _retraction_ratio_nb(q, k, r)
         g = grow // ps
         if g > t.free[r]:
             evict_nb(t, r, g - t.free[r])
@@ -718,16 +721,6 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl, spec):
         for i in range(nret):  # SGLang re-queues retracted requests at the back
             _w_push_back(q, k, r, s.rows2[i])
         if nret > 0:
-            decoded = 0
-            max_new = 0
-            row = k.rh[r]
-            while row != -1:
-                decoded += q.gen[row] - (1 if spec is None else spec.burst[row])  # (before the step)
-                max_new += q.osl[row]
-                row = q.rnext[row]
-            est = 1.0
-            if max_new > 0:
-                est = min(1.0, (decoded + RETRACT_DECODE_STEPS * k.rn[r]) / (max_new + 1))
             k.ratio[r] = est
         elif not idle:
             k.ratio[r] = max(k.ratio[r] - fp[F_STEP], fp[F_MIN])
@@ -738,6 +731,24 @@ def rank_pass_nb(q, pr, fp, s, t, k, r, now, defer, perf, sd, tl, spec):
             sd.hold[r] = sd.holdlen[r]
             sd.holdlen[r] = min(2 * sd.holdlen[r], HOLD_MAX)
     return end_t
+
+
+@llvm_inline
+def _retraction_ratio_nb(q, k, r):
+    """The new-token ratio SGLang's ``retract_decode`` re-estimates from the requests rank ``r``
+    still runs right after its retractions, before the step: their output tokens plus 20 steps
+    each, over the sum of their output lengths plus one. The requests that complete in that very
+    step count too (decision 0476)."""
+    decoded = 0
+    max_new = 0
+    row = k.rh[r]
+    while row != -1:
+        decoded += q.gen[row]
+        max_new += q.osl[row]
+        row = q.rnext[row]
+    if max_new == 0:
+        return 1.0
+    return min(1.0, (decoded + RETRACT_DECODE_STEPS * k.rn[r]) / (max_new + 1))
 
 
 @llvm_inline

@@ -23,7 +23,7 @@ TIMELINE = ("first_admit_ms", "first_token_ms", "last_token_ms", "reused_input_t
 HANDOFF = ("prefill_admit_ms", "destination_reserved_ms", "source_held_ms", "destination_activated_ms",
            "decode_admit_ms", "source_released_ms", "terminal_time_ms", "output_length")
 # recorded cases fastsim runs but does not reproduce yet (decision 0370)
-DIFFERS = {"page1", "page1_light", "lpm_trace_1p1d", "multiturn_tight", "bundled_trace_1p2d_tight"}
+DIFFERS = {"lpm_trace_1p1d", "bundled_trace_1p2d_tight"}
 HANDOFF_DIFFERS = DIFFERS
 MATCHED = [(n, a) for n, a in cases(FOLDER) if n not in REFUSED and n not in RANDOM]
 

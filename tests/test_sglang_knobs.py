@@ -21,7 +21,6 @@ MML = Path(__file__).parent / "data" / "sglang_mml_161"
 MML_CASES = recorded.cases(MML)
 OOM = Path(__file__).parent / "data" / "sglang_oom_161"
 OOM_CASES = recorded.cases(OOM)
-OOM_DIFFERS = {"oom_trace_1w_p16"}  # pages of 16, chunks of 4096: 19 requests off from 278,630 ms on
 NOCACHE_142 = Path(__file__).parent / "data" / "sglang_nocache_142"
 NOCACHE_142_CASES = recorded.cases(NOCACHE_142)
 
@@ -31,11 +30,8 @@ def test_no_prefix_caching_matches_dynamo_161(name, args):
     recorded.assert_matches_dynamo(NOCACHE, name, args)
 
 
-# Recorded cases fastsim does not reproduce yet (decision 0294)
-MML_DIFFERS = {"lpm_tight_trace"}  # lpm with rejections and tight KV: 27 requests late from 54,030 ms on
 
-
-@pytest.mark.parametrize("name,args", recorded.with_known_differences(MML_CASES, MML_DIFFERS, "0294"))
+@pytest.mark.parametrize("name,args", MML_CASES, ids=[c[0] for c in MML_CASES])
 def test_max_model_len_matches_dynamo_161(name, args):
     rows = recorded.per_request(MML, name)
     if "--max-sim-time-seconds" in args or "--replay-concurrency" in args:
@@ -53,7 +49,7 @@ def test_max_model_len_matches_dynamo_161(name, args):
     assert sorted(rep.requests["status"].tolist()) == sorted(r["terminal_status"] for r in rows)
 
 
-@pytest.mark.parametrize("name,args", recorded.with_known_differences(OOM_CASES, OOM_DIFFERS, "0295"))
+@pytest.mark.parametrize("name,args", OOM_CASES, ids=[c[0] for c in OOM_CASES])
 def test_failed_allocation_waits_matches_dynamo_161(name, args):
     """An admission whose allocation fails after its budget check waits at the head (decision
     0295); the records' reused tokens are the most over a request's admissions."""
