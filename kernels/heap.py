@@ -15,7 +15,7 @@ mispredicted branch per level (at 64 workers the heap took a sixth of the loop's
 
 import numpy as np
 
-from fastsim.kernels.jit import inner
+from fastsim.kernels.jit import inline, inner
 
 
 def new_tourney(n):
@@ -58,55 +58,12 @@ def tourney_set_nb(tree, key, item, value):
 
 
 @inner
-def heap_less_nb(key, tie, a, b):
-    """``a`` orders before ``b``."""
-    if key[a] != key[b]:
-        return key[a] < key[b]
-    return tie[a] < tie[b]
-
-
-@inner
-def heap_push_nb(heap, count, slot, key, tie, item):
-    """Insert ``item``."""
-    i = count[slot]
-    count[slot] += 1
-    heap[i] = item
-    while i > 0:
-        par = (i - 1) >> 1
-        if heap_less_nb(key, tie, heap[i], heap[par]):
-            heap[i], heap[par] = heap[par], heap[i]
-            i = par
-        else:
-            break
-
-
-@inner
-def heap_pop_nb(heap, count, slot, key, tie):
-    """Remove and return the first item (the heap must not be empty)."""
-    top = heap[0]
-    n = count[slot] - 1
-    count[slot] = n
-    heap[0] = heap[n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and heap_less_nb(key, tie, heap[c + 1], heap[c]):
-            c += 1
-        if heap_less_nb(key, tie, heap[c], heap[i]):
-            heap[i], heap[c] = heap[c], heap[i]
-            i = c
-        else:
-            break
-    return top
-
-
-@inner
 def ranked_less_nb(rank, key, tie, a, b):
-    """``a`` orders before ``b``: lower ``rank``, then lower ``key``, then lower ``tie``."""
-    if rank[a] != rank[b]:
-        return rank[a] < rank[b]
+    """``a`` orders before ``b``: lower ``rank`` (None: no rank), then lower ``key``, then lower
+    ``tie``."""
+    if rank is not None:
+        if rank[a] != rank[b]:
+            return rank[a] < rank[b]
     if key[a] != key[b]:
         return key[a] < key[b]
     return tie[a] < tie[b]
@@ -114,7 +71,7 @@ def ranked_less_nb(rank, key, tie, a, b):
 
 @inner
 def heap_push_ranked_nb(heap, count, slot, rank, key, tie, item):
-    """Insert ``item`` into a heap ordered by (rank, key, tie)."""
+    """Insert ``item`` into a heap ordered by (rank, key, tie); ``rank`` None: by (key, tie)."""
     i = count[slot]
     count[slot] += 1
     heap[i] = item
@@ -129,7 +86,8 @@ def heap_push_ranked_nb(heap, count, slot, rank, key, tie, item):
 
 @inner
 def heap_pop_ranked_nb(heap, count, slot, rank, key, tie):
-    """Remove and return the first item of a heap ordered by (rank, key, tie)."""
+    """Remove and return the first item of a heap ordered by (rank, key, tie) (``rank`` None: by
+    (key, tie)); the heap must not be empty."""
     top = heap[0]
     n = count[slot] - 1
     count[slot] = n
@@ -147,3 +105,15 @@ def heap_pop_ranked_nb(heap, count, slot, rank, key, tie):
         else:
             break
     return top
+
+
+@inline
+def heap_push_nb(heap, count, slot, key, tie, item):
+    """Insert ``item`` into a heap ordered by (key, tie)."""
+    heap_push_ranked_nb(heap, count, slot, None, key, tie, item)
+
+
+@inline
+def heap_pop_nb(heap, count, slot, key, tie):
+    """Remove and return the first item of a heap ordered by (key, tie) (it must not be empty)."""
+    return heap_pop_ranked_nb(heap, count, slot, None, key, tie)
